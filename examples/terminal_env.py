@@ -1,0 +1,82 @@
+"""An example env: small file tasks in a terminal, checked in the agent's sandbox.
+
+Run it offline against the stub server (``python examples/run_example.py``), or against a real
+model: ``python examples/terminal_env.py process --openai.base_url URL --openai.model_name M``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+
+from hermes_envgen.runtime import AgentResult, HermesAgentBaseEnv, HermesAgentEnvConfig, ToolContext
+
+TASKS = [
+    {
+        "prompt": "Write the word hello into a file named greeting.txt.",
+        "check": "grep -qx hello greeting.txt",
+    },
+    {
+        "prompt": "Count the lines of numbers.txt and write the count into count.txt.",
+        "files": {"numbers.txt": "4\n8\n15\n16\n23\n42\n"},
+        "check": "grep -qx 6 count.txt",
+    },
+    {
+        "prompt": "Sort the lines of names.txt alphabetically into sorted.txt.",
+        "files": {"names.txt": "carol\nalice\nbob\n"},
+        "check": "printf 'alice\\nbob\\ncarol\\n' | cmp -s - sorted.txt",
+    },
+]
+
+
+class TerminalTaskEnv(HermesAgentBaseEnv):
+    """File tasks solved with a terminal; the reward runs a check command in the sandbox."""
+
+    name = "terminal_tasks"
+    env_config_cls = HermesAgentEnvConfig
+
+    @classmethod
+    def config_init(cls) -> tuple[HermesAgentEnvConfig, list[APIServerConfig]]:
+        config = HermesAgentEnvConfig(
+            group_size=4,
+            total_steps=3,
+            max_agent_turns=6,
+            enabled_toolsets=["terminal", "file"],
+            system_prompt="You are a careful agent. Use the tools to complete the task.",
+            tokenizer_name="NousResearch/Hermes-3-Llama-3.1-8B",
+            use_wandb=False,
+            data_dir_to_save_evals="eval_results/terminal_tasks",
+        )
+        server = APIServerConfig(
+            base_url="http://localhost:8000/v1", model_name="stub-model", health_check=False
+        )
+        return config, [server]
+
+    async def setup(self) -> None:
+        self.items = list(TASKS)
+        random.Random(0).shuffle(self.items)
+        self.index = 0
+
+    async def get_next_item(self) -> dict:
+        item = self.items[self.index % len(self.items)]
+        self.index += 1
+        return item
+
+    def format_prompt(self, item: dict) -> str:
+        return item["prompt"]
+
+    async def prepare_sandbox(self, item: dict, ctx: ToolContext) -> None:
+        for path, content in item.get("files", {}).items():
+            await ctx.write_file(path, content)
+
+    async def compute_reward(self, item: dict, result: AgentResult, ctx: ToolContext) -> float:
+        check = await ctx.terminal(item["check"], timeout=10)
+        return 1.0 if check["exit_code"] == 0 else 0.0
+
+    async def evaluate(self, *args, **kwargs) -> None:
+        await self.run_eval(self.items)
+
+
+if __name__ == "__main__":
+    TerminalTaskEnv.cli()

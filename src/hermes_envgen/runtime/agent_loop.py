@@ -1,0 +1,265 @@
+"""The multi-turn agent loop: ask the model, run the tools it calls, repeat until it answers.
+
+``HermesAgentLoop.run(messages)`` returns an ``AgentResult`` with the whole conversation in
+OpenAI message format. Nothing the model does ends the loop with an exception: an unknown tool,
+arguments that are not JSON, a tool that fails, each becomes a ``ToolError`` and a message back
+to the model; a server that keeps failing ends the rollout with ``AgentResult.error`` set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hermes_envgen.runtime.tool_context import ToolContext
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ToolError:
+    """A tool call that could not be carried out, as the model made it."""
+
+    turn: int
+    tool_name: str
+    arguments: str
+    error: str
+    tool_result: str
+
+
+@dataclass
+class AgentResult:
+    """A finished rollout: the conversation and what happened in it."""
+
+    messages: list[dict]
+    turns_used: int = 0
+    finished_naturally: bool = False
+    tool_errors: list[ToolError] = field(default_factory=list)
+    reasoning_per_turn: list[str | None] = field(default_factory=list)
+    error: str | None = None  # why the rollout stopped early (server failure), if it did
+
+    @property
+    def final_response(self) -> str:
+        """The content of the last assistant message that has any ("" when none has)."""
+        for message in reversed(self.messages):
+            if message.get("role") == "assistant" and message.get("content"):
+                return message["content"]
+        return ""
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        """Every tool call the model made, in order, as ``{"name", "arguments"}`` dicts."""
+        calls = []
+        for message in self.messages:
+            if message.get("role") == "assistant":
+                for call in message.get("tool_calls") or []:
+                    function = call["function"]
+                    calls.append({"name": function["name"], "arguments": function["arguments"]})
+        return calls
+
+    @property
+    def tools_used(self) -> list[str]:
+        """The names of the tools the model called, each once, in order of first use."""
+        return list(dict.fromkeys(call["name"] for call in self.tool_calls))
+
+
+@dataclass
+class AssistantTurn:
+    """One model response, whatever the server type that produced it."""
+
+    content: str
+    tool_calls: list[dict]
+    reasoning: str | None = None
+    finish_reason: str | None = None
+
+
+class ChatServer(Protocol):
+    """What the loop needs of a server: atroposlib's ServerManager fits."""
+
+    async def chat_completion(self, **kwargs: Any) -> Any: ...
+
+
+def normalize_tool_call(call: Any) -> dict:
+    """An OpenAI-form tool call dict from a dict or an SDK object; arguments as a string."""
+    get = call.get if isinstance(call, dict) else lambda key, default=None: getattr(
+        call, key, default
+    )
+    function = get("function") or {}
+    fget = function.get if isinstance(function, dict) else lambda key, default=None: getattr(
+        function, key, default
+    )
+    arguments = fget("arguments", "")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {
+        "id": get("id") or f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": fget("name", "") or "", "arguments": arguments},
+    }
+
+
+def _reasoning_of(message: Any) -> str | None:
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key) if isinstance(message, dict) else getattr(message, key, None)
+        if value is None and not isinstance(message, dict):
+            value = (getattr(message, "model_extra", None) or {}).get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+class ChatCompletionBackend:
+    """Phase 1: the server parses tool calls itself (an OpenAI-compatible chat endpoint)."""
+
+    def __init__(self, server: ChatServer) -> None:
+        self.server = server
+
+    async def complete(self, messages: list[dict], **kwargs: Any) -> AssistantTurn:
+        # Past reasoning stays in the result but is not sent back: APIs differ on accepting it.
+        outgoing = [
+            {k: v for k, v in m.items() if k != "reasoning_content"} for m in messages
+        ]
+        response = await self.server.chat_completion(messages=outgoing, **kwargs)
+        choice = response.choices[0]
+        message = choice.message
+        content = message.get("content") if isinstance(message, dict) else message.content
+        raw_calls = (
+            message.get("tool_calls") if isinstance(message, dict) else message.tool_calls
+        ) or []
+        return AssistantTurn(
+            content=content or "",
+            tool_calls=[normalize_tool_call(c) for c in raw_calls],
+            reasoning=_reasoning_of(message),
+            finish_reason=getattr(choice, "finish_reason", None),
+        )
+
+
+class HermesAgentLoop:
+    """Runs one rollout of a tool-using agent against an inference server."""
+
+    def __init__(
+        self,
+        server: ChatServer,
+        tool_schemas: list[dict],
+        valid_tool_names: set[str] | list[str],
+        max_turns: int = 30,
+        task_id: str | None = None,
+        temperature: float = 1.0,
+        max_tokens: int | None = None,
+        extra_body: dict | None = None,
+        *,
+        tool_context: ToolContext | None = None,
+        max_tool_output_chars: int = 20_000,
+        max_parallel_tools: int = 8,
+        split: str = "train",
+        request_retries: int = 2,
+        retry_backoff: float = 0.5,
+        request_timeout: float | None = None,
+        backend: Any = None,
+    ) -> None:
+        self.tool_schemas = tool_schemas
+        self.valid_tool_names = set(valid_tool_names)
+        self.max_turns = max_turns
+        self.task_id = task_id or uuid.uuid4().hex
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = extra_body
+        self.tool_context = tool_context or ToolContext(self.task_id)
+        self.max_tool_output_chars = max_tool_output_chars
+        self.split = split
+        self.request_retries = request_retries
+        self.retry_backoff = retry_backoff
+        self.request_timeout = request_timeout
+        self.backend = backend or ChatCompletionBackend(server)
+        self._tool_slots = asyncio.Semaphore(max_parallel_tools)
+
+    async def run(self, messages: list[dict]) -> AgentResult:
+        """Run the conversation until the model answers without a tool call or turns run out."""
+        result = AgentResult(messages=[dict(m) for m in messages])
+        for turn in range(1, self.max_turns + 1):
+            try:
+                reply = await self._complete(result.messages)
+            except Exception as exc:  # the server failed every retry: end this rollout only
+                result.error = f"{type(exc).__name__}: {exc}"
+                logger.warning("task %s: inference failed, rollout ended: %s", self.task_id, exc)
+                break
+            assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
+            if reply.tool_calls:
+                assistant["tool_calls"] = reply.tool_calls
+            if reply.reasoning:
+                assistant["reasoning_content"] = reply.reasoning
+            result.messages.append(assistant)
+            result.turns_used = turn
+            result.reasoning_per_turn.append(reply.reasoning)
+            if not reply.tool_calls:
+                result.finished_naturally = True
+                break
+            outputs = await asyncio.gather(
+                *(self._execute(call, turn, result.tool_errors) for call in reply.tool_calls)
+            )
+            for call, output in zip(reply.tool_calls, outputs):
+                result.messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": output}
+                )
+        return result
+
+    async def _complete(self, messages: list[dict]) -> AssistantTurn:
+        kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature, "split": self.split}
+        if self.tool_schemas:
+            kwargs["tools"] = self.tool_schemas
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        for attempt in range(self.request_retries + 1):
+            try:
+                return await asyncio.wait_for(
+                    self.backend.complete(messages, **kwargs), self.request_timeout
+                )
+            except Exception as exc:
+                if attempt == self.request_retries:
+                    raise
+                delay = self.retry_backoff * 2**attempt
+                logger.info("task %s: request failed (%s), retrying in %.1f s", self.task_id, exc, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _execute(self, call: dict, turn: int, errors: list[ToolError]) -> str:
+        """Run one tool call; every failure becomes a ToolError and a message for the model."""
+        name = call["function"]["name"]
+        raw_arguments = call["function"]["arguments"]
+
+        def refuse(error: str) -> str:
+            message = f"Error: {error}"
+            errors.append(ToolError(turn, name, raw_arguments, error, message))
+            return message
+
+        if name not in self.valid_tool_names:
+            valid = ", ".join(sorted(self.valid_tool_names)) or "none"
+            return refuse(f"unknown tool {name!r}. Valid tools: {valid}")
+        try:
+            arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
+        except ValueError as exc:
+            return refuse(f"the arguments of {name} are not valid JSON ({exc}); it was not run")
+        if not isinstance(arguments, dict):
+            return refuse(f"the arguments of {name} must be a JSON object; it was not run")
+        async with self._tool_slots:
+            try:
+                output = await self.tool_context.call_tool(name, arguments)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                return refuse(str(exc) or type(exc).__name__)
+        return self._cap(output)
+
+    def _cap(self, output: str) -> str:
+        limit = self.max_tool_output_chars
+        if len(output) <= limit:
+            return output
+        return output[:limit] + (
+            f"\n[output truncated: showing {limit} of {len(output)} characters]"
+        )

@@ -1,0 +1,309 @@
+"""HermesAgentBaseEnv: an Atropos environment whose rollouts are multi-turn, tool-using agents.
+
+A subclass writes what is particular to its task (``config_init``, ``setup``,
+``get_next_item``, ``format_prompt``, ``compute_reward``, ``evaluate``); the base runs the
+group's rollouts concurrently, each in its own sandbox, scores them, turns the conversations
+into exact training data, and keeps training and evaluation metrics apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+import uuid
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atroposlib.envs.base import BaseEnv, ScoredDataGroup
+
+from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
+from hermes_envgen.runtime.config import HermesAgentEnvConfig
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
+from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
+from hermes_envgen.runtime.trajectory import tokenize_conversation
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Rollout:
+    """One finished rollout: the agent's result and its reward."""
+
+    item: Any
+    result: AgentResult
+    reward: float
+    task_id: str
+    reward_error: str | None = None
+
+    def sample(self) -> dict:
+        """A JSON-ready record of the rollout, as evaluation saves it."""
+        return {
+            "item": _jsonable(self.item),
+            "reward": self.reward,
+            "turns_used": self.result.turns_used,
+            "finished_naturally": self.result.finished_naturally,
+            "tools_used": self.result.tools_used,
+            "tool_errors": [vars(e) for e in self.result.tool_errors],
+            "reward_error": self.reward_error,
+            "rollout_error": self.result.error,
+            "final_response": self.result.final_response,
+            "messages": self.result.messages,
+        }
+
+
+@dataclass
+class RolloutStats:
+    """Running sums over rollouts, flushed into metrics (one instance per split)."""
+
+    rewards: list[float] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    reward_errors: int = 0
+    rollout_errors: int = 0
+    finished_naturally: int = 0
+
+    def add(self, rollout: Rollout) -> None:
+        self.rewards.append(rollout.reward)
+        self.turns.append(rollout.result.turns_used)
+        self.tool_calls += len(rollout.result.tool_calls)
+        self.tool_errors += len(rollout.result.tool_errors)
+        self.reward_errors += rollout.reward_error is not None
+        self.rollout_errors += rollout.result.error is not None
+        self.finished_naturally += rollout.result.finished_naturally
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        n = len(self.rewards)
+        if n == 0:
+            return {}
+        return {
+            f"{prefix}/mean_reward": sum(self.rewards) / n,
+            f"{prefix}/mean_turns": sum(self.turns) / n,
+            f"{prefix}/tool_calls_per_rollout": self.tool_calls / n,
+            f"{prefix}/tool_errors_per_rollout": self.tool_errors / n,
+            f"{prefix}/tool_error_rate": self.tool_errors / self.tool_calls if self.tool_calls else 0.0,
+            f"{prefix}/finished_naturally_rate": self.finished_naturally / n,
+            f"{prefix}/reward_errors": float(self.reward_errors),
+            f"{prefix}/rollout_errors": float(self.rollout_errors),
+            f"{prefix}/rollouts": float(n),
+        }
+
+
+class HermesAgentBaseEnv(BaseEnv):
+    """Base class of tool-using agent environments on Atropos."""
+
+    env_config_cls = HermesAgentEnvConfig
+    tool_registry: ToolRegistry = REGISTRY
+
+    def __init__(
+        self,
+        config: HermesAgentEnvConfig,
+        server_configs: Any,
+        slurm: bool = False,
+        testing: bool = False,
+    ) -> None:
+        if not config.wandb_name:
+            # run-api rejects a registration without a name (HTTP 422): default to the env's.
+            config.wandb_name = self.name or type(self).__name__
+        if config.use_wandb and not _wandb_configured():
+            logger.warning(
+                "W&B logging is off: no WANDB_API_KEY is set (set it, or WANDB_MODE, to log)"
+            )
+            config.use_wandb = False
+        for server_config in server_configs if isinstance(server_configs, list) else []:
+            if hasattr(server_config, "api_key") and not server_config.api_key:
+                # Local servers need no key, but the OpenAI client refuses to start without one.
+                server_config.api_key = "EMPTY"
+        super().__init__(config, server_configs, slurm=slurm, testing=testing)
+        self.config: HermesAgentEnvConfig = config
+        self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
+        self.sandboxes = SandboxManager(
+            SandboxSettings(
+                backend=config.terminal_backend,
+                root=config.sandbox_root,
+                command_timeout=config.terminal_timeout,
+            ),
+            lifetime=config.terminal_lifetime,
+        )
+        set_default_sandbox_manager(self.sandboxes)
+        self._train_stats = RolloutStats()
+        self._pending_eval_metrics: dict[str, float] = {}
+
+    # -- what a subclass writes ---------------------------------------------------------------
+
+    @abstractmethod
+    def format_prompt(self, item: Any) -> str | list[dict]:
+        """The task as the agent sees it: a user message, or a list of messages."""
+
+    @abstractmethod
+    async def compute_reward(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
+        """Score a finished rollout in [0, 1]; ``ctx`` reaches into the rollout's sandbox."""
+
+    async def prepare_sandbox(self, item: Any, ctx: ToolContext) -> None:
+        """Put what the task needs into the fresh sandbox before the agent starts (optional)."""
+
+    # -- tools --------------------------------------------------------------------------------
+
+    def _resolve_tools_for_group(self) -> tuple[list[dict], set[str]]:
+        """The tool schemas offered to the model and the names it may call."""
+        tools = self.tool_registry.resolve(
+            self.config.enabled_toolsets, self.config.disabled_toolsets
+        )
+        return [t.schema for t in tools], {t.name for t in tools}
+
+    # -- rollouts -----------------------------------------------------------------------------
+
+    def build_messages(self, item: Any) -> list[dict]:
+        """The conversation's opening: the system prompt, then the formatted task."""
+        prompt = self.format_prompt(item)
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        if self.config.system_prompt and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": self.config.system_prompt}, *messages]
+        return messages
+
+    async def run_agent(
+        self,
+        item: Any,
+        *,
+        split: str = "train",
+        temperature: float | None = None,
+        tools: tuple[list[dict], set[str]] | None = None,
+    ) -> Rollout:
+        """Run one full rollout with tools in a fresh sandbox, score it, clean up the sandbox."""
+        schemas, names = tools or self._resolve_tools_for_group()
+        task_id = f"{split}-{uuid.uuid4().hex[:16]}"
+        ctx = ToolContext(task_id, self.sandboxes, self.tool_registry)
+        if temperature is None:
+            temperature = (
+                self.config.agent_temperature if split == "train" else self.config.eval_temperature
+            )
+        loop = HermesAgentLoop(
+            self.server,
+            schemas,
+            names,
+            max_turns=self.config.max_agent_turns,
+            task_id=task_id,
+            temperature=temperature,
+            max_tokens=self.config.max_tokens_per_turn,
+            extra_body=self.config.extra_body,
+            tool_context=ctx,
+            max_tool_output_chars=self.config.max_tool_output_chars,
+            max_parallel_tools=self.config.max_parallel_tools,
+            split=split,
+        )
+        try:
+            await self.prepare_sandbox(item, ctx)
+            result = await loop.run(self.build_messages(item))
+            reward, reward_error = await self._score(item, result, ctx)
+        finally:
+            await ctx.cleanup()
+        return Rollout(item, result, reward, task_id, reward_error)
+
+    async def _score(
+        self, item: Any, result: AgentResult, ctx: ToolContext
+    ) -> tuple[float, str | None]:
+        """The reward, or 0.0 and the reason when compute_reward fails (the group goes on)."""
+        try:
+            reward = float(await self.compute_reward(item, result, ctx))
+        except Exception as exc:
+            logger.exception("compute_reward failed; scoring 0.0. Item: %r", item)
+            return 0.0, f"{type(exc).__name__}: {exc}"
+        if not math.isfinite(reward):
+            logger.error("compute_reward returned %r; scoring 0.0. Item: %r", reward, item)
+            return 0.0, f"non-finite reward {reward!r}"
+        return reward, None
+
+    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list]:
+        """Run ``group_size`` rollouts of the item concurrently and build the scored group."""
+        tools = self._resolve_tools_for_group()
+        rollouts = await asyncio.gather(
+            *(self.run_agent(item, split="train", tools=tools) for _ in range(self.config.group_size))
+        )
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
+        for rollout in rollouts:
+            self._train_stats.add(rollout)
+            if not any(m["role"] == "assistant" for m in rollout.result.messages):
+                continue  # the model never answered (server down): nothing to train on
+            sequence = tokenize_conversation(self.tokenizer, rollout.result.messages, tools[0])
+            group["tokens"].append(sequence.tokens)
+            group["masks"].append(sequence.masks)
+            group["scores"].append(rollout.reward)
+            group["messages"].append(rollout.result.messages)
+        if len(group["tokens"]) < self.config.group_size:
+            logger.warning(
+                "only %d of %d rollouts produced a model turn; the group is dropped",
+                len(group["tokens"]),
+                self.config.group_size,
+            )
+            return None, []
+        return group, []
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    async def run_eval(self, items: list[Any], task_name: str | None = None) -> dict[str, float]:
+        """Evaluate with the full agent loop and tools; save metrics.json and samples.jsonl.
+
+        The numbers go to evaluation metrics only: training buffers never see them.
+        """
+        start = time.time()
+        slots = asyncio.Semaphore(max(1, self.config.max_eval_workers))
+
+        async def one(item: Any) -> Rollout:
+            async with slots:
+                return await self.run_agent(item, split="eval")
+
+        rollouts = await asyncio.gather(*(one(item) for item in items))
+        stats = RolloutStats()
+        for rollout in rollouts:
+            stats.add(rollout)
+        metrics = stats.metrics("eval")
+        self._pending_eval_metrics = dict(metrics)
+        await self.evaluate_log(
+            metrics,
+            task_name=task_name,
+            start_time=start,
+            end_time=time.time(),
+            generation_parameters={
+                "temperature": self.config.eval_temperature,
+                "max_agent_turns": self.config.max_agent_turns,
+            },
+            samples=[r.sample() for r in rollouts],
+        )
+        return metrics
+
+    # -- logging ------------------------------------------------------------------------------
+
+    async def wandb_log(self, wandb_metrics: dict | None = None) -> None:
+        """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
+        wandb_metrics = dict(wandb_metrics or {})
+        wandb_metrics.update(self._train_stats.metrics("train"))
+        wandb_metrics.update(self._pending_eval_metrics)
+        self._train_stats = RolloutStats()
+        self._pending_eval_metrics = {}
+        await super().wandb_log(wandb_metrics)
+
+
+def _wandb_configured() -> bool:
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE"):
+        return True
+    netrc = Path.home() / ".netrc"
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)

@@ -1,0 +1,74 @@
+"""HermesAgentEnvConfig: the settings every tool-using env shares, each one a ``--env.`` flag."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from atroposlib.envs.base import BaseEnvConfig
+from pydantic import Field
+
+
+class HermesAgentEnvConfig(BaseEnvConfig):
+    """Settings of a multi-turn, tool-using agent environment."""
+
+    enabled_toolsets: list[str] | None = Field(
+        default=None,
+        description="Toolsets (or single tools) the agent may use; None means every registered "
+        "tool. Built in: 'terminal' (terminal) and 'file' (read_file, write_file, patch, "
+        "search_files).",
+    )
+    disabled_toolsets: list[str] = Field(
+        default_factory=list,
+        description="Toolsets or tools to take away, applied after enabled_toolsets.",
+    )
+    max_agent_turns: int = Field(
+        default=30, ge=1, description="Most model turns in one rollout before it is cut off."
+    )
+    system_prompt: str | None = Field(
+        default=None, description="System message put before every task prompt."
+    )
+    agent_temperature: float = Field(
+        default=1.0, ge=0.0, description="Sampling temperature of training rollouts."
+    )
+    eval_temperature: float = Field(
+        default=0.0, ge=0.0, description="Sampling temperature of evaluation rollouts."
+    )
+    max_tokens_per_turn: int | None = Field(
+        default=None, ge=1, description="Most tokens the model may generate per turn."
+    )
+    terminal_backend: str = Field(
+        default="local",
+        description="Where tool commands run: 'local' (a directory on the host, no isolation; "
+        "for development).",
+    )
+    terminal_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds before a tool command is killed (exit 124)."
+    )
+    terminal_lifetime: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds a sandbox may sit idle before it is reaped.",
+    )
+    sandbox_root: str | None = Field(
+        default=None,
+        description="Directory that holds the rollouts' workspaces (default: the temp dir).",
+    )
+    tool_call_parser: str = Field(
+        default="hermes",
+        description="How tool calls are read from raw model text (vllm/sglang servers).",
+    )
+    max_tool_output_chars: int = Field(
+        default=20_000, ge=100, description="Longer tool output is cut, with a notice."
+    )
+    max_parallel_tools: int = Field(
+        default=8, ge=1, description="Tool calls of one message run concurrently, up to this."
+    )
+    eval_size: int = Field(
+        default=20,
+        ge=0,
+        description="Items held out for evaluation: at least this many, or a tenth of the data.",
+    )
+    extra_body: dict[str, Any] | None = Field(
+        default=None,
+        description="Extra JSON fields sent with every chat request (provider-specific).",
+    )

@@ -1,0 +1,29 @@
+"""Sandboxes: where a rollout's commands run and its files live, one per task id."""
+
+from hermes_envgen.runtime.sandbox.base import (
+    TIMEOUT_EXIT_CODE,
+    CommandResult,
+    PathOutsideWorkspace,
+    Sandbox,
+    SandboxError,
+    SandboxSettings,
+)
+from hermes_envgen.runtime.sandbox.manager import (
+    BACKENDS,
+    SandboxManager,
+    check_backend,
+    register_backend,
+)
+
+__all__ = [
+    "BACKENDS",
+    "TIMEOUT_EXIT_CODE",
+    "CommandResult",
+    "PathOutsideWorkspace",
+    "Sandbox",
+    "SandboxError",
+    "SandboxManager",
+    "SandboxSettings",
+    "check_backend",
+    "register_backend",
+]

@@ -1,0 +1,114 @@
+"""Keeps one sandbox per task id: made on first use, reaped when idle, closed on cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
+
+logger = logging.getLogger(__name__)
+
+SandboxFactory = Callable[[str, SandboxSettings, Path], Sandbox]
+
+
+def _local(task_id: str, settings: SandboxSettings, workspace: Path) -> Sandbox:
+    from hermes_envgen.runtime.sandbox.local import LocalSandbox
+
+    return LocalSandbox(task_id, settings, workspace)
+
+
+BACKENDS: dict[str, SandboxFactory] = {"local": _local}
+
+
+def register_backend(name: str, factory: SandboxFactory) -> None:
+    """Make a sandbox backend selectable by ``terminal_backend``."""
+    BACKENDS[name] = factory
+
+
+def check_backend(name: str) -> None:
+    """Fail early, naming the valid choices, for an unknown backend."""
+    if name not in BACKENDS:
+        raise ValueError(
+            f"unknown terminal_backend {name!r}; valid backends: {', '.join(sorted(BACKENDS))}"
+        )
+
+
+class SandboxManager:
+    """Hands out the sandbox of a task id, and reaps those idle longer than ``lifetime``."""
+
+    def __init__(self, settings: SandboxSettings | None = None, lifetime: float = 600.0) -> None:
+        self.settings = settings or SandboxSettings()
+        check_backend(self.settings.backend)
+        self.lifetime = lifetime
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._reaper: asyncio.Task | None = None
+        root = Path(self.settings.root or tempfile.gettempdir()) / "hermes-envgen"
+        self.root = root / f"{os.getpid()}-{int(time.time() * 1000)}"
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self._sandboxes
+
+    def __len__(self) -> int:
+        return len(self._sandboxes)
+
+    def get(self, task_id: str) -> Sandbox:
+        """The task's sandbox, made on first use."""
+        sandbox = self._sandboxes.get(task_id)
+        if sandbox is None:
+            safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:80] or "task"
+            workspace = self.root / safe_name
+            self.root.mkdir(parents=True, exist_ok=True)
+            sandbox = BACKENDS[self.settings.backend](task_id, self.settings, workspace)
+            self._sandboxes[task_id] = sandbox
+            self._start_reaper()
+        sandbox.touch()
+        return sandbox
+
+    async def release(self, task_id: str) -> None:
+        """Close the task's sandbox, if it has one."""
+        sandbox = self._sandboxes.pop(task_id, None)
+        if sandbox is not None:
+            await sandbox.close()
+        if not self._sandboxes:
+            with contextlib.suppress(OSError):
+                self.root.rmdir()
+
+    async def close_all(self) -> None:
+        """Close every sandbox (at shutdown)."""
+        for task_id in list(self._sandboxes):
+            await self.release(task_id)
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+
+    async def reap_idle(self) -> list[str]:
+        """Close the sandboxes idle for longer than ``lifetime``; return their task ids."""
+        now = time.monotonic()
+        idle = [t for t, s in self._sandboxes.items() if now - s.last_used > self.lifetime]
+        for task_id in idle:
+            logger.info("reaping sandbox of task %s, idle for over %.0f s", task_id, self.lifetime)
+            await self.release(task_id)
+        return idle
+
+    def _start_reaper(self) -> None:
+        if self._reaper is not None and not self._reaper.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop: sandboxes are released explicitly
+        self._reaper = loop.create_task(self._reap_forever())
+
+    async def _reap_forever(self) -> None:
+        interval = max(0.05, min(30.0, self.lifetime / 4))
+        while self._sandboxes:
+            await asyncio.sleep(interval)
+            await self.reap_idle()

@@ -1,0 +1,108 @@
+"""ToolContext: a reward function's handle on the sandbox a rollout ran in.
+
+The agent's tools and the ToolContext handed to ``compute_reward`` address the same sandbox
+(the same ``task_id``), so a reward can run the tests the agent was asked to make pass, read
+the files it wrote, or put fresh check files in place after the rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from hermes_envgen.runtime.sandbox import Sandbox, SandboxManager
+from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
+
+_default_manager: SandboxManager | None = None
+
+
+def default_sandbox_manager() -> SandboxManager:
+    """The process-wide sandbox manager (the env sets it up from its config)."""
+    global _default_manager
+    if _default_manager is None:
+        _default_manager = SandboxManager()
+    return _default_manager
+
+
+def set_default_sandbox_manager(manager: SandboxManager) -> None:
+    global _default_manager
+    _default_manager = manager
+
+
+class ToolContext:
+    """Run commands, move files and call tools in the sandbox of one task."""
+
+    def __init__(
+        self,
+        task_id: str,
+        sandboxes: SandboxManager | None = None,
+        registry: ToolRegistry | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.sandboxes = sandboxes or default_sandbox_manager()
+        self.registry = registry or REGISTRY
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self.sandboxes.get(self.task_id)
+
+    async def terminal(self, command: str, timeout: float | None = None) -> dict:
+        """Run a shell command in the workspace: ``{"exit_code": int, "output": str}``."""
+        return (await self.sandbox.run(command, timeout=timeout)).as_dict()
+
+    async def read_file(self, path: str) -> str:
+        """A workspace file's text (undecodable bytes replaced)."""
+        return (await self.sandbox.read_bytes(path)).decode("utf-8", errors="replace")
+
+    async def write_file(self, path: str, content: str | bytes) -> None:
+        """Write text or bytes to a workspace file, creating parent directories."""
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        await self.sandbox.write_bytes(path, data)
+
+    async def upload_file(self, local_path: str | Path, remote_path: str) -> None:
+        """Copy a host file into the workspace, byte for byte."""
+        data = await asyncio.to_thread(Path(local_path).read_bytes)
+        await self.sandbox.write_bytes(remote_path, data)
+
+    async def upload_dir(self, local_dir: str | Path, remote_dir: str) -> list[str]:
+        """Copy a host directory tree into the workspace; return the workspace paths written."""
+        local_dir = Path(local_dir)
+        files = await asyncio.to_thread(
+            lambda: sorted(p for p in local_dir.rglob("*") if p.is_file())
+        )
+        written = []
+        for file in files:
+            remote = f"{remote_dir.rstrip('/')}/{file.relative_to(local_dir).as_posix()}"
+            await self.upload_file(file, remote)
+            written.append(remote)
+        return written
+
+    async def download_file(self, remote_path: str, local_path: str | Path) -> Path:
+        """Copy a workspace file to the host, byte for byte."""
+        data = await self.sandbox.read_bytes(remote_path)
+        local_path = Path(local_path)
+
+        def write() -> None:
+            local_path.parent.mkdir(parents=True, exist_ok=True)
+            local_path.write_bytes(data)
+
+        await asyncio.to_thread(write)
+        return local_path
+
+    async def download_dir(self, remote_dir: str, local_dir: str | Path) -> list[Path]:
+        """Copy a workspace directory tree to the host; return the host paths written."""
+        sandbox = self.sandbox
+        prefix = remote_dir.strip("/")
+        written = []
+        for name in await sandbox.list_files(remote_dir):
+            relative = name[len(prefix) :].lstrip("/") if prefix not in ("", ".") else name
+            written.append(await self.download_file(name, Path(local_dir) / relative))
+        return written
+
+    async def call_tool(self, name: str, arguments: dict | None = None) -> str:
+        """Call a registered tool in this sandbox, as the agent would."""
+        return await self.registry.get(name).call(arguments or {}, sandbox=self.sandbox)
+
+    async def cleanup(self) -> None:
+        """Kill everything the task started and remove its workspace."""
+        await self.sandboxes.release(self.task_id)

@@ -1,0 +1,22 @@
+"""Tools, toolsets and their registry; importing this registers the built-in toolsets."""
+
+from hermes_envgen.runtime.tools import builtin as _builtin  # noqa: F401  (registers tools)
+from hermes_envgen.runtime.tools.registry import (
+    REGISTRY,
+    Tool,
+    ToolExecutionError,
+    ToolRegistry,
+    UnknownToolError,
+    tool,
+    tool_from_function,
+)
+
+__all__ = [
+    "REGISTRY",
+    "Tool",
+    "ToolExecutionError",
+    "ToolRegistry",
+    "UnknownToolError",
+    "tool",
+    "tool_from_function",
+]
