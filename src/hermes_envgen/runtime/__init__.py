@@ -27,7 +27,23 @@ _EXPORTS = {
     "SandboxSettings": "sandbox",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "REGISTRY",
+    "AgentResult",
+    "HermesAgentBaseEnv",
+    "HermesAgentEnvConfig",
+    "HermesAgentLoop",
+    "Rollout",
+    "SandboxManager",
+    "SandboxSettings",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolExecutionError",
+    "ToolRegistry",
+    "tokenize_conversation",
+    "tool",
+]
 
 
 def __getattr__(name: str) -> Any:

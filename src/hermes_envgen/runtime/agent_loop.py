@@ -85,12 +85,16 @@ class ChatServer(Protocol):
 
 def normalize_tool_call(call: Any) -> dict:
     """An OpenAI-form tool call dict from a dict or an SDK object; arguments as a string."""
-    get = call.get if isinstance(call, dict) else lambda key, default=None: getattr(
-        call, key, default
+    get = (
+        call.get
+        if isinstance(call, dict)
+        else lambda key, default=None: getattr(call, key, default)
     )
     function = get("function") or {}
-    fget = function.get if isinstance(function, dict) else lambda key, default=None: getattr(
-        function, key, default
+    fget = (
+        function.get
+        if isinstance(function, dict)
+        else lambda key, default=None: getattr(function, key, default)
     )
     arguments = fget("arguments", "")
     if not isinstance(arguments, str):
@@ -120,9 +124,7 @@ class ChatCompletionBackend:
 
     async def complete(self, messages: list[dict], **kwargs: Any) -> AssistantTurn:
         # Past reasoning stays in the result but is not sent back: APIs differ on accepting it.
-        outgoing = [
-            {k: v for k, v in m.items() if k != "reasoning_content"} for m in messages
-        ]
+        outgoing = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
         response = await self.server.chat_completion(messages=outgoing, **kwargs)
         choice = response.choices[0]
         message = choice.message
@@ -224,7 +226,9 @@ class HermesAgentLoop:
                 if attempt == self.request_retries:
                     raise
                 delay = self.retry_backoff * 2**attempt
-                logger.info("task %s: request failed (%s), retrying in %.1f s", self.task_id, exc, delay)
+                logger.info(
+                    "task %s: request failed (%s), retrying in %.1f s", self.task_id, exc, delay
+                )
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 

@@ -87,7 +87,9 @@ class RolloutStats:
             f"{prefix}/mean_turns": sum(self.turns) / n,
             f"{prefix}/tool_calls_per_rollout": self.tool_calls / n,
             f"{prefix}/tool_errors_per_rollout": self.tool_errors / n,
-            f"{prefix}/tool_error_rate": self.tool_errors / self.tool_calls if self.tool_calls else 0.0,
+            f"{prefix}/tool_error_rate": self.tool_errors / self.tool_calls
+            if self.tool_calls
+            else 0.0,
             f"{prefix}/finished_naturally_rate": self.finished_naturally / n,
             f"{prefix}/reward_errors": float(self.reward_errors),
             f"{prefix}/rollout_errors": float(self.rollout_errors),
@@ -196,6 +198,7 @@ class HermesAgentBaseEnv(BaseEnv):
             max_tool_output_chars=self.config.max_tool_output_chars,
             max_parallel_tools=self.config.max_parallel_tools,
             split=split,
+            request_retries=0,  # atroposlib's server manager already retries with backoff
         )
         try:
             await self.prepare_sandbox(item, ctx)
@@ -223,7 +226,10 @@ class HermesAgentBaseEnv(BaseEnv):
         """Run ``group_size`` rollouts of the item concurrently and build the scored group."""
         tools = self._resolve_tools_for_group()
         rollouts = await asyncio.gather(
-            *(self.run_agent(item, split="train", tools=tools) for _ in range(self.config.group_size))
+            *(
+                self.run_agent(item, split="train", tools=tools)
+                for _ in range(self.config.group_size)
+            )
         )
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
         for rollout in rollouts:

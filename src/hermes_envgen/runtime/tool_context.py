@@ -39,8 +39,8 @@ class ToolContext:
         registry: ToolRegistry | None = None,
     ) -> None:
         self.task_id = task_id
-        self.sandboxes = sandboxes or default_sandbox_manager()
-        self.registry = registry or REGISTRY
+        self.sandboxes = sandboxes if sandboxes is not None else default_sandbox_manager()
+        self.registry = registry if registry is not None else REGISTRY
 
     @property
     def sandbox(self) -> Sandbox:

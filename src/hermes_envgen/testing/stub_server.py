@@ -11,6 +11,7 @@ Use it in-process (``with StubServer(script) as stub: stub.base_url``), from pyt
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -72,8 +73,10 @@ class StubServer:
         host: str = "127.0.0.1",
         port: int = 0,
         faults: Faults | None = None,
+        announce: bool = False,
     ) -> None:
         self.script = Script.load(script)
+        self.announce = announce
         self.host = host
         self.port = port
         self.faults = faults or Faults()
@@ -142,6 +145,8 @@ class StubServer:
         self.port = sock.getsockname()[1]
         await web.SockSite(self._runner, sock).start()
         self._ready.set()
+        if self.announce:
+            print(f"stub server listening on {self.base_url}", flush=True)
         try:
             await self._stopping.wait()
         finally:
@@ -296,9 +301,7 @@ def _text(content: Any) -> str:
 
 def _usage(prompt: str, choices: list[dict]) -> dict:
     prompt_tokens = max(1, len(prompt) // 4)
-    completion_tokens = sum(
-        max(1, len(json.dumps(c.get("message", {}))) // 4) for c in choices
-    )
+    completion_tokens = sum(max(1, len(json.dumps(c.get("message", {}))) // 4) for c in choices)
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -310,3 +313,9 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response(
         {"error": {"message": message, "type": "stub_error", "code": status}}, status=status
     )
+
+
+def serve_forever(server: StubServer) -> None:
+    """Serve in the foreground until interrupted (the ``stub-server`` command)."""
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(server.serve_until_stopped())

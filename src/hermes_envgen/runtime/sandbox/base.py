@@ -72,6 +72,7 @@ class Sandbox(ABC):
         self.settings = settings
         self.last_used = time.monotonic()
         self.closed = False
+        self.running = 0  # commands under way; a busy sandbox is never reaped
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -174,6 +175,14 @@ class HostDirectorySandbox(Sandbox):
         if self.closed:
             raise SandboxError(f"sandbox {self.task_id} is closed")
         self.touch()
+        self.running += 1
+        try:
+            return await self._run(command, timeout)
+        finally:
+            self.running -= 1
+            self.touch()
+
+    async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout
         process = await asyncio.create_subprocess_exec(
             *self._command_argv(command),
@@ -208,7 +217,6 @@ class HostDirectorySandbox(Sandbox):
         output = head.decode("utf-8", errors="replace")
         if dropped:
             output += f"\n[output truncated: {dropped} more bytes not shown]"
-        self.touch()
         if timed_out:
             output += f"\n[command timed out after {timeout:g} s and was killed]"
             return CommandResult(TIMEOUT_EXIT_CODE, output, timed_out=True, truncated_bytes=dropped)

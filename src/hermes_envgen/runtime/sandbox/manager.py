@@ -92,7 +92,11 @@ class SandboxManager:
     async def reap_idle(self) -> list[str]:
         """Close the sandboxes idle for longer than ``lifetime``; return their task ids."""
         now = time.monotonic()
-        idle = [t for t, s in self._sandboxes.items() if now - s.last_used > self.lifetime]
+        idle = [
+            task_id
+            for task_id, sandbox in self._sandboxes.items()
+            if not sandbox.running and now - sandbox.last_used > self.lifetime
+        ]
         for task_id in idle:
             logger.info("reaping sandbox of task %s, idle for over %.0f s", task_id, self.lifetime)
             await self.release(task_id)

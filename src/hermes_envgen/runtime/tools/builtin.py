@@ -80,7 +80,9 @@ async def patch(
         raise ToolExecutionError(
             f"patch: old_text occurs {count} times in {path}; make it unique or set replace_all"
         )
-    updated = text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
+    updated = (
+        text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
+    )
     await _guard(sandbox.write_bytes(path, updated.encode("utf-8")))
     return f"replaced {count if replace_all else 1} occurrence(s) in {path}"
 
@@ -111,7 +113,7 @@ async def search_files(
         found = await asyncio.to_thread(_matching_lines, regex, name, data.decode(errors="replace"))
         matches.extend(found)
         if len(matches) >= MAX_SEARCH_MATCHES:
-            matches = matches[:MAX_SEARCH_MATCHES] + [f"[stopped after {MAX_SEARCH_MATCHES} matches]"]
+            matches = [*matches[:MAX_SEARCH_MATCHES], f"[stopped after {MAX_SEARCH_MATCHES}]"]
             break
     return "\n".join(matches) if matches else "no matches"
 

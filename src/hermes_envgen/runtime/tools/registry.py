@@ -162,7 +162,9 @@ def tool(
     """Register a function as a tool; usable as ``@tool`` or ``@tool(toolset=...)``."""
 
     def register(func: Callable) -> Callable:
-        (registry or REGISTRY).add(tool_from_function(func, name=name, toolset=toolset))
+        (registry if registry is not None else REGISTRY).add(
+            tool_from_function(func, name=name, toolset=toolset)
+        )
         return func
 
     return register(function) if function is not None else register
@@ -209,7 +211,9 @@ def _json_schema(annotation: Any) -> dict:
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin in (typing.Union, types.UnionType):
-        return _json_schema(args[0]) if len(args) == 1 else {"anyOf": [_json_schema(a) for a in args]}
+        return (
+            _json_schema(args[0]) if len(args) == 1 else {"anyOf": [_json_schema(a) for a in args]}
+        )
     if origin is Literal:
         return {"enum": list(typing.get_args(annotation))}
     if annotation in _SIMPLE_TYPES:

@@ -1,0 +1,59 @@
+"""Run an env's CLI modes (process, evaluate, serve) as subprocesses, offline and bounded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# Tests never reach the network: hub look-ups fail at once and W&B stays off.
+OFFLINE_ENVIRONMENT = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+class EnvRunFailed(AssertionError):
+    """An env mode exited non-zero or ran past its timeout; the message carries its output."""
+
+
+def offline_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The current environment with the offline switches set."""
+    return {**os.environ, **OFFLINE_ENVIRONMENT, **(extra or {})}
+
+
+def run_env_mode(
+    env_file: str | Path,
+    mode: str,
+    *args: str,
+    cwd: str | Path | None = None,
+    timeout: float = 180.0,
+    python: str | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run ``python ENV_FILE MODE ARGS...`` offline; fail with its output if it fails."""
+    command: Sequence[str] = [python or sys.executable, str(env_file), mode, *args]
+    try:
+        completed = subprocess.run(
+            command,
+            cwd=cwd,
+            env=offline_environment(extra_env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = (exc.stdout or b"")[-4000:], (exc.stderr or b"")[-4000:]
+        raise EnvRunFailed(f"{mode} ran past {timeout:g} s\n{output}") from None
+    if completed.returncode != 0:
+        raise EnvRunFailed(
+            f"{mode} exited {completed.returncode}\n--- stdout\n{completed.stdout[-4000:]}"
+            f"\n--- stderr\n{completed.stderr[-6000:]}"
+        )
+    return completed

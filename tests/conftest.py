@@ -1,0 +1,25 @@
+"""Shared test setup: every test runs offline (no hub, no W&B)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
+
+os.environ.update(OFFLINE_ENVIRONMENT)
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+
+@pytest.fixture
+def sandboxes(tmp_path):
+    """A sandbox manager whose workspaces live under the test's tmp_path."""
+    from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+
+    return SandboxManager(SandboxSettings(root=str(tmp_path), command_timeout=10), lifetime=600)

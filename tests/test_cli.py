@@ -1,0 +1,73 @@
+"""The CLI: fast start, clear errors for user mistakes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_envgen", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_help_does_not_import_atroposlib_or_transformers():
+    code = (
+        "import sys; from typer.testing import CliRunner; from hermes_envgen.cli import app; "
+        "r = CliRunner().invoke(app, ['--help']); assert r.exit_code == 0, r.output; "
+        "heavy = ('atroposlib', 'transformers', 'copier', 'openai'); "
+        "print([m for m in heavy if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_lists_the_commands():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for command in ("stub-server", "offline-tokenizer", "parsers", "version"):
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["stub-server", "--script", "/no/such/script.yaml"],
+            "cannot read script /no/such/script.yaml",
+        ),
+        (
+            ["stub-server", "--script", "{script}", "--error-rate", "3"],
+            "error_rate must be between 0 and 1",
+        ),
+    ],
+)
+def test_stub_server_user_mistakes_exit_2_without_a_traceback(tmp_path, args, message):
+    script = tmp_path / "s.yaml"
+    script.write_text("conversations: [{turns: [{content: hi}]}]")
+    result = run_cli(*[a.replace("{script}", str(script)) for a in args])
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_stub_server_on_a_busy_port_exits_2(stub_server, tmp_path):
+    busy = stub_server({"conversations": [{"turns": [{"content": "x"}]}]})
+    script = tmp_path / "s.yaml"
+    script.write_text("conversations: [{turns: [{content: hi}]}]")
+    result = run_cli("stub-server", "--script", str(script), "--port", str(busy.port))
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{busy.port}" in result.stderr
+
+
+def test_offline_tokenizer_command(tmp_path):
+    result = run_cli("offline-tokenizer", str(tmp_path / "tok"))
+    assert result.returncode == 0
+    assert (tmp_path / "tok" / "tokenizer.json").exists()

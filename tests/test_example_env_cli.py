@@ -1,0 +1,77 @@
+"""The example env's real CLI modes, as subprocesses with timeouts, against the stub server."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import EXAMPLES
+from transformers import AutoTokenizer
+
+from hermes_envgen.runtime.trajectory import MASKED
+from hermes_envgen.testing.runner import run_env_mode
+
+ENV_FILE = EXAMPLES / "terminal_env.py"
+SCRIPT = EXAMPLES / "stub_script.yaml"
+
+
+def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path):
+    server = stub_server(SCRIPT)
+    out = tmp_path / "data" / "groups.jsonl"
+    run_env_mode(
+        ENV_FILE,
+        "process",
+        "--openai.base_url",
+        server.base_url,
+        "--env.tokenizer_name",
+        str(offline_tokenizer),
+        "--env.data_path_to_save_groups",
+        str(out),
+        "--env.sandbox_root",
+        str(tmp_path / "sandboxes"),
+        "--env.total_steps",
+        "3",
+        cwd=tmp_path,
+        timeout=180,
+    )
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(groups) == 3
+    tokenizer = AutoTokenizer.from_pretrained(offline_tokenizer)
+    all_scores = []
+    for group in groups:
+        assert len(group["tokens"]) == len(group["masks"]) == len(group["scores"]) == 4
+        for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
+            assert len(tokens) == len(masks)
+            assert all(isinstance(t, int) for t in tokens)
+            trained = [t for t, m in zip(tokens, masks) if m != MASKED]
+            assert trained, "every sequence trains at least one token"
+            assert messages[-1]["content"] in tokenizer.decode(trained)
+        assert all(0.0 <= s <= 1.0 for s in group["scores"])
+        all_scores += group["scores"]
+    assert set(all_scores) == {0.0, 1.0}
+    assert (out.parent / "groups.html").exists()
+    assert not any((tmp_path / "sandboxes").rglob("*.txt")), "sandboxes were cleaned up"
+
+
+def test_evaluate_writes_metrics_and_samples(stub_server, offline_tokenizer, tmp_path):
+    server = stub_server(SCRIPT)
+    eval_dir = tmp_path / "evals"
+    run_env_mode(
+        ENV_FILE,
+        "evaluate",
+        "--openai.base_url",
+        server.base_url,
+        "--env.tokenizer_name",
+        str(offline_tokenizer),
+        "--env.data_dir_to_save_evals",
+        str(eval_dir),
+        "--env.sandbox_root",
+        str(tmp_path / "sandboxes"),
+        cwd=tmp_path,
+        timeout=180,
+    )
+    metrics = json.loads((eval_dir / "metrics.json").read_text())["results"]["all"]
+    samples = [json.loads(line) for line in (eval_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 3 and metrics["eval/rollouts"] == 3.0
+    assert 0.0 <= metrics["eval/mean_reward"] <= 1.0
+    assert metrics["eval/tool_calls_per_rollout"] >= 1.0
+    assert all(s["tools_used"] for s in samples)

@@ -1,0 +1,162 @@
+"""The local sandbox backend: workspaces, timeouts, output caps, secrets, reaping, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from hermes_envgen.runtime.sandbox import (
+    TIMEOUT_EXIT_CODE,
+    PathOutsideWorkspace,
+    SandboxManager,
+    SandboxSettings,
+)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purpose
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_commands_run_in_a_private_workspace(sandboxes):
+    async def main():
+        a, b = sandboxes.get("a"), sandboxes.get("b")
+        await a.run("echo one > f.txt")
+        result = await b.run("cat f.txt")
+        here = await a.run("pwd")
+        await sandboxes.close_all()
+        return result, here, a
+
+    result, here, a = asyncio.run(main())
+    assert result.exit_code != 0
+    assert here.output.strip() == str(a.workspace)
+
+
+def test_a_timeout_kills_the_command_and_everything_it_started(sandboxes):
+    async def main():
+        sandbox = sandboxes.get("t")
+        start = time.monotonic()
+        result = await sandbox.run("sleep 30 & echo $! > child.pid; sleep 30", timeout=0.5)
+        elapsed = time.monotonic() - start
+        child = int((await sandbox.read_bytes("child.pid")).decode())
+        await asyncio.sleep(0.1)
+        alive = pid_alive(child)
+        await sandboxes.close_all()
+        return result, elapsed, alive
+
+    result, elapsed, alive = asyncio.run(main())
+    assert result.exit_code == TIMEOUT_EXIT_CODE and result.timed_out
+    assert "timed out after 0.5 s" in result.output
+    assert elapsed < 3
+    assert not alive
+
+
+def test_output_is_capped(tmp_path):
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path), max_output_bytes=1000))
+
+    async def main():
+        result = await manager.get("o").run("head -c 100000 /dev/zero | tr '\\0' x")
+        await manager.close_all()
+        return result
+
+    result = asyncio.run(main())
+    assert result.output.startswith("x" * 1000)
+    assert "[output truncated: 99000 more bytes not shown]" in result.output
+    assert result.truncated_bytes == 99000
+
+
+def test_host_secrets_do_not_reach_commands(sandboxes, monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-secret")
+    monkeypatch.setenv("HF_TOKEN", "hf-secret")
+
+    async def main():
+        result = await sandboxes.get("s").run("env")
+        await sandboxes.close_all()
+        return result.output
+
+    output = asyncio.run(main())
+    assert "sk-secret" not in output and "hf-secret" not in output
+    assert "PATH=" in output
+
+
+def test_cleanup_kills_background_processes_and_removes_the_workspace(sandboxes):
+    async def main():
+        sandbox = sandboxes.get("c")
+        await sandbox.run("nohup sleep 60 > /dev/null 2>&1 & echo $! > bg.pid")
+        pid = int((await sandbox.read_bytes("bg.pid")).decode())
+        assert pid_alive(pid)
+        await sandboxes.release("c")
+        await asyncio.sleep(0.1)
+        return pid, sandbox.workspace
+
+    pid, workspace = asyncio.run(main())
+    assert not pid_alive(pid)
+    assert not workspace.exists()
+    assert len(sandboxes) == 0
+
+
+def test_idle_sandboxes_are_reaped(tmp_path):
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path)), lifetime=0.2)
+
+    async def main():
+        sandbox = manager.get("idle")
+        manager.get("busy")
+        for _ in range(8):  # keep one busy while the other idles
+            await asyncio.sleep(0.1)
+            await manager.get("busy").run("true")
+        idle_gone = "idle" not in manager and not sandbox.workspace.exists()
+        busy_kept = "busy" in manager
+        await manager.close_all()
+        return idle_gone, busy_kept
+
+    assert asyncio.run(main()) == (True, True)
+
+
+def test_paths_outside_the_workspace_are_refused(sandboxes, tmp_path):
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+
+    async def main():
+        sandbox = sandboxes.get("p")
+        (sandbox.workspace / "link").symlink_to(outside)
+        errors = []
+        for path in ["../secret.txt", str(outside), "link", "sub/../../secret.txt"]:
+            with pytest.raises(PathOutsideWorkspace):
+                await sandbox.read_bytes(path)
+            errors.append(path)
+        with pytest.raises(PathOutsideWorkspace):
+            await sandbox.write_bytes("../evil.txt", b"x")
+        inside_absolute = await sandbox.write_bytes(str(sandbox.workspace / "ok.txt"), b"ok")
+        await sandboxes.close_all()
+        return errors, inside_absolute
+
+    errors, _ = asyncio.run(main())
+    assert len(errors) == 4
+    assert not (tmp_path / "evil.txt").exists()
+
+
+def test_an_unknown_backend_names_the_valid_ones():
+    with pytest.raises(ValueError, match="valid backends: local"):
+        SandboxManager(SandboxSettings(backend="vm"))
+
+
+def test_a_sandbox_running_a_long_command_is_not_reaped(tmp_path):
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path)), lifetime=0.1)
+
+    async def main():
+        result = await manager.get("long").run("sleep 0.6; echo finished")
+        await manager.close_all()
+        return result
+
+    assert asyncio.run(main()).output == "finished\n"

@@ -1,0 +1,187 @@
+"""The stub server over real HTTP: endpoints, scripts, and injected faults."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from hermes_envgen.testing.script import Script, ScriptError
+from hermes_envgen.testing.stub_server import Faults, StubServer
+
+SCRIPT = {
+    "model": "scripted",
+    "conversations": [
+        {
+            "match": "weather",
+            "turns": [
+                {
+                    "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+                    "reasoning": "I should look it up.",
+                },
+                {"content": "It is sunny."},
+            ],
+        },
+        {"turns": [{"content": "first in order"}]},
+        {"turns": [{"content": "second in order"}]},
+    ],
+}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+def post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict | str]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read().decode()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raw, status = exc.read().decode(), exc.code
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
+
+
+def chat(server: StubServer, messages: list[dict], **extra) -> tuple[int, dict | str]:
+    return post(f"{server.base_url}/chat/completions", {"messages": messages, **extra})
+
+
+def test_health_and_models(stub_server):
+    server = stub_server(SCRIPT)
+    with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/health") as response:
+        assert json.loads(response.read()) == {"status": "ok"}
+    with urllib.request.urlopen(server.base_url + "/models") as response:
+        assert json.loads(response.read())["data"][0]["id"] == "scripted"
+
+
+def test_tool_calls_follow_the_script_turn_by_turn(stub_server):
+    server = stub_server(SCRIPT)
+    messages = [{"role": "user", "content": "what is the weather?"}]
+    status, body = chat(server, messages, tools=TOOLS)
+    assert status == 200
+    message = body["choices"][0]["message"]
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    assert message["reasoning_content"] == "I should look it up."
+    (call,) = message["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    messages += [message, {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+    status, body = chat(server, messages, tools=TOOLS)
+    assert body["choices"][0]["message"]["content"] == "It is sunny."
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+def test_without_tools_the_calls_come_back_as_text(stub_server):
+    server = stub_server(SCRIPT)
+    _, body = chat(server, [{"role": "user", "content": "weather"}])
+    message = body["choices"][0]["message"]
+    assert "tool_calls" not in message
+    assert '<tool_call>\n{"name": "get_weather"' in message["content"]
+
+
+def test_unmatched_conversations_are_handed_out_in_order(stub_server):
+    server = stub_server(SCRIPT)
+    answers = [
+        chat(server, [{"role": "user", "content": "hi"}])[1]["choices"][0]["message"]["content"]
+        for _ in range(3)
+    ]
+    assert answers == ["first in order", "second in order", "first in order"]
+
+
+def test_n_greater_than_one_returns_n_choices(stub_server):
+    server = stub_server(SCRIPT)
+    _, body = chat(server, [{"role": "user", "content": "weather"}], tools=TOOLS, n=3)
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    ids = {c["message"]["tool_calls"][0]["id"] for c in body["choices"]}
+    assert len(ids) == 3
+
+
+def test_completions_endpoint_renders_raw_text(stub_server):
+    server = stub_server(SCRIPT)
+    prompt = "<|im_start|>user\nweather?<|im_end|>\n<|im_start|>assistant\n"
+    status, body = post(f"{server.base_url}/completions", {"prompt": prompt})
+    assert status == 200
+    assert body["choices"][0]["text"].startswith("<tool_call>")
+
+
+def test_requests_are_recorded(stub_server):
+    server = stub_server(SCRIPT)
+    chat(server, [{"role": "user", "content": "weather"}], temperature=0.0)
+    assert server.requests[-1]["temperature"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("script", "problem"),
+    [
+        ({}, "no conversations"),
+        ({"conversations": [{"turns": []}]}, "conversations[0].turns: expected a non-empty list"),
+        ({"conversations": [{"turns": [{}]}]}, "needs 'content' or 'tool_calls'"),
+        ({"conversations": [{"turns": [{"tool_calls": [{}]}]}]}, "tool_calls[0]"),
+        ({"conversations": [{"match": "(", "turns": [{"content": "x"}]}]}, "invalid regular"),
+        ({"conversation": []}, "unknown key(s) conversation"),
+    ],
+)
+def test_malformed_scripts_name_the_problem(script, problem):
+    with pytest.raises(ScriptError, match=re.escape(problem)):
+        Script.load(script)
+
+
+def test_a_script_file_that_is_not_yaml_is_refused(tmp_path):
+    path = tmp_path / "script.yaml"
+    path.write_text("conversations: [unclosed")
+    with pytest.raises(ScriptError, match="not valid YAML"):
+        Script.load(path)
+
+
+def test_error_rate_one_answers_500(stub_server):
+    server = stub_server(SCRIPT, faults=Faults(error_rate=1.0))
+    status, body = chat(server, [{"role": "user", "content": "hi"}])
+    assert status == 500 and body["error"]["message"] == "injected server error"
+
+
+def test_malformed_bodies(stub_server):
+    server = stub_server(SCRIPT, faults=Faults(malformed_rate=1.0))
+    status, body = chat(server, [{"role": "user", "content": "hi"}])
+    assert status == 200 and isinstance(body, str)
+
+
+def test_dropped_connections(stub_server):
+    server = stub_server(SCRIPT, faults=Faults(drop_rate=1.0))
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        chat(server, [{"role": "user", "content": "hi"}])
+
+
+def test_hanging_requests_hang_until_the_client_gives_up(stub_server):
+    server = stub_server(SCRIPT, faults=Faults(hang_rate=1.0))
+    start = time.monotonic()
+    with pytest.raises((TimeoutError, urllib.error.URLError, OSError)):
+        post(
+            f"{server.base_url}/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}]},
+            timeout=0.5,
+        )
+    assert time.monotonic() - start < 5
+
+
+def test_latency_is_added(stub_server):
+    server = stub_server(SCRIPT, faults=Faults(latency=0.3))
+    start = time.monotonic()
+    chat(server, [{"role": "user", "content": "hi"}])
+    assert time.monotonic() - start >= 0.3
+
+
+def test_fault_rates_are_validated():
+    with pytest.raises(ValueError, match="error_rate must be between 0 and 1"):
+        Faults(error_rate=2)
+
+
+def test_port_in_use_is_a_clear_error(stub_server):
+    server = stub_server(SCRIPT)
+    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}"):
+        StubServer(SCRIPT, port=server.port).start()

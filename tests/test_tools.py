@@ -1,0 +1,176 @@
+"""The tool registry (schemas from typed functions) and the built-in file and terminal tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Literal
+
+import pytest
+
+from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools import (
+    REGISTRY,
+    ToolExecutionError,
+    ToolRegistry,
+    UnknownToolError,
+    tool,
+)
+
+
+def test_schema_comes_from_the_signature_and_docstring():
+    registry = ToolRegistry()
+
+    @tool(toolset="math", registry=registry)
+    def scale(
+        values: list[float],
+        factor: float = 2.0,
+        mode: Literal["up", "down"] = "up",
+        note: str | None = None,
+        *,
+        sandbox=None,
+    ) -> list[float]:
+        """Scale numbers by a factor.
+
+        Longer explanation that is not part of the summary.
+
+        Args:
+            values: The numbers to scale.
+            factor: What to multiply by;
+                may be fractional.
+            mode: Which way to scale.
+        Returns:
+            The scaled numbers.
+        """
+        return [v * factor for v in values]
+
+    schema = registry.get("scale").schema
+    assert schema == {
+        "type": "function",
+        "function": {
+            "name": "scale",
+            "description": "Scale numbers by a factor.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "values": {
+                        "type": "array",
+                        "items": {"type": "number"},
+                        "description": "The numbers to scale.",
+                    },
+                    "factor": {
+                        "type": "number",
+                        "default": 2.0,
+                        "description": "What to multiply by; may be fractional.",
+                    },
+                    "mode": {
+                        "enum": ["up", "down"],
+                        "default": "up",
+                        "description": "Which way to scale.",
+                    },
+                    "note": {"type": "string"},
+                },
+                "required": ["values"],
+            },
+        },
+    }
+    assert registry.toolsets() == {"math": ["scale"]}
+    assert asyncio.run(registry.get("scale").call({"values": [1, 2]})) == "[2.0, 4.0]"
+
+
+def test_arguments_are_checked_before_the_call():
+    registry = ToolRegistry()
+
+    @tool(registry=registry)
+    def echo(text: str) -> str:
+        """Echo text."""
+        return text
+
+    with pytest.raises(ToolExecutionError, match=r"missing required argument\(s\): text"):
+        asyncio.run(registry.get("echo").call({}))
+    with pytest.raises(ToolExecutionError, match=r"unknown argument\(s\): txt \(valid: text\)"):
+        asyncio.run(registry.get("echo").call({"text": "a", "txt": "b"}))
+
+
+def test_toolsets_resolve_with_enabled_and_disabled():
+    names = lambda tools: [t.name for t in tools]  # noqa: E731
+    assert names(REGISTRY.resolve(["terminal"])) == ["terminal"]
+    assert names(REGISTRY.resolve(["file"], ["patch"])) == [
+        "read_file",
+        "search_files",
+        "write_file",
+    ]
+    # disabled is honoured when enabled is not set
+    assert "terminal" not in names(REGISTRY.resolve(None, ["terminal"]))
+    assert names(REGISTRY.resolve(["terminal", "file"], ["file"])) == ["terminal"]
+
+
+def test_an_unknown_toolset_fails_with_the_valid_names():
+    with pytest.raises(
+        UnknownToolError, match=r"unknown toolset or tool 'web'.*valid toolsets:.*file.*terminal"
+    ):
+        REGISTRY.resolve(["web"])
+    with pytest.raises(UnknownToolError, match="unknown toolset or tool 'nope'"):
+        REGISTRY.resolve(None, ["nope"])
+
+
+def run_tool(sandboxes, name, **arguments):
+    async def main():
+        return await ToolContext("tools", sandboxes).call_tool(name, arguments)
+
+    return asyncio.run(main())
+
+
+def test_file_tools_work_inside_the_workspace(sandboxes):
+    assert run_tool(
+        sandboxes, "write_file", path="src/app.py", content="x = 1\ny = 2\nx = 1\n"
+    ) == ("wrote 18 bytes to src/app.py")
+    assert (
+        run_tool(sandboxes, "read_file", path="src/app.py", start_line=2, end_line=3)
+        == "y = 2\nx = 1\n"
+    )
+    with pytest.raises(ToolExecutionError, match="occurs 2 times"):
+        run_tool(sandboxes, "patch", path="src/app.py", old_text="x = 1", new_text="x = 3")
+    with pytest.raises(ToolExecutionError, match="was not found"):
+        run_tool(sandboxes, "patch", path="src/app.py", old_text="z", new_text="w")
+    assert run_tool(sandboxes, "patch", path="src/app.py", old_text="y = 2", new_text="y = 5") == (
+        "replaced 1 occurrence(s) in src/app.py"
+    )
+    assert (
+        run_tool(
+            sandboxes,
+            "patch",
+            path="src/app.py",
+            old_text="x = 1",
+            new_text="x = 0",
+            replace_all=True,
+        )
+        == "replaced 2 occurrence(s) in src/app.py"
+    )
+    assert run_tool(sandboxes, "read_file", path="src/app.py") == "x = 0\ny = 5\nx = 0\n"
+    run_tool(sandboxes, "write_file", path="notes.md", content="x = 0 here too\n")
+    assert run_tool(sandboxes, "search_files", pattern=r"x = \d") == (
+        "notes.md:1: x = 0 here too\nsrc/app.py:1: x = 0\nsrc/app.py:3: x = 0"
+    )
+    assert (
+        run_tool(sandboxes, "search_files", pattern="x", file_glob="*.md")
+        == "notes.md:1: x = 0 here too"
+    )
+    assert run_tool(sandboxes, "search_files", pattern="nothing") == "no matches"
+    with pytest.raises(ToolExecutionError, match="invalid pattern"):
+        run_tool(sandboxes, "search_files", pattern="(")
+    out = json.loads(run_tool(sandboxes, "terminal", command="cat notes.md; exit 3"))
+    assert out == {"exit_code": 3, "output": "x = 0 here too\n"}
+
+
+@pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "a/../../x"])
+def test_file_tools_refuse_paths_outside_the_workspace(sandboxes, path):
+    for name, args in [
+        ("read_file", {}),
+        ("write_file", {"content": "x"}),
+        ("patch", {"old_text": "a", "new_text": "b"}),
+        ("search_files", {"pattern": "x"}),
+    ]:
+        key = "path"
+        with pytest.raises(ToolExecutionError, match="outside the workspace"):
+            run_tool(sandboxes, name, **{key: path}, **args)
