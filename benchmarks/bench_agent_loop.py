@@ -1,0 +1,123 @@
+"""Agent-loop throughput against direct chat requests, measured side by side in one run.
+
+256 rollouts of 3 turns (two tool turns running ``terminal`` in a local sandbox, then a final
+answer) at concurrency 64 against the stub server with zero latency, divided by the throughput
+of the very same chat requests (recorded from one rollout) sent directly with the same HTTP client (atroposlib's
+ServerManager, as envs use it) at the same concurrency. Target: >= 0.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import tempfile
+import time
+
+from _common import median_ratio, stub_server_process
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+from atroposlib.envs.server_handling.server_manager import ServerManager
+
+from hermes_envgen.runtime.agent_loop import HermesAgentLoop
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools import REGISTRY
+
+TURNS = [
+    {"tool_calls": [{"name": "terminal", "arguments": {"command": "true"}}]},
+    {"tool_calls": [{"name": "terminal", "arguments": {"command": "true"}}]},
+    {"content": "done"},
+]
+SCRIPT = {"conversations": [{"turns": TURNS}]}
+TOOLS = REGISTRY.resolve(["terminal"])
+
+
+def make_server(base_url: str) -> ServerManager:
+    config = APIServerConfig(
+        base_url=base_url, model_name="stub-model", api_key="EMPTY", health_check=False
+    )
+    return ServerManager([config])
+
+
+async def run_loops(server, rollouts: int, concurrency: int, sandboxes) -> float:
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with slots:
+            ctx = ToolContext(f"bench-{i}", sandboxes)
+            loop = HermesAgentLoop(
+                server, [t.schema for t in TOOLS], {t.name for t in TOOLS},
+                task_id=f"bench-{i}", tool_context=ctx, request_retries=0,
+            )
+            try:
+                result = await loop.run([{"role": "user", "content": "go"}])
+                assert result.turns_used == 3 and not result.tool_errors, result
+            finally:
+                await ctx.cleanup()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(rollouts)))
+    return rollouts * len(TURNS) / (time.perf_counter() - start)
+
+
+class Recorder:
+    """Passes requests through and keeps their arguments, to replay them directly."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.requests: list[dict] = []
+
+    async def chat_completion(self, **kwargs):
+        self.requests.append(copy.deepcopy(kwargs))
+        return await self.server.chat_completion(**kwargs)
+
+
+async def record_rollout(server, sandboxes) -> list[dict]:
+    """The exact requests one rollout sends (three turns, growing conversation)."""
+    recorder = Recorder(server)
+    ctx = ToolContext("record", sandboxes)
+    loop = HermesAgentLoop(
+        recorder, [t.schema for t in TOOLS], {t.name for t in TOOLS}, tool_context=ctx
+    )
+    await loop.run([{"role": "user", "content": "go"}])
+    await ctx.cleanup()
+    return recorder.requests
+
+
+async def run_direct(server, requests: list[dict], rollouts: int, concurrency: int) -> float:
+    """The same chat requests the loops send, straight to the server, same concurrency."""
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one() -> None:
+        async with slots:
+            for request in requests:
+                await server.chat_completion(**request)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(rollouts)))
+    return rollouts * len(requests) / (time.perf_counter() - start)
+
+
+async def main(rollouts: int, concurrency: int, rounds: int) -> None:
+    with stub_server_process(SCRIPT) as url, tempfile.TemporaryDirectory() as root:
+        server = make_server(url)
+        sandboxes = SandboxManager(SandboxSettings(root=root))
+        requests = await record_rollout(server, sandboxes)
+        await run_direct(server, requests, 32, concurrency)  # warm up connections
+        pairs = []
+        for round_ in range(rounds):
+            direct = await run_direct(server, requests, rollouts, concurrency)
+            loop = await run_loops(server, rollouts, concurrency, sandboxes)
+            pairs.append((loop, direct))
+            print(f"round {round_ + 1}: loop {loop:7.1f} req/s   direct {direct:7.1f} req/s"
+                  f"   ratio {loop / direct:.2f}")
+        print(f"median ratio loop/direct: {median_ratio(pairs):.2f} (target >= 0.8)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    asyncio.run(main(args.rollouts, args.concurrency, args.rounds))

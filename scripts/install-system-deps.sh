@@ -1,0 +1,27 @@
+#!/bin/sh
+# Install the system packages the sandbox backends need (Debian/Ubuntu; run as root, e.g. in CI).
+# Idempotent: does nothing when every tool is already on PATH.
+set -eu
+
+missing=""
+command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
+
+if [ -z "$missing" ]; then
+    echo "system deps: all present (bwrap: $(command -v bwrap))"
+    exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "system deps: need root to install:$missing" >&2
+    exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "system deps: no apt-get here; install manually:$missing" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
+apt-get update -qq
+# shellcheck disable=SC2086  # the package list is meant to split into words
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "system deps: installed$missing"
