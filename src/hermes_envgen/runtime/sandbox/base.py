@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermes_envgen.runtime.sandbox.process import spawn
+
 TIMEOUT_EXIT_CODE = 124
 
 
@@ -169,7 +171,11 @@ class HostDirectorySandbox(Sandbox):
 
     @abstractmethod
     def _command_argv(self, command: str) -> list[str]:
-        """The argv that runs ``command`` inside this sandbox."""
+        """The argv that runs ``command`` inside this sandbox, in its working directory.
+
+        The argv enters the workspace itself (no ``cwd``), so the command can be started
+        with posix_spawn; ``HOME`` is the workspace as commands see it.
+        """
 
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:
         if self.closed:
@@ -184,14 +190,9 @@ class HostDirectorySandbox(Sandbox):
 
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout
-        process = await asyncio.create_subprocess_exec(
-            *self._command_argv(command),
-            cwd=self.workspace,
-            env=command_environment(self.workdir),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so a timeout kills all of it
+        process = await spawn(
+            self._command_argv(command),
+            command_environment(self.workdir),
             preexec_fn=self._preexec(),
         )
         self._process_groups.add(process.pid)

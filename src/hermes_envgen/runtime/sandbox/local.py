@@ -19,4 +19,6 @@ class LocalSandbox(HostDirectorySandbox):
         return str(self.workspace)
 
     def _command_argv(self, command: str) -> list[str]:
-        return ["bash", "-c", command]
+        # HOME is the workspace (see command_environment); entering it in the shell rather
+        # than through cwd lets the command start with posix_spawn.
+        return ["bash", "-c", f'cd -- "$HOME" || exit 1\n{command}']
