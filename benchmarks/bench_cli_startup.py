@@ -31,7 +31,9 @@ def main() -> None:
     cli_median, bare_median = statistics.median(cli_times), statistics.median(bare_times)
     print(f"hermes-envgen --help: {cli_median * 1000:6.0f} ms (median of {RUNS})")
     print(f"python -c pass:       {bare_median * 1000:6.0f} ms")
-    print(f"ratio: {cli_median / bare_median:.1f}x, {1000 * (cli_median - bare_median):.0f} ms more")
+    print(
+        f"ratio: {cli_median / bare_median:.1f}x, {1000 * (cli_median - bare_median):.0f} ms more"
+    )
 
 
 if __name__ == "__main__":
