@@ -14,6 +14,8 @@ _EXPORTS = {
     "HermesAgentLoop": "agent_loop",
     "ToolError": "agent_loop",
     "HermesAgentBaseEnv": "base_env",
+    "EnvConfigError": "base_env",
+    "Reward": "rewards",
     "Rollout": "base_env",
     "HermesAgentEnvConfig": "config",
     "ToolContext": "tool_context",
@@ -30,9 +32,11 @@ _EXPORTS = {
 __all__ = [
     "REGISTRY",
     "AgentResult",
+    "EnvConfigError",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
+    "Reward",
     "Rollout",
     "SandboxManager",
     "SandboxSettings",
@@ -57,8 +61,9 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, ToolError
-    from hermes_envgen.runtime.base_env import HermesAgentBaseEnv, Rollout
+    from hermes_envgen.runtime.base_env import EnvConfigError, HermesAgentBaseEnv, Rollout
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
+    from hermes_envgen.runtime.rewards import Reward
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
     from hermes_envgen.runtime.tool_context import ToolContext
     from hermes_envgen.runtime.tools import (

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import os
+import sys
 import time
 import uuid
 from abc import abstractmethod
@@ -23,9 +24,10 @@ from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
+from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
-from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
+from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry, UnknownToolError
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ class Rollout:
     reward: float
     task_id: str
     reward_error: str | None = None
+    counts: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, float] = field(default_factory=dict)
 
     def sample(self) -> dict:
         """A JSON-ready record of the rollout, as evaluation saves it."""
@@ -51,6 +55,8 @@ class Rollout:
             "tools_used": self.result.tools_used,
             "tool_errors": [vars(e) for e in self.result.tool_errors],
             "reward_error": self.reward_error,
+            "reward_counts": self.counts,
+            "reward_signals": self.signals,
             "rollout_error": self.result.error,
             "final_response": self.result.final_response,
             "messages": self.result.messages,
@@ -65,24 +71,32 @@ class RolloutStats:
     turns: list[int] = field(default_factory=list)
     tool_calls: int = 0
     tool_errors: int = 0
-    reward_errors: int = 0
     rollout_errors: int = 0
     finished_naturally: int = 0
+    counts: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, rollout: Rollout) -> None:
         self.rewards.append(rollout.reward)
         self.turns.append(rollout.result.turns_used)
         self.tool_calls += len(rollout.result.tool_calls)
         self.tool_errors += len(rollout.result.tool_errors)
-        self.reward_errors += rollout.reward_error is not None
         self.rollout_errors += rollout.result.error is not None
         self.finished_naturally += rollout.result.finished_naturally
+        for name, value in rollout.counts.items():
+            self.counts[name] = self.counts.get(name, 0.0) + value
+        for name, value in rollout.signals.items():
+            self.signals.setdefault(name, []).append(value)
 
     def metrics(self, prefix: str) -> dict[str, float]:
         n = len(self.rewards)
         if n == 0:
             return {}
-        return {
+        reward_metrics = {f"{prefix}/{name}": value for name, value in self.counts.items()}
+        reward_metrics.update(
+            {f"{prefix}/{name}": sum(v) / len(v) for name, v in self.signals.items()}
+        )
+        return reward_metrics | {
             f"{prefix}/mean_reward": sum(self.rewards) / n,
             f"{prefix}/mean_turns": sum(self.turns) / n,
             f"{prefix}/tool_calls_per_rollout": self.tool_calls / n,
@@ -91,10 +105,14 @@ class RolloutStats:
             if self.tool_calls
             else 0.0,
             f"{prefix}/finished_naturally_rate": self.finished_naturally / n,
-            f"{prefix}/reward_errors": float(self.reward_errors),
+            f"{prefix}/reward_errors": self.counts.get("reward_errors", 0.0),
             f"{prefix}/rollout_errors": float(self.rollout_errors),
             f"{prefix}/rollouts": float(n),
         }
+
+
+class EnvConfigError(ValueError):
+    """A setting the user must fix; the env's CLI prints it in one line and exits 2."""
 
 
 class HermesAgentBaseEnv(BaseEnv):
@@ -118,11 +136,20 @@ class HermesAgentBaseEnv(BaseEnv):
                 "W&B logging is off: no WANDB_API_KEY is set (set it, or WANDB_MODE, to log)"
             )
             config.use_wandb = False
+        if not config.tokenizer_name or config.tokenizer_name == "none":
+            raise EnvConfigError(
+                "tokenizer_name is not set: pass --env.tokenizer_name with the Hugging Face "
+                "repo id (or local directory) of the model's tokenizer"
+            )
         for server_config in server_configs if isinstance(server_configs, list) else []:
-            if hasattr(server_config, "api_key") and not server_config.api_key:
-                # Local servers need no key, but the OpenAI client refuses to start without one.
-                server_config.api_key = "EMPTY"
-        super().__init__(config, server_configs, slurm=slurm, testing=testing)
+            _check_api_key(server_config)
+        try:
+            super().__init__(config, server_configs, slurm=slurm, testing=testing)
+        except OSError as exc:  # in BaseEnv.__init__ this is the tokenizer failing to load
+            raise EnvConfigError(
+                f"cannot load the tokenizer {config.tokenizer_name!r}: {exc}".splitlines()[0]
+                + " (offline? pass --env.tokenizer_name with a local directory)"
+            ) from None
         self.config: HermesAgentEnvConfig = config
         self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
         self.sandboxes = SandboxManager(
@@ -137,6 +164,15 @@ class HermesAgentBaseEnv(BaseEnv):
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}
 
+    @classmethod
+    def cli(cls) -> None:
+        """Atropos's serve / process / evaluate CLI, with user mistakes reported in one line."""
+        try:
+            super().cli()
+        except (EnvConfigError, UnknownToolError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+
     # -- what a subclass writes ---------------------------------------------------------------
 
     @abstractmethod
@@ -144,7 +180,9 @@ class HermesAgentBaseEnv(BaseEnv):
         """The task as the agent sees it: a user message, or a list of messages."""
 
     @abstractmethod
-    async def compute_reward(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
+    async def compute_reward(
+        self, item: Any, result: AgentResult, ctx: ToolContext
+    ) -> float | Reward:
         """Score a finished rollout in [0, 1]; ``ctx`` reaches into the rollout's sandbox."""
 
     async def prepare_sandbox(self, item: Any, ctx: ToolContext) -> None:
@@ -206,20 +244,23 @@ class HermesAgentBaseEnv(BaseEnv):
             reward, reward_error = await self._score(item, result, ctx)
         finally:
             await ctx.cleanup()
-        return Rollout(item, result, reward, task_id, reward_error)
+        return Rollout(
+            item, result, reward.score, task_id, reward_error, reward.counts, reward.signals
+        )
 
     async def _score(
         self, item: Any, result: AgentResult, ctx: ToolContext
-    ) -> tuple[float, str | None]:
-        """The reward, or 0.0 and the reason when compute_reward fails (the group goes on)."""
+    ) -> tuple[Reward, str | None]:
+        """The reward; 0.0 and a ``reward_error`` when compute_reward fails (the group goes on)."""
         try:
-            reward = float(await self.compute_reward(item, result, ctx))
+            outcome = await self.compute_reward(item, result, ctx)
         except Exception as exc:
             logger.exception("compute_reward failed; scoring 0.0. Item: %r", item)
-            return 0.0, f"{type(exc).__name__}: {exc}"
-        if not math.isfinite(reward):
-            logger.error("compute_reward returned %r; scoring 0.0. Item: %r", reward, item)
-            return 0.0, f"non-finite reward {reward!r}"
+            return Reward(0.0, counts={"reward_errors": 1.0}), f"{type(exc).__name__}: {exc}"
+        reward = outcome if isinstance(outcome, Reward) else Reward(float(outcome))
+        if not math.isfinite(reward.score):
+            logger.error("compute_reward returned %r; scoring 0.0. Item: %r", reward.score, item)
+            return Reward(0.0, counts={"reward_errors": 1.0}), f"non-finite reward {reward.score!r}"
         return reward, None
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list]:
@@ -293,6 +334,24 @@ class HermesAgentBaseEnv(BaseEnv):
         self._train_stats = RolloutStats()
         self._pending_eval_metrics = {}
         await super().wandb_log(wandb_metrics)
+
+
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
+
+
+def _check_api_key(server_config: Any) -> None:
+    """Give local servers a placeholder key; refuse a remote server without one."""
+    if not hasattr(server_config, "api_key") or server_config.api_key:
+        return
+    base_url = server_config.base_url or ""
+    host = base_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+    if host in _LOCAL_HOSTS or host.startswith("127.") or not base_url:
+        server_config.api_key = "EMPTY"  # the OpenAI client refuses to start without a key
+        return
+    raise EnvConfigError(
+        f"no API key for {base_url}: set the environment variable the env reads it from "
+        "(see .env.example) or pass --openai.api_key"
+    )
 
 
 def _wandb_configured() -> bool:

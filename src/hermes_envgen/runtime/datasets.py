@@ -1,0 +1,64 @@
+"""Task data for envs: a Hugging Face dataset with built-in samples as the fallback, and splits."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class DatasetError(ValueError):
+    """Task data that cannot be used (empty, or missing the fields the env reads)."""
+
+
+def load_hub_items(
+    name: str, split: str, prompt_field: str, answer_field: str
+) -> list[dict[str, Any]]:
+    """Rows of a hub dataset as ``{"prompt", "answer"}`` items (raises when it cannot load)."""
+    from datasets import load_dataset
+
+    rows = load_dataset(name, split=split)
+    missing = {prompt_field, answer_field} - set(rows.column_names)
+    if missing:
+        raise DatasetError(
+            f"dataset {name} has no field(s) {', '.join(sorted(missing))}; "
+            f"its fields are: {', '.join(rows.column_names)}"
+        )
+    return [{"prompt": str(r[prompt_field]), "answer": str(r[answer_field])} for r in rows]
+
+
+def load_items(
+    name: str | None,
+    split: str,
+    prompt_field: str,
+    answer_field: str,
+    fallback: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], str]:
+    """The dataset's items, or the fallback samples when there is none or it cannot load.
+
+    Returns the items and where they came from, for the log. A dataset that loads but lacks
+    the configured fields is an error, not a silent fallback.
+    """
+    if not name:
+        return list(fallback), "built-in samples"
+    try:
+        return load_hub_items(name, split, prompt_field, answer_field), f"{name}[{split}]"
+    except DatasetError:
+        raise
+    except Exception as exc:  # offline, missing, private...: keep working on the samples
+        logger.warning("dataset %s could not be loaded (%s); using the built-in samples", name, exc)
+        return list(fallback), "built-in samples"
+
+
+def split_train_eval(
+    items: list[Any], eval_size: int, seed: int = 0
+) -> tuple[list[Any], list[Any]]:
+    """A seeded shuffle, then ``max(eval_size, 10%)`` items for evaluation, never all of them."""
+    if not items:
+        raise DatasetError("no task items: the dataset is empty and there are no samples")
+    shuffled = list(items)
+    random.Random(seed).shuffle(shuffled)
+    n_eval = min(max(eval_size, len(shuffled) // 10), len(shuffled) - 1)
+    return shuffled[n_eval:], shuffled[:n_eval]
