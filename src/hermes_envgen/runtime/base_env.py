@@ -143,6 +143,9 @@ class HermesAgentBaseEnv(BaseEnv):
             )
         for server_config in server_configs if isinstance(server_configs, list) else []:
             _check_api_key(server_config)
+            if getattr(server_config, "tokenizer_name", None) == "none":
+                # vllm/sglang servers load a tokenizer too: the env's is the model's.
+                server_config.tokenizer_name = config.tokenizer_name
         try:
             super().__init__(config, server_configs, slurm=slurm, testing=testing)
         except OSError as exc:  # in BaseEnv.__init__ this is the tokenizer failing to load

@@ -28,16 +28,25 @@ def offline_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_env_mode(
-    env_file: str | Path,
+    target: str | Path,
     mode: str,
     *args: str,
+    flags: dict[str, object] | None = None,
     cwd: str | Path | None = None,
     timeout: float = 180.0,
     python: str | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``python ENV_FILE MODE ARGS...`` offline; fail with its output if it fails."""
-    command: Sequence[str] = [python or sys.executable, str(env_file), mode, *args]
+    """Run an env's mode offline; fail with its output if it fails or runs past ``timeout``.
+
+    ``target`` is the env's file (``python FILE MODE ARGS``) or its module (``python -m``);
+    ``flags`` such as ``{"env.total_steps": 1}`` become ``--env.total_steps 1``.
+    """
+    is_file = isinstance(target, Path) or str(target).endswith(".py")
+    entry = [str(target)] if is_file else ["-m", str(target)]
+    for name, value in (flags or {}).items():
+        args += (f"--{name}", str(value).lower() if isinstance(value, bool) else str(value))
+    command: Sequence[str] = [python or sys.executable, *entry, mode, *args]
     try:
         completed = subprocess.run(
             command,

@@ -16,7 +16,8 @@ A script in YAML or JSON::
 A turn has ``content`` and/or ``tool_calls`` (each ``name`` plus ``arguments`` as an object, or
 as a string sent as it is, valid JSON or not), and optionally ``reasoning`` and
 ``finish_reason``. A conversation that runs past its last turn repeats the last turn. When
-several conversations match a prompt, new conversations get them in turn.
+several conversations match a prompt, new conversations get them in turn. A prompt that no
+conversation matches, with no default, gets a fixed text answer.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class ScriptedConversation:
 
     def turn(self, index: int) -> ScriptedTurn:
         return self.turns[min(index, len(self.turns) - 1)]
+
+
+# The answer to a prompt no conversation covers (health checks, say): a real server answers too.
+UNSCRIPTED = ScriptedConversation(
+    [ScriptedTurn(content="(the stub's script has no conversation for this prompt)")]
+)
 
 
 class Script:
@@ -135,7 +142,7 @@ class Script:
             return index, self.conversations[index]
         if self.default is not None:
             return -1, self.default
-        raise LookupError("no scripted conversation matches this prompt and there is no default")
+        return -1, UNSCRIPTED
 
 
 def _conversation(data: Any, where: str) -> ScriptedConversation:

@@ -182,10 +182,7 @@ class StubServer:
         )
         turn_index = sum(1 for m in messages if m.get("role") == "assistant")
         known = _conversation_marker(messages)
-        try:
-            index, conversation = self.script.select(first_user, known)
-        except LookupError as exc:
-            return _error(400, str(exc))
+        index, conversation = self.script.select(first_user, known)
         turn = conversation.turn(turn_index)
         with_tools = bool(body.get("tools"))
         choices = [
@@ -219,10 +216,7 @@ class StubServer:
         if not isinstance(prompt, str):
             return _error(400, "'prompt' must be a string")
         turn_index = max(0, prompt.count("<|im_start|>assistant") - 1)
-        try:
-            _, conversation = self.script.select(prompt, None)
-        except LookupError as exc:
-            return _error(400, str(exc))
+        _, conversation = self.script.select(prompt, None)
         text = render_tool_calls_as_text(conversation.turn(turn_index))
         choices = [
             {"index": i, "text": text, "finish_reason": "stop", "logprobs": None}

@@ -1,0 +1,68 @@
+"""Build an env in-process against a stub server, and validate what its modes wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def build_env(
+    env_cls: type,
+    base_url: str,
+    tokenizer: str | Path,
+    workdir: str | Path,
+    **overrides: Any,
+) -> Any:
+    """An instance of ``env_cls`` with its own defaults, pointed at ``base_url``, offline.
+
+    Sandboxes and evaluation results go below ``workdir``; ``overrides`` replace config fields.
+    """
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+
+    config, servers = env_cls.config_init()
+    workdir = Path(workdir)
+    values = config.model_dump() | {
+        "tokenizer_name": str(tokenizer),
+        "sandbox_root": str(workdir / "sandboxes"),
+        "data_dir_to_save_evals": str(workdir / "eval"),
+        "use_wandb": False,
+    }
+    values.update(overrides)
+    server = APIServerConfig(
+        **(
+            servers[0].model_dump()
+            | {"base_url": base_url, "api_key": "EMPTY", "health_check": False}
+        )
+    )
+    return env_cls(type(config)(**values), [server])
+
+
+def validate_groups(path: str | Path, group_size: int | None = None) -> list[dict]:
+    """Read a ``process`` JSONL file and check every group; AssertionError says what is wrong."""
+    lines = Path(path).read_text().splitlines()
+    assert lines, f"{path} has no groups"
+    groups = []
+    for number, line in enumerate(lines, start=1):
+        group = json.loads(line)
+        where = f"{path}, group {number}"
+        tokens, masks, scores = group.get("tokens"), group.get("masks"), group.get("scores")
+        assert tokens and masks and scores is not None, f"{where}: tokens, masks or scores missing"
+        assert len(tokens) == len(masks) == len(scores), f"{where}: sequence counts differ"
+        if group_size is not None:
+            assert len(tokens) == group_size, f"{where}: {len(tokens)} sequences, not {group_size}"
+        for index, (seq, mask) in enumerate(zip(tokens, masks)):
+            assert all(isinstance(t, int) for t in seq), f"{where}, sequence {index}: non-int token"
+            assert len(seq) == len(mask), f"{where}, sequence {index}: tokens and masks differ"
+            assert any(m != -100 for m in mask), f"{where}, sequence {index}: nothing is trained"
+        assert all(0.0 <= s <= 1.0 for s in scores), f"{where}: a score is outside [0, 1]"
+        groups.append(group)
+    return groups
+
+
+def read_eval_results(directory: str | Path) -> tuple[dict, list[dict]]:
+    """The metrics and samples an ``evaluate`` run saved into ``directory``."""
+    directory = Path(directory)
+    metrics = json.loads((directory / "metrics.json").read_text())["results"]["all"]
+    samples = [json.loads(line) for line in (directory / "samples.jsonl").read_text().splitlines()]
+    return metrics, samples

@@ -1,0 +1,60 @@
+"""Scripted policies for the stub server, built from an env's tasks and their gold solutions.
+
+For every task the scripted model alternates between two conversations: one that replays the
+gold solution (a terminal call running ``solution``, then ``gold_answer``) and one that gives up
+at once without a tool. Rewards of a group therefore differ, as they must for training, and a
+test can check that the reward pays for solving the task and not for giving up. With
+``judge=True`` it also plays the LLM judge: a strict ``{"score": 1}`` for a task's gold answer,
+``{"score": 0}`` for anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER
+
+GIVE_UP_ANSWER = "I could not solve this task."
+
+
+def _task_match(prompt: str) -> str:
+    # Anchored at the start: the judge's prompt quotes the task too, and must not match here.
+    return r"\A" + re.escape(prompt)
+
+
+def gold_turns(task: dict[str, Any]) -> list[dict]:
+    """The turns that solve a task: one terminal call per solution command, then the answer."""
+    commands = task["solution"] if isinstance(task["solution"], list) else [task["solution"]]
+    turns: list[dict] = [
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}
+        for command in commands
+    ]
+    turns.append({"content": task.get("gold_answer") or task["answer"]})
+    return turns
+
+
+def scripted_policy(tasks: list[dict[str, Any]], *, judge: bool = False) -> dict:
+    """A stub-server script that solves each task every other rollout and gives up otherwise."""
+    conversations: list[dict] = []
+    for task in tasks:
+        match = _task_match(task["prompt"])
+        conversations.append({"match": match, "turns": gold_turns(task)})
+        conversations.append({"match": match, "turns": [{"content": GIVE_UP_ANSWER}]})
+        if judge:
+            quoted = json.dumps(task.get("gold_answer") or task["answer"], ensure_ascii=False)
+            conversations.append(
+                {
+                    "match": r"\A"
+                    + re.escape(JUDGE_PROMPT_HEADER)
+                    + r".*<candidate_answer>"
+                    + re.escape(quoted)
+                    + r"</candidate_answer>",
+                    "turns": [{"content": '{"score": 1}'}],
+                }
+            )
+    script: dict[str, Any] = {"conversations": conversations}
+    if judge:  # any other answer the judge sees is wrong
+        script["default"] = {"turns": [{"content": '{"score": 0}'}]}
+    return script

@@ -1,0 +1,145 @@
+"""Every combination of answers renders a project that is ruff-clean and passes its own tests."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+PROVIDERS = {
+    "atropos": {},
+    "openrouter": {"model_name": "meta-llama/llama-3.1-8b-instruct"},
+    "vllm": {"model_name": "NousResearch/Hermes-3-Llama-3.1-8B", "base_url": "http://gpu:8000/v1"},
+    "openai_compatible": {
+        "model_name": "my-model",
+        "base_url": "https://api.example.com/v1",
+        "api_key_env": "EXAMPLE_API_KEY",
+    },
+}
+PATTERNS = ["binary", "judge", "multi_signal"]
+BOOLEANS = list(itertools.product([True, False], repeat=2))  # (ci, use_dataset)
+
+
+def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
+    data = {
+        "project_name": f"{provider.replace('_', '-')}-{pattern.replace('_', '-')}",
+        "provider": provider,
+        "reward_pattern": pattern,
+        "ci": ci,
+        "use_dataset": use_dataset,
+        **PROVIDERS[provider],
+    }
+    if use_dataset:
+        data["dataset_name"] = "example-org/terminal-tasks"
+    return data
+
+
+def render(tmp_path: Path, data: dict) -> Path:
+    import copier
+
+    target = tmp_path / data["project_name"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a dirty working tree is what we mean to render
+        copier.run_copy(
+            str(REPO), str(target), data=data, defaults=True, quiet=True, vcs_ref="HEAD"
+        )
+    return target
+
+
+def ruff(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "--no-cache", "."],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+ALL = [
+    (provider, pattern, ci, use_dataset)
+    for provider in PROVIDERS
+    for pattern in PATTERNS
+    for ci, use_dataset in BOOLEANS
+]
+
+
+@pytest.mark.parametrize(("provider", "pattern", "ci", "use_dataset"), ALL)
+def test_every_combination_is_ruff_clean(tmp_path, provider, pattern, ci, use_dataset):
+    project = render(tmp_path, answers(provider, pattern, ci, use_dataset))
+    for args in (["check"], ["format", "--check"]):
+        result = ruff(project, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    leftovers = [
+        str(p.relative_to(project))
+        for p in project.rglob("*")
+        if p.is_file() and ("{{" in p.read_text() or "{%" in p.read_text() or p.suffix == ".jinja")
+    ]
+    assert leftovers == [], f"Jinja left in {leftovers}"
+    assert (project / ".github/workflows/tests.yml").exists() == ci
+
+
+# Each provider x pattern runs its own tests once; the booleans rotate so that every pattern
+# meets every combination of them.
+TESTED = [
+    (provider, pattern, *BOOLEANS[(i + j) % len(BOOLEANS)])
+    for i, provider in enumerate(PROVIDERS)
+    for j, pattern in enumerate(PATTERNS)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("provider", "pattern", "ci", "use_dataset"), TESTED)
+def test_generated_project_passes_its_own_tests(tmp_path, provider, pattern, ci, use_dataset):
+    project = render(tmp_path, answers(provider, pattern, ci, use_dataset))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout
+
+
+def test_generated_config_holds_no_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXAMPLE_API_KEY", "sk-do-not-write-me")
+    project = render(tmp_path, answers("openai_compatible", "judge", True, False))
+    text = "\n".join(
+        p.read_text() for p in project.rglob("*") if p.is_file() and ".git" not in p.parts
+    )
+    assert "sk-do-not-write-me" not in text
+    assert (
+        'os.environ.get("EXAMPLE_API_KEY", "")'
+        in (project / "src/openai_compatible_judge/env.py").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"project_name": "My Env"}, "lowercase letters"),
+        ({"project_name": "class"}, "cannot be used"),
+        ({"project_name": "ok-env", "provider": "openrouter"}, "no model is assumed"),
+        (
+            {
+                "project_name": "ok-env",
+                "provider": "openai_compatible",
+                "model_name": "m",
+                "base_url": "ftp://x",
+            },
+            "http:// or https://",
+        ),
+        ({"project_name": "ok-env", "toolsets": ["file"]}, "need the terminal toolset"),
+    ],
+)
+def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
+    with pytest.raises(ValueError, match=message):
+        render(tmp_path, data)
+    assert not (tmp_path / data["project_name"]).exists()
