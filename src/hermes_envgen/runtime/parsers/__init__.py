@@ -1,0 +1,54 @@
+"""Client-side tool-call parsers for raw LLM output (Hermes, Mistral, Llama, DeepSeek, ...).
+
+``get_parser(name).parse(text)`` returns ``(content, tool_calls)`` with OpenAI-form calls, or
+``(text, None)`` when the text holds no valid call. Parsers never raise and run in linear time.
+"""
+
+from __future__ import annotations
+
+# Importing the format modules registers their parsers.
+from .auto import AutoParser, detect_formats
+from .base import (
+    ParseResult,
+    ToolCallParser,
+    UnknownParserError,
+    get_parser,
+    list_parsers,
+    make_tool_call,
+    new_call_id,
+    normalize_arguments,
+    register_parser,
+)
+from .deepseek import DeepSeekV3Parser, DeepSeekV31Parser
+from .glm import Glm45Parser, Glm47Parser
+from .hermes import HermesParser, LongcatParser, QwenParser
+from .kimi_k2 import KimiK2Parser
+from .llama import Llama3JsonParser, Llama4JsonParser
+from .mistral import MistralParser
+from .qwen3_coder import Qwen3CoderParser
+
+__all__ = [
+    "AutoParser",
+    "DeepSeekV3Parser",
+    "DeepSeekV31Parser",
+    "Glm45Parser",
+    "Glm47Parser",
+    "HermesParser",
+    "KimiK2Parser",
+    "Llama3JsonParser",
+    "Llama4JsonParser",
+    "LongcatParser",
+    "MistralParser",
+    "ParseResult",
+    "Qwen3CoderParser",
+    "QwenParser",
+    "ToolCallParser",
+    "UnknownParserError",
+    "detect_formats",
+    "get_parser",
+    "list_parsers",
+    "make_tool_call",
+    "new_call_id",
+    "normalize_arguments",
+    "register_parser",
+]

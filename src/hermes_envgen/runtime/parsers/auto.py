@@ -1,0 +1,92 @@
+"""Format detection: pick the parser whose markers occur, most specific first, and delegate."""
+
+from __future__ import annotations
+
+from . import deepseek, glm, hermes, kimi_k2, llama, mistral, qwen3_coder
+from ._scan import skip_ws
+from .base import ParseResult, ToolCallParser, register_parser
+
+__all__ = ["AutoParser", "detect_formats"]
+
+_QWEN3_CODER = qwen3_coder.Qwen3CoderParser()
+_GLM = glm.Glm47Parser()  # reads GLM-4.5 layout too
+_HERMES = hermes.HermesParser()
+_LONGCAT = hermes.LongcatParser()
+_MISTRAL = mistral.MistralParser()
+_DEEPSEEK_V3 = deepseek.DeepSeekV3Parser()
+_DEEPSEEK_V31 = deepseek.DeepSeekV31Parser()
+_KIMI = kimi_k2.KimiK2Parser()
+_LLAMA = llama.Llama3JsonParser()
+
+TOOL_CALL = "<tool_call>"
+
+
+def _candidates(text: str) -> list[ToolCallParser]:
+    """Parsers whose markers occur in ``text``, in the order to try them.
+
+    Formats are ordered by where their first marker appears: real markup comes before
+    anything quoted inside its own arguments, so a Kimi call whose arguments mention
+    ``<tool_call>`` is still read as Kimi. Formats sharing an opening marker are ordered
+    most specific first, judged by what follows that marker.
+    """
+    found: list[tuple[int, int, ToolCallParser]] = []  # (position, tie-break, parser)
+    if text.lstrip().startswith(("{", llama.PYTHON_TAG)):
+        # Llama calls are the whole message: when they parse, nothing else can be markup.
+        found.append((-1, 0, _LLAMA))
+    at = text.find(TOOL_CALL)
+    if at >= 0:
+        body = skip_ws(text, at + len(TOOL_CALL), len(text))
+        if text.startswith(qwen3_coder.FUNCTION_OPEN, body):
+            order = [_QWEN3_CODER, _GLM, _HERMES]
+        elif text.startswith("{", body):
+            order = [_HERMES, _QWEN3_CODER, _GLM]
+        else:
+            order = [_GLM, _QWEN3_CODER, _HERMES]
+        if glm.KEY_OPEN in text and order[0] is not _GLM:
+            # GLM's <arg_key> is more specific than a Hermes body that failed to look like JSON.
+            order.remove(_GLM)
+            order.insert(1, _GLM)
+        found += [(at, rank, parser) for rank, parser in enumerate(order)]
+    for marker, parser in (("<longcat_tool_call>", _LONGCAT), (mistral.MARKER, _MISTRAL)):
+        at = text.find(marker)
+        if at >= 0:
+            found.append((at, 0, parser))
+    at = text.find(deepseek.CALL_BEGIN)
+    if at >= 0:
+        body = skip_ws(text, at + len(deepseek.CALL_BEGIN), len(text))
+        v3_first = text.startswith("function", body) and text.startswith(
+            deepseek.SEP, skip_ws(text, body + len("function"), len(text))
+        )
+        order = [_DEEPSEEK_V3, _DEEPSEEK_V31] if v3_first else [_DEEPSEEK_V31, _DEEPSEEK_V3]
+        found += [(at, rank, parser) for rank, parser in enumerate(order)]
+    at = text.find(kimi_k2.CALL_BEGIN)
+    if at >= 0:
+        found.append((at, 0, _KIMI))
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [parser for _, _, parser in found]
+
+
+def detect_formats(text: str) -> list[str]:
+    """Names of the parsers whose markers occur in ``text``, in the order auto tries them."""
+    return [parser.name for parser in _candidates(text)]
+
+
+@register_parser("auto")
+class AutoParser(ToolCallParser):
+    """Recognises any supported format from its markers and delegates to that parser."""
+
+    format = "any supported format, recognised from its markers (most specific first)"
+    markers = tuple(
+        sorted(
+            {TOOL_CALL, "<longcat_tool_call>", mistral.MARKER, deepseek.CALL_BEGIN}
+            | {kimi_k2.CALL_BEGIN, "{"}
+        )
+    )
+
+    def _parse(self, text: str) -> ParseResult:
+        """Try the candidate parsers in order; the first one that finds a call wins."""
+        for parser in _candidates(text):
+            content, calls = parser.parse(text)
+            if calls:
+                return content, calls
+        return text, None

@@ -1,0 +1,49 @@
+"""Hermes-style JSON tool calls in ``<tool_call>`` tags (Hermes, Qwen 2.5/3, LongCat)."""
+
+from __future__ import annotations
+
+from ._scan import BodyResult, TaggedCallParser, TextScan, call_from_object
+from .base import register_parser
+
+__all__ = ["HermesParser", "LongcatParser", "QwenParser"]
+
+
+def read_json_call(scan: TextScan, start: int) -> BodyResult | None:
+    """Read a ``{"name": ..., "arguments": ...}`` object starting at ``start``."""
+    decoded = scan.object_at(start)
+    if decoded is None:
+        return None
+    obj, stop = decoded
+    call = call_from_object(obj)
+    return None if call is None else (*call, stop)
+
+
+@register_parser("hermes")
+class HermesParser(TaggedCallParser):
+    """Hermes JSON calls: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``."""
+
+    format = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>, repeatable'
+    markers = ("<tool_call>",)
+    call_open = "<tool_call>"
+    call_close = "</tool_call>"
+
+    def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
+        """The body is exactly one JSON object."""
+        return read_json_call(scan, start)
+
+
+@register_parser("qwen")
+class QwenParser(HermesParser):
+    """Qwen 2.5 / Qwen 3 chat templates use the Hermes markup unchanged."""
+
+    format = '<tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes markup)'
+
+
+@register_parser("longcat")
+class LongcatParser(HermesParser):
+    """LongCat: Hermes JSON calls in ``<longcat_tool_call>`` tags."""
+
+    format = '<longcat_tool_call>{"name": ..., "arguments": {...}}</longcat_tool_call>'
+    markers = ("<longcat_tool_call>",)
+    call_open = "<longcat_tool_call>"
+    call_close = "</longcat_tool_call>"

@@ -1,0 +1,65 @@
+"""Llama 3.x / 4 JSON tool calls: the whole message is ``{"name", "parameters"}`` object(s)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._scan import call_from_object, skip_ws
+from .base import JSON_DECODER, ParseResult, ToolCallParser, make_tool_call, register_parser
+
+__all__ = ["Llama3JsonParser", "Llama4JsonParser"]
+
+PYTHON_TAG = "<|python_tag|>"
+
+
+@register_parser("llama3_json")
+class Llama3JsonParser(ToolCallParser):
+    """Llama 3.x JSON calls; prose that merely contains JSON is not a call."""
+
+    format = (
+        '[<|python_tag|>]{"name": ..., "arguments"|"parameters": {...}}[; {...}] '
+        "as the whole message"
+    )
+    markers = ("{",)
+
+    def _parse(self, text: str) -> ParseResult:
+        """Read ``;``-separated objects; anything but whitespace around them means no call."""
+        n = len(text)
+        pos = skip_ws(text, 0, n)
+        if text.startswith(PYTHON_TAG, pos):
+            pos = skip_ws(text, pos + len(PYTHON_TAG), n)
+        if pos >= n or text[pos] != "{":
+            return text, None
+        # Decode on the message itself: the first decode error ends the scan, so its
+        # O(position) line/column bookkeeping happens at most once.
+        calls: list[dict[str, Any]] = []
+        while True:
+            try:
+                obj, pos = JSON_DECODER.raw_decode(text, pos)
+            except (ValueError, RecursionError):
+                if not calls:
+                    return text, None
+                # A broken object after a valid call and ";": keep the calls, leave the rest.
+                return text[pos:].strip() or None, calls
+            parsed = call_from_object(obj)
+            call = make_tool_call(*parsed) if parsed else None
+            if call is not None:
+                calls.append(call)
+            pos = skip_ws(text, pos, n)
+            if pos >= n:
+                break
+            if text[pos] != ";":
+                return text, None  # JSON followed by prose: an answer, not a call
+            pos = skip_ws(text, pos + 1, n)
+            if pos >= n:
+                break
+            if text[pos] != "{":
+                return text, None
+        return (None, calls) if calls else (text, None)
+
+
+@register_parser("llama4_json")
+class Llama4JsonParser(Llama3JsonParser):
+    """Llama 4 in JSON tool-call mode: same markup as Llama 3.x."""
+
+    format = Llama3JsonParser.format

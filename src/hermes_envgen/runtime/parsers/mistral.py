@@ -1,0 +1,109 @@
+"""Mistral ``[TOOL_CALLS]`` calls: a JSON array (tokenizer < v11) or ``name{args}`` (v11+)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._scan import TextScan, call_from_object, earliest, is_valid_name, skip_ws
+from .base import ParseResult, ToolCallParser, make_tool_call, register_parser
+
+__all__ = ["MistralParser"]
+
+MARKER = "[TOOL_CALLS]"
+ARGS = "[ARGS]"
+CALL_ID = "[CALL_ID]"
+
+
+def _array_calls(scan: TextScan, start: int, calls: list[dict[str, Any]]) -> int:
+    """Append calls from the JSON array at ``start``; return where reading stopped.
+
+    Elements are decoded one by one so complete calls survive a truncated tail.
+    """
+    text, n = scan.text, len(scan.text)
+    pos = start + 1  # past "["
+    while True:
+        pos = skip_ws(text, pos, n)
+        if pos >= n:
+            return pos
+        if text[pos] == "]":
+            return pos + 1
+        decoded = scan.value_at(pos)
+        if decoded is None:
+            return pos  # cannot resynchronise inside broken JSON
+        element, pos = decoded
+        parsed = call_from_object(element)
+        call = make_tool_call(*parsed) if parsed else None
+        if call is not None:
+            calls.append(call)
+        pos = skip_ws(text, pos, n)
+        if pos >= n or text[pos] != ",":
+            return pos
+        pos += 1
+
+
+def _named_call(scan: TextScan, start: int, end: int) -> tuple[dict[str, Any] | None, int]:
+    """One v11+ call: ``name``, optional ``[CALL_ID]id`` and ``[ARGS]``, then a JSON object.
+
+    The name part ends before ``end`` (the next marker); the arguments may run past it when
+    a marker is quoted inside them. Returns the call (or None) and where reading stopped.
+    """
+    text = scan.text
+    brace = text.find("{", start, end)
+    name_end = earliest(brace, text.find("[", start, end))
+    if name_end < 0:
+        return None, start
+    name = text[start:name_end].strip()
+    if not is_valid_name(name):
+        return None, start
+    pos = name_end
+    if text.startswith(CALL_ID, pos, end):
+        # The id runs up to "[ARGS]" or the arguments' opening brace.
+        args_at = text.find(ARGS, pos, end)
+        pos = args_at if args_at >= 0 else (brace if brace >= 0 else end)
+    if text.startswith(ARGS, pos, end):
+        pos += len(ARGS)
+    decoded = scan.object_at(pos)
+    if decoded is None:
+        return None, start
+    return make_tool_call(name, decoded[0]), decoded[1]
+
+
+@register_parser("mistral")
+class MistralParser(ToolCallParser):
+    """Mistral: ``[TOOL_CALLS][{...}, ...]`` or ``[TOOL_CALLS]name{...}[TOOL_CALLS]name{...}``."""
+
+    format = '[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]name{args}...'
+    markers = (MARKER,)
+
+    def _parse(self, text: str) -> ParseResult:
+        """Read the calls after each ``[TOOL_CALLS]``; markers inside read JSON are skipped."""
+        scan = TextScan(text)
+        n = len(text)
+        first = scan.find(MARKER, 0)
+        if first < 0:
+            return text, None
+        calls: list[dict[str, Any]] = []
+        at = first
+        while at >= 0:
+            pos = skip_ws(text, at + len(MARKER), n)
+            stop = pos
+            if pos >= n:
+                break
+            if text[pos] == "[":
+                stop = _array_calls(scan, pos, calls)
+            elif text[pos] == "{":  # a bare object instead of a one-element array
+                decoded = scan.object_at(pos)
+                parsed = call_from_object(decoded[0]) if decoded else None
+                call = make_tool_call(*parsed) if parsed else None
+                if decoded is not None and call is not None:
+                    calls.append(call)
+                    stop = decoded[1]
+            else:
+                next_marker = scan.find(MARKER, pos)
+                call, stop = _named_call(scan, pos, next_marker if next_marker >= 0 else n)
+                if call is not None:
+                    calls.append(call)
+            at = scan.find(MARKER, stop)
+        if not calls:
+            return text, None
+        return text[:first].strip() or None, calls

@@ -1,0 +1,84 @@
+"""Llama 3.x / 4 JSON tool-call parsing (the whole message is the call)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hermes_envgen.runtime.parsers import get_parser
+
+
+def summary(calls: list[dict] | None) -> list[tuple[str, dict]]:
+    """(name, decoded arguments) per call."""
+    assert calls is not None
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+@pytest.fixture(params=["llama3_json", "llama4_json"])
+def parser(request: pytest.FixtureRequest):
+    """Both Llama parser names read the same markup."""
+    return get_parser(request.param)
+
+
+def test_one_call_with_parameters(parser) -> None:
+    text = '{"name": "get_weather", "parameters": {"city": "Lima"}}'
+    content, calls = parser.parse(text)
+    assert content is None
+    assert summary(calls) == [("get_weather", {"city": "Lima"})]
+
+
+def test_python_tag_and_surrounding_whitespace(parser) -> None:
+    text = '\n <|python_tag|>{"name": "f", "arguments": {"a": 1}}\n'
+    content, calls = parser.parse(text)
+    assert content is None
+    assert summary(calls) == [("f", {"a": 1})]
+
+
+def test_several_calls_separated_by_semicolons(parser) -> None:
+    text = '{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"x": [1]}};'
+    assert summary(parser.parse(text)[1]) == [("a", {}), ("b", {"x": [1]})]
+
+
+def test_multiline_and_tricky_values(parser) -> None:
+    args = {"code": 'print("}{")\nx = {"k": 1}', "emoji": "🦙 ñ", "q": "a \\ b"}
+    text = json.dumps({"name": "run", "parameters": args}, indent=2, ensure_ascii=False)
+    calls = parser.parse(text)[1]
+    assert summary(calls) == [("run", args)]
+    assert "🦙" in calls[0]["function"]["arguments"]
+
+
+def test_arguments_as_json_string(parser) -> None:
+    text = json.dumps({"name": "a", "parameters": json.dumps({"n": 1.5})})
+    assert summary(parser.parse(text)[1]) == [("a", {"n": 1.5})]
+
+
+def test_missing_parameters(parser) -> None:
+    calls = parser.parse('{"name": "now"}')[1]
+    assert calls is not None and calls[0]["function"]["arguments"] == "{}"
+
+
+def test_broken_second_call_keeps_first(parser) -> None:
+    content, calls = parser.parse('{"name": "a", "parameters": {}}; {"name": "b", "para')
+    assert summary(calls) == [("a", {})]
+    assert content == '{"name": "b", "para'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Here is the JSON: {"name": "a", "parameters": {}}',  # prose before
+        '{"name": "a", "parameters": {}} is what I would call',  # prose after
+        '{"name": "a", "parameters": {}}; and more',
+        '{"answer": 42}',  # JSON, but not a call
+        '{"name": "a", "parameters": {"x": 1}',  # truncated
+        '{"name": "a", "parameters": [1]}',
+        "<|python_tag|>",
+        "<|python_tag|>print('hi')",
+        "[1, 2]",
+        "",
+        "no json here",
+    ],
+)
+def test_not_a_call(parser, text: str) -> None:
+    assert parser.parse(text) == (text, None)

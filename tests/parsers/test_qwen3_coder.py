@@ -1,0 +1,110 @@
+"""Qwen3-Coder ``<function=...><parameter=...>`` parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hermes_envgen.runtime.parsers import get_parser
+
+P = get_parser("qwen3_coder")
+
+
+def summary(calls: list[dict] | None) -> list[tuple[str, dict]]:
+    """(name, decoded arguments) per call."""
+    assert calls is not None
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+def call(name: str, **params: str) -> str:
+    """Render one call the way the Qwen3-Coder chat template does."""
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def test_one_call_typed_values() -> None:
+    text = call("f", city="Paris", days="3", ratio="0.5", ok="true", none="null", xs="[1, 2]")
+    content, calls = P.parse(text)
+    assert content is None
+    assert summary(calls) == [
+        ("f", {"city": "Paris", "days": 3, "ratio": 0.5, "ok": True, "none": None, "xs": [1, 2]})
+    ]
+
+
+def test_object_value_and_strings_that_look_almost_like_json() -> None:
+    text = call("f", obj='{"a": {"b": [1]}}', quoted='"hi"', zip="02134", nan="NaN", big="1e999")
+    assert summary(P.parse(text)[1]) == [
+        (
+            "f",
+            {
+                "obj": {"a": {"b": [1]}},
+                "quoted": '"hi"',
+                "zip": "02134",
+                "nan": "NaN",
+                "big": "1e999",
+            },
+        )
+    ]
+
+
+def test_multiline_value_keeps_inner_newlines_and_strips_one_outer() -> None:
+    code = "\n\ndef f():\n    return {'}': 1}  # </function\n\n"
+    text = (
+        f"<tool_call><function=write><parameter=code>\n{code}\n</parameter></function></tool_call>"
+    )
+    assert summary(P.parse(text)[1]) == [("write", {"code": code})]
+
+
+def test_several_calls_between_prose_with_unicode() -> None:
+    text = "Plan: ✓\n" + call("a", q="naïve 日本") + "\nthen\n" + call("b") + "\nbye"
+    content, calls = P.parse(text)
+    assert content == "Plan: ✓\n\nthen\n\nbye"
+    assert summary(calls) == [("a", {"q": "naïve 日本"}), ("b", {})]
+    assert "日本" in calls[0]["function"]["arguments"]
+
+
+def test_unclosed_tool_call_tag_counts_when_function_is_closed() -> None:
+    text = (
+        call("a", x="1")
+        + "\n<tool_call>\n<function=b>\n<parameter=y>\n2\n</parameter>\n</function>"
+    )
+    assert summary(P.parse(text)[1]) == [("a", {"x": 1}), ("b", {"y": 2})]
+
+
+def test_missing_parameter_close_ends_at_next_parameter() -> None:
+    text = (
+        "<tool_call><function=f><parameter=a>1<parameter=b>x\n</parameter></function></tool_call>"
+    )
+    assert summary(P.parse(text)[1]) == [("f", {"a": 1, "b": "x"})]
+
+
+def test_compact_form_without_newlines() -> None:
+    text = (
+        '<tool_call><function=f><parameter=s>a "quoted" {brace}</parameter></function></tool_call>'
+    )
+    assert summary(P.parse(text)[1]) == [("f", {"s": 'a "quoted" {brace}'})]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n",  # cut off: no </function>
+        "<tool_call><function=>\n</function></tool_call>",  # no name
+        "<tool_call><function=two words></function></tool_call>",
+        "<tool_call><function=f>stray text<parameter=a>1</parameter></function></tool_call>",
+        "<tool_call><function=f><parameter=>1</parameter></function></tool_call>",
+        '<tool_call>{"name": "f", "arguments": {}}</tool_call>',  # Hermes, not Qwen3-Coder
+        "<function=f></function>",  # outside <tool_call>
+        "nothing to see",
+    ],
+)
+def test_malformed_or_absent_returns_text_unchanged(text: str) -> None:
+    assert P.parse(text) == (text, None)
+
+
+def test_malformed_call_skipped_next_one_kept() -> None:
+    text = "<tool_call><function=bad name></function></tool_call>" + call("good", v="1")
+    content, calls = P.parse(text)
+    assert summary(calls) == [("good", {"v": 1})]
+    assert content == "<tool_call><function=bad name></function></tool_call>"
