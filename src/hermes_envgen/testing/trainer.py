@@ -1,0 +1,110 @@
+"""Atropos's API server (``run-api``) on loopback and a minimal trainer that pulls batches.
+
+Enough of a training loop to prove that an env in ``serve`` mode delivers valid groups: the
+trainer registers, asks for a first batch (which lets envs register), then polls for batches.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RunApi:
+    """``run-api`` in a subprocess on 127.0.0.1; a context manager that stops it."""
+
+    def __init__(self, port: int | None = None, log: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> RunApi:
+        script = "from atroposlib.cli.run_api import main; main()"
+        output = open(self._log, "w") if self._log else subprocess.DEVNULL  # noqa: SIM115
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", script, "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"run-api exited with {self._process.returncode}")
+            try:
+                _get(self.url + "/")
+                return self
+            except OSError:
+                time.sleep(0.2)
+        self.__exit__()
+        raise TimeoutError("run-api did not start within 60 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+
+class MinimalTrainer:
+    """Registers with run-api like a trainer and pulls batches of scored groups."""
+
+    def __init__(self, api_url: str, batch_size: int, num_steps: int = 10) -> None:
+        self.api_url = api_url
+        self.batch_size = batch_size
+        self.num_steps = num_steps
+
+    def register(self) -> None:
+        _post(
+            self.api_url + "/register",
+            {
+                "wandb_group": "hermes-envgen-test",
+                "wandb_project": "hermes-envgen-test",
+                "batch_size": self.batch_size,
+                "max_token_len": 1_000_000,
+                "checkpoint_dir": "",
+                "save_checkpoint_interval": -1,
+                "starting_step": 0,
+                "num_steps": self.num_steps,
+            },
+        )
+        _get(self.api_url + "/batch")  # the first call starts the run, so envs may register
+
+    def next_batch(self, timeout: float, poll: float = 0.5) -> list[dict]:
+        """The next batch (a list of groups); TimeoutError if none arrives in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            batch = _get(self.api_url + "/batch").get("batch")
+            if batch:
+                return batch
+            time.sleep(poll)
+        raise TimeoutError(f"no batch within {timeout:g} s")
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())

@@ -1,0 +1,67 @@
+"""Serve mode end to end: run-api, a minimal trainer, and the example env against the stub."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import EXAMPLES
+
+from hermes_envgen.testing.runner import offline_environment
+from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
+
+GROUP_SIZE = 4
+BATCH_SIZE = 8  # two groups per batch
+
+
+@pytest.mark.slow
+def test_the_trainer_receives_batches_of_valid_groups(stub_server, offline_tokenizer, tmp_path):
+    stub = stub_server(EXAMPLES / "stub_script.yaml")
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=2)
+        trainer.register()
+        log = open(tmp_path / "env.log", "w")  # noqa: SIM115
+        env = subprocess.Popen(
+            [
+                sys.executable,
+                str(EXAMPLES / "terminal_env.py"),
+                "serve",
+                "--openai.base_url",
+                stub.base_url,
+                "--env.tokenizer_name",
+                str(offline_tokenizer),
+                "--env.rollout_server_url",
+                api.url,
+                "--env.group_size",
+                str(GROUP_SIZE),
+                "--env.total_steps",
+                "2",
+                "--env.steps_per_eval",
+                "1000",
+                "--env.sandbox_root",
+                str(tmp_path / "sandboxes"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=offline_environment(),
+        )
+        try:
+            batches = [trainer.next_batch(timeout=120) for _ in range(2)]
+            # the env sees the run is over and exits by itself
+            assert env.wait(timeout=120) == 0, (tmp_path / "env.log").read_text()[-3000:]
+        finally:
+            if env.poll() is None:
+                env.kill()
+                env.wait()
+            log.close()
+
+    for batch in batches:
+        assert sum(len(group["tokens"]) for group in batch) == BATCH_SIZE
+        for group in batch:
+            assert len(group["tokens"]) == len(group["masks"]) == len(group["scores"]) == GROUP_SIZE
+            for tokens, masks in zip(group["tokens"], group["masks"]):
+                assert len(tokens) == len(masks) and any(m != -100 for m in masks)
+            assert all(0.0 <= s <= 1.0 for s in group["scores"])
+            assert len(set(group["scores"])) > 1  # serve drops groups whose scores are all equal
