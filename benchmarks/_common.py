@@ -19,8 +19,16 @@ def stub_server_process(script: dict) -> Iterator[str]:
         path = Path(tmp) / "script.json"
         path.write_text(json.dumps(script))
         process = subprocess.Popen(
-            [sys.executable, "-m", "hermes_envgen", "stub-server", "--script", str(path),
-             "--port", "0"],
+            [
+                sys.executable,
+                "-m",
+                "hermes_envgen",
+                "stub-server",
+                "--script",
+                str(path),
+                "--port",
+                "0",
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )

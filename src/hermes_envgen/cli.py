@@ -6,8 +6,11 @@ starts fast.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -18,6 +21,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+T = TypeVar("T")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -91,6 +97,141 @@ def parsers() -> None:
     width = max(len(name) for name, _ in rows)
     for name, fmt in rows:
         typer.echo(f"{name.ljust(width)}  {fmt}")
+
+
+def _generator_call(call: Callable[[], T], aborted: str) -> T:
+    """Run a generator function; its errors become one-line messages and exit codes."""
+    from hermes_envgen.generator import GeneratorError
+
+    try:
+        return call()
+    except GeneratorError as exc:
+        fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        fail(aborted, 130)
+
+
+class ConflictMode(str, Enum):
+    """Where an update leaves what it could not merge."""
+
+    inline = "inline"
+    rej = "rej"
+
+
+DataOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--data",
+        "-d",
+        metavar="KEY=VALUE",
+        help="Answer a question up front (repeatable); a list as a,b.",
+    ),
+]
+
+
+@app.command()
+def new(
+    name: Annotated[str, typer.Argument(help="Project name, e.g. math-agent.")],
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", "-o", help="Directory to create the project in.")
+    ] = Path(),
+    defaults: Annotated[
+        bool, typer.Option("--defaults", help="Take the default answer of every open question.")
+    ] = False,
+    data: DataOption = None,
+) -> None:
+    """Generate a new environment project NAME (asks questions on a terminal)."""
+    from hermes_envgen.generator import new_project, parse_data_pairs
+
+    project = _generator_call(
+        lambda: new_project(name, output_dir, data=parse_data_pairs(data or []), defaults=defaults),
+        aborted="aborted; nothing was left behind",
+    )
+    where = Path(os.path.relpath(project.path))
+    package = project.package_name
+    typer.echo(f"Created {where} from template {project.template_version}")
+    typer.echo(f"  package {package}, environment class {project.class_name}")
+    typer.echo("Next steps:")
+    typer.echo(f"  cd {where}")
+    typer.echo("  pip install -e '.[dev]'")
+    typer.echo("  pytest")
+    typer.echo(f"  python -m {package} process --help    # offline rollouts to JSONL")
+    typer.echo(f"  python -m {package} evaluate --help   # standalone evaluation")
+    typer.echo("  README.md has the exact flags for your provider.")
+
+
+@app.command()
+def update(
+    path: Annotated[Path, typer.Argument(help="The generated project.")] = Path(),
+    vcs_ref: Annotated[
+        str | None,
+        typer.Option(help="Template version to update to (default: this hermes-envgen's)."),
+    ] = None,
+    conflict: Annotated[
+        ConflictMode, typer.Option(help="How to leave conflicts: inline markers, or .rej files.")
+    ] = ConflictMode.inline,
+    defaults: Annotated[
+        bool,
+        typer.Option("--defaults/--no-defaults", help="Take the default answer of new questions."),
+    ] = False,
+    data: DataOption = None,
+) -> None:
+    """Bring template improvements into a generated project with a three-way merge."""
+    from hermes_envgen.generator import parse_data_pairs, update_project
+
+    result = _generator_call(
+        lambda: update_project(
+            path,
+            vcs_ref=vcs_ref,
+            data=parse_data_pairs(data or []),
+            defaults=defaults,
+            conflict=conflict.value,
+        ),
+        aborted="aborted; `git status` shows what the update changed so far",
+    )
+    if not result.changed:
+        typer.echo(f"Already at template {result.to_version}; nothing to do.")
+        return
+    typer.echo(f"Updated from template {result.from_version} to {result.to_version}.")
+    typer.echo("Review the changes with `git diff`, then commit them.")
+
+
+@app.command()
+def check(
+    path: Annotated[Path, typer.Argument(help="The env project (or env.py) to check.")] = Path("."),
+    base_url: Annotated[
+        str | None, typer.Option(help="Check against this real endpoint instead of the stub.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name at --base-url.")] = None,
+    server_type: Annotated[
+        str | None, typer.Option(help="Server type at --base-url: openai, vllm or sglang.")
+    ] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="Tokenizer for --base-url runs (repo id or directory).")
+    ] = None,
+    port: Annotated[int, typer.Option(help="Port of the stub model (0 = any free port).")] = 0,
+    timeout: Annotated[float, typer.Option(help="Seconds each env mode may run.")] = 300,
+) -> None:
+    """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
+    from hermes_envgen.check import FAIL, CheckError, Endpoint, format_table, run_checks
+
+    endpoint = Endpoint(base_url, model, server_type, tokenizer) if base_url else None
+    try:
+        results = run_checks(
+            path,
+            endpoint=endpoint,
+            port=port,
+            timeout=timeout,
+            progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
+        )
+    except CheckError as exc:
+        fail(str(exc))
+    typer.echo(format_table(results))
+    failed = [r.name for r in results if r.status == FAIL]
+    if failed:
+        typer.secho(f"not ready: {', '.join(failed)} failed", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1)
+    typer.secho("ready to train", fg=typer.colors.GREEN)
 
 
 def main() -> None:

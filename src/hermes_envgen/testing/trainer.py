@@ -33,7 +33,7 @@ class RunApi:
 
     def __enter__(self) -> RunApi:
         script = "from atroposlib.cli.run_api import main; main()"
-        output = open(self._log, "w") if self._log else subprocess.DEVNULL  # noqa: SIM115
+        output = open(self._log, "w") if self._log else subprocess.DEVNULL
         self._process = subprocess.Popen(
             [sys.executable, "-c", script, "--host", "127.0.0.1", "--port", str(self.port)],
             stdout=output,

@@ -1,0 +1,61 @@
+"""Hatch build hook: ship the git bundle of the template's releases inside the package.
+
+The bundle lets ``hermes-envgen new``/``update`` render from the public template URL, pinned to
+the tag ``v{version}``, with no network (see ``src/hermes_envgen/_bundle.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+BUNDLE_IN_PACKAGE = "hermes_envgen/_template/template.bundle"
+BUNDLE_IN_SOURCE = f"src/{BUNDLE_IN_PACKAGE}"
+
+
+def _bundle_module(root: Path) -> ModuleType:
+    """``hermes_envgen._bundle`` loaded from its file: the package is not installed here."""
+    path = root / "src" / "hermes_envgen" / "_bundle.py"
+    spec = importlib.util.spec_from_file_location("_hermes_envgen_bundle", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+class TemplateBundleHook(BuildHookInterface):
+    """Build ``template.bundle`` and add it to the wheel (and to the sdist, for its wheel)."""
+
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        """Build the bundle, or reuse the one an sdist carries, and include it."""
+        if self.target_name == "wheel" and version == "editable":
+            return  # a source checkout bundles its working tree on the fly, at run time
+        root = Path(self.root)
+        bundle_module = _bundle_module(root)
+        prebuilt = root / BUNDLE_IN_SOURCE
+        if prebuilt.is_file() and bundle_module.source_git_dir(root) is None:
+            # An unpacked sdist: its bundle was built where the release tags could be seen,
+            # and the wheel takes it in with the package's other files.
+            if self.target_name == "sdist":
+                build_data["force_include"][str(prebuilt)] = BUNDLE_IN_SOURCE
+            return
+        self._tmp = tempfile.TemporaryDirectory(prefix="hermes-envgen-build.")
+        bundle = bundle_module.build_bundle(
+            root, self.metadata.version, Path(self._tmp.name) / "template.bundle"
+        )
+        inside = BUNDLE_IN_PACKAGE if self.target_name == "wheel" else BUNDLE_IN_SOURCE
+        build_data["force_include"][str(bundle)] = inside
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        """Remove the temporary bundle once the artifact is written."""
+        if tmp := getattr(self, "_tmp", None):
+            tmp.cleanup()

@@ -1,0 +1,333 @@
+"""``hermes-envgen check``: is this env ready to train on? A checklist run for real.
+
+Each check runs the env the way training would: it is imported, its ``process`` and
+``evaluate`` modes run as subprocesses against a scripted stub model (or a real endpoint), and
+what they wrote is validated. The result is a list of PASS / FAIL / WARN rows with reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
+
+# What a key written into a file looks like (OpenAI/OpenRouter/Anthropic/HF/W&B styles).
+_KEY_PATTERN = re.compile(
+    r"\b(sk-[A-Za-z0-9_-]{20,}|sk-or-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,})\b"
+)
+_SCANNED_SUFFIXES = {".py", ".yaml", ".yml", ".toml", ".json", ".md", ".cfg", ".ini", ".txt"}
+
+# A policy for envs without built-in samples: look around once, then answer.
+GENERIC_POLICY = {
+    "default": {
+        "turns": [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": "ls -la"}}]},
+            {"content": "Done."},
+        ]
+    }
+}
+
+
+class CheckError(Exception):
+    """The check cannot run at all (not an env, does not import, port taken): exit 2."""
+
+
+@dataclass
+class CheckResult:
+    """One row of the checklist."""
+
+    name: str
+    status: str
+    reason: str
+
+
+@dataclass
+class EnvTarget:
+    """Where an env lives and how to start it."""
+
+    root: Path
+    entry: str  # a module name (``pkg.env``) or a path to a .py file
+    pythonpath: list[str] = field(default_factory=list)
+
+    def environment(self) -> dict[str, str]:
+        paths = [*self.pythonpath, os.environ.get("PYTHONPATH", "")]
+        return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def find_env(path: str | Path) -> EnvTarget:
+    """The env in a generated project (src/<package>/env.py), a folder with env.py, or a file."""
+    path = Path(path).resolve()
+    if path.is_file() and path.suffix == ".py":
+        return EnvTarget(path.parent, str(path))
+    if not path.is_dir():
+        raise CheckError(f"{path} does not exist")
+    candidates = sorted((path / "src").glob("*/env.py"))
+    if len(candidates) == 1:
+        package = candidates[0].parent.name
+        return EnvTarget(path, f"{package}.env", [str(path / "src")])
+    if len(candidates) > 1:
+        names = ", ".join(str(c.relative_to(path)) for c in candidates)
+        raise CheckError(f"{path} has several envs ({names}): name the env.py to check")
+    if (path / "env.py").is_file():
+        return EnvTarget(path, str(path / "env.py"))
+    raise CheckError(
+        f"{path} is not an env project: no src/<package>/env.py or env.py "
+        "(create one with `hermes-envgen new`)"
+    )
+
+
+def probe(target: EnvTarget, timeout: float = 120) -> dict:
+    """Import the env in a subprocess and describe it; CheckError when it cannot be imported."""
+    from hermes_envgen.testing.runner import offline_environment
+
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "hermes_envgen.check_probe", target.entry],
+            cwd=target.root,
+            env=offline_environment(target.environment()),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        raise CheckError(f"importing the env took more than {timeout:g} s") from None
+    lines = completed.stdout.strip().splitlines()
+    try:
+        description = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CheckError(f"the env could not be imported: {tail}") from None
+    if "error" in description:
+        raise CheckError(f"the env could not be imported: {description['error']}")
+    return description
+
+
+@dataclass
+class Endpoint:
+    """A real model to check against instead of the stub."""
+
+    base_url: str
+    model: str | None = None
+    server_type: str | None = None
+    tokenizer: str | None = None
+
+
+def run_checks(
+    path: str | Path,
+    *,
+    endpoint: Endpoint | None = None,
+    port: int = 0,
+    timeout: float = 300,
+    workdir: Path | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[CheckResult]:
+    """Run the checklist on the env at ``path``; CheckError when it cannot run at all."""
+    from hermes_envgen.testing.envs import read_eval_results, validate_groups
+    from hermes_envgen.testing.policy import scripted_policy
+    from hermes_envgen.testing.runner import EnvRunFailed, run_env_mode
+    from hermes_envgen.testing.stub_server import StubServer
+    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+    target = find_env(path)
+    progress("importing the env")
+    info = probe(target)
+    results = [CheckResult("imports", PASS, f"{info['class']} (name {info['name']!r})")]
+    results.append(_config_init_check(info))
+    results.append(_key_check(target.root, info))
+    if results[1].status == FAIL:
+        # With a bad server list Atropos ignores base_url and would wait for a server forever.
+        skipped = "not run: fix config_init first"
+        names = ("process", "evaluate", "reward range", "sandbox cleanup")
+        return results + [CheckResult(name, FAIL, skipped) for name in names]
+
+    samples = info.get("samples")
+    solvable = bool(samples) and all("prompt" in s and "solution" in s for s in samples)
+    script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
+    work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
+    sandboxes = work / "sandboxes"
+    stub = None
+    try:
+        if endpoint is None:
+            try:
+                stub = StubServer(script, port=port).start()
+            except OSError as exc:
+                raise CheckError(str(exc)) from None
+            flags = {
+                "openai.base_url": stub.base_url,
+                "openai.health_check": False,
+                "env.tokenizer_name": build_offline_tokenizer(work / "tokenizer"),
+            }
+        else:
+            flags = {"openai.base_url": endpoint.base_url}
+            if endpoint.model:
+                flags["openai.model_name"] = endpoint.model
+            if endpoint.server_type:
+                flags["openai.server_type"] = endpoint.server_type
+            if endpoint.tokenizer:
+                flags["env.tokenizer_name"] = endpoint.tokenizer
+        flags["env.sandbox_root"] = sandboxes
+
+        def run(mode: str, extra: dict) -> None:
+            run_env_mode(
+                target.entry,
+                mode,
+                flags=flags | extra,
+                cwd=work,
+                timeout=timeout,
+                extra_env=target.environment(),
+            )
+
+        scores: list[float] = []
+        progress("running process (one group)")
+        groups_file = work / "groups.jsonl"
+        try:
+            run("process", {"env.total_steps": 1, "env.data_path_to_save_groups": groups_file})
+            groups = validate_groups(groups_file)
+            scores += [s for g in groups for s in g["scores"]]
+            results.append(
+                CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
+            )
+        except (EnvRunFailed, AssertionError, OSError) as exc:
+            results.append(CheckResult("process", FAIL, _first_line(exc)))
+
+        progress("running evaluate")
+        eval_dir = work / "eval"
+        try:
+            run("evaluate", {"env.data_dir_to_save_evals": eval_dir})
+            _, eval_samples = read_eval_results(eval_dir)
+            scores += [s["reward"] for s in eval_samples if "reward" in s]
+            with_tools = sum(1 for s in eval_samples if s.get("tools_used"))
+            if with_tools:
+                results.append(
+                    CheckResult(
+                        "evaluate",
+                        PASS,
+                        f"{len(eval_samples)} rollouts, {with_tools} used tools; "
+                        "metrics.json and samples.jsonl written",
+                    )
+                )
+            else:
+                results.append(
+                    CheckResult("evaluate", FAIL, "no rollout made a tool call that ran")
+                )
+        except (EnvRunFailed, AssertionError, OSError, KeyError, ValueError) as exc:
+            results.append(CheckResult("evaluate", FAIL, _first_line(exc)))
+
+        results.append(_reward_range_check(scores, scripted=endpoint is None and solvable))
+        results.append(_cleanup_check(sandboxes))
+    finally:
+        if stub is not None:
+            stub.stop()
+    return results
+
+
+def _config_init_check(info: dict) -> CheckResult:
+    if not info["servers_is_list"]:
+        return CheckResult(
+            "config_init",
+            FAIL,
+            "server configs must be a list [APIServerConfig(...)]: otherwise base_url is ignored",
+        )
+    if not info["servers_are_api_configs"]:
+        return CheckResult("config_init", FAIL, "every server config must be an APIServerConfig")
+    return CheckResult(
+        "config_init", PASS, f"a config and a list of servers (group_size {info['group_size']})"
+    )
+
+
+def _key_check(root: Path, info: dict) -> CheckResult:
+    if info["literal_api_key"]:
+        return CheckResult(
+            "no API key in code",
+            FAIL,
+            "config_init sets an api_key with every *_API_KEY unset: it is written in the code",
+        )
+    for file in sorted(root.rglob("*")):
+        if file.suffix not in _SCANNED_SUFFIXES or not file.is_file():
+            continue
+        if any(
+            part.startswith(".") and part not in (".",)
+            for part in file.relative_to(root).parts[:-1]
+        ):
+            continue  # .git, .venv and the like
+        try:
+            text = file.read_text(errors="ignore")
+        except OSError:
+            continue
+        if _KEY_PATTERN.search(text):
+            return CheckResult(
+                "no API key in code",
+                FAIL,
+                f"{file.relative_to(root)} contains what looks like a key",
+            )
+    return CheckResult("no API key in code", PASS, "keys come from the environment")
+
+
+def _reward_range_check(scores: list[float], scripted: bool) -> CheckResult:
+    if not scores:
+        return CheckResult("reward range", FAIL, "no rollout was scored")
+    outside = [s for s in scores if not 0.0 <= s <= 1.0]
+    if outside:
+        return CheckResult("reward range", FAIL, f"rewards outside [0, 1]: {outside[:5]}")
+    if len(set(scores)) == 1:
+        why = (
+            "the scripted policy solves and fails tasks, yet every reward is the same"
+            if scripted
+            else "every reward is the same; the scripted policy cannot tell (no samples with "
+            "gold solutions)"
+        )
+        return CheckResult(
+            "reward range", FAIL if scripted else WARN, f"{scores[0]} for all: {why}"
+        )
+    return CheckResult(
+        "reward range", PASS, f"{min(scores):g} to {max(scores):g} over {len(scores)} rollouts"
+    )
+
+
+def _cleanup_check(sandboxes: Path) -> CheckResult:
+    # The shared "hermes-envgen" folder may stay; each run's folder and workspaces must go.
+    leftovers = [p for p in sandboxes.glob("hermes-envgen/*")]
+    processes = _processes_under(sandboxes)
+    if leftovers or processes:
+        return CheckResult(
+            "sandbox cleanup",
+            FAIL,
+            f"{len(leftovers)} sandbox directories and {len(processes)} processes left behind",
+        )
+    return CheckResult("sandbox cleanup", PASS, "no sandbox directory or process left behind")
+
+
+def _processes_under(directory: Path) -> list[int]:
+    """Pids whose working directory is inside ``directory`` (Linux /proc)."""
+    found = []
+    prefix = str(directory.resolve())
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.readlink(entry / "cwd").startswith(prefix):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in reversed(text.splitlines()):
+        if line.strip().startswith(("error:", "Error", "E ")) or "Error:" in line:
+            return line.strip()[:300]
+    return (text.splitlines() or [type(exc).__name__])[0][:300]
+
+
+def format_table(results: list[CheckResult]) -> str:
+    """The checklist as aligned text rows."""
+    width = max(len(r.name) for r in results)
+    return "\n".join(f"{r.status}  {r.name.ljust(width)}  {r.reason}" for r in results)

@@ -1,0 +1,1 @@
+"""Tests of the generator: new, update, the wheel's template bundle."""

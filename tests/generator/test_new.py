@@ -1,0 +1,215 @@
+"""``hermes-envgen new``: an updatable, committed project, or a one-line error and no leftovers."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+import yaml
+
+from .envgen_helpers import PUBLIC_URL, VERSION_TAG, RunCli, assert_one_line_error, git
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+PROMPT_STARTS = r"\x1b\[\?2004h"  # prompt_toolkit turns on bracketed paste as each prompt opens
+QUESTION = re.compile(r"🎤(?:\x1b\[[0-9;]*m)*\s*(.*?)\x1b\[0m")
+
+
+def answers_of(project: Path) -> dict:
+    return yaml.safe_load((project / ".copier-answers.yml").read_text())
+
+
+def test_new_with_defaults_renders_a_committed_updatable_project(run_cli: RunCli, tmp_path):
+    result = run_cli("new", "demo-env", "--defaults")
+    assert result.returncode == 0, result.stderr
+    project = tmp_path / "demo-env"
+    answers = answers_of(project)
+    assert answers["_src_path"] == PUBLIC_URL
+    assert answers["_commit"] == VERSION_TAG
+    assert answers["project_name"] == "demo-env"
+    log = git(project, "log", "--format=%s").splitlines()
+    assert log == [f"Generate demo-env from hermes-envgen {VERSION_TAG}"]
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+    assert "demo_env" in result.stdout and "pytest" in result.stdout
+    assert not (project / ".ruff_cache").exists()
+
+
+def test_output_dir_and_data_answers(run_cli: RunCli, tmp_path):
+    result = run_cli(
+        "new", "math-agent", "--output-dir", "envs/new", "--defaults",
+        "--data", "toolsets=terminal", "--data", "max_agent_turns=4",
+        "--data", "description=Solves math with a shell",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    answers = answers_of(tmp_path / "envs" / "new" / "math-agent")
+    assert answers["toolsets"] == ["terminal"]
+    assert answers["max_agent_turns"] == 4
+    assert answers["description"] == "Solves math with a shell"
+
+
+def test_commits_without_a_git_identity(run_cli: RunCli, tmp_path):
+    empty = tmp_path / "empty-gitconfig"
+    empty.write_text("")
+    result = run_cli("new", "demo-env", "--defaults", env={"GIT_CONFIG_GLOBAL": str(empty)})
+    assert result.returncode == 0, result.stderr
+    author = git(tmp_path / "demo-env", "log", "--format=%an")
+    assert author.strip() == "hermes-envgen"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["new", "My_Env", "--defaults"], "invalid project_name 'My_Env': must start with"),
+        (["new", "class", "--defaults"], "invalid project_name 'class'"),
+        (["new", "x-env", "--defaults", "--data", "colour=blue"], "unknown question colour"),
+        (["new", "x-env", "--defaults", "--data", "provider=nope"], "'provider'"),
+        (["new", "x-env", "--defaults", "--data", "max_agent_turns=0"], "max_agent_turns"),
+        (["new", "x-env", "--defaults", "--data", "max_agent_turns=many"], "a whole number"),
+        (["new", "x-env", "--defaults", "--data", "use_dataset=maybe"], "true or false"),
+        (["new", "x-env", "--defaults", "--data", "no-equals-sign"], "KEY=VALUE"),
+        (["new", "x-env"], "no terminal"),
+        (["new", "x-env", "--data", "description=Answered"], "no terminal"),
+        (["new", "x-env", "-o", "a/b", "--defaults", "--data", "group_size=1"], "group_size"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_line_and_leave_nothing(
+    run_cli: RunCli, tmp_path, args, fragment
+):
+    before = sorted(path.name for path in tmp_path.iterdir())
+    result = run_cli(*args)
+    assert_one_line_error(result, 2, fragment)
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_unknown_data_key_names_the_valid_keys(run_cli: RunCli):
+    result = run_cli("new", "x-env", "--defaults", "--data", "colour=blue")
+    assert_one_line_error(result, 2, "valid keys:")
+    for key in ("provider", "model_name", "reward_pattern", "toolsets"):
+        assert key in result.stderr
+
+
+def test_a_non_empty_target_is_refused_and_left_alone(run_cli: RunCli, tmp_path):
+    target = tmp_path / "demo-env"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    result = run_cli("new", "demo-env", "--defaults")
+    assert_one_line_error(result, 2, "already exists and is not empty")
+    assert [path.name for path in target.iterdir()] == ["notes.txt"]
+
+
+def test_an_empty_target_is_used(run_cli: RunCli, tmp_path):
+    (tmp_path / "demo-env").mkdir()
+    result = run_cli("new", "demo-env", "--defaults")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "demo-env" / ".copier-answers.yml").is_file()
+
+
+def test_a_failing_hook_leaves_no_directory(run_cli: RunCli, tmp_path):
+    # A git that fails to commit: the project is rendered, then the post-generation hook fails.
+    fake_bin = tmp_path / "fake-bin"
+    fake_bin.mkdir()
+    fake_git = fake_bin / "git"
+    fake_git.write_text(
+        "#!/bin/sh\n"
+        'for arg in "$@"; do\n'
+        '  [ "$arg" = commit ] && { echo "fatal: cannot commit" >&2; exit 1; }\n'
+        "done\n"
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    fake_git.chmod(0o755)
+    path = f"{fake_bin}{os.pathsep}{os.environ['PATH']}"
+    result = run_cli("new", "demo-env", "--defaults", "-o", "out", env={"PATH": path})
+    assert_one_line_error(result, 1, "post-generation step failed")
+    assert not (tmp_path / "out").exists()
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and ".git" not in path.relative_to(root).parts
+    }
+
+
+def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
+    run_cli: RunCli, tmp_path, cli_env, monkeypatch
+):
+    # If ruff changed what copier rendered, later updates (which diff raw renders) would conflict
+    # on every changed line: the template must render formatted, lint-clean code.
+    from hermes_envgen.generator import git_redirect, template_source
+
+    monkeypatch.setenv("HERMES_ENVGEN_CACHE_DIR", cli_env["HERMES_ENVGEN_CACHE_DIR"])
+    bare = tmp_path / "bare" / "demo-env"
+    command = [sys.executable, "-m", "copier", "copy", "--defaults", "--quiet", "--vcs-ref",
+               VERSION_TAG, "--data", "project_name=demo-env", PUBLIC_URL, str(bare)]  # fmt: skip
+    env = {**cli_env, **git_redirect(PUBLIC_URL, template_source())}
+    copied = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert copied.returncode == 0, copied.stderr
+    assert run_cli("new", "demo-env", "--defaults").returncode == 0
+    generated, rendered = _files(tmp_path / "demo-env"), _files(bare)
+    assert generated.keys() == rendered.keys()
+    changed = [name for name in generated if generated[name] != rendered[name]]
+    assert changed == [], f"ruff changed {changed}: fix the template so it renders them clean"
+
+
+def _spawn_new(tmp_path: Path, cli_env: dict[str, str], *args: str) -> pexpect.spawn:
+    """``hermes-envgen new`` on a pseudo-terminal, as a person would run it."""
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "hermes_envgen", "new", *args],
+        cwd=str(tmp_path),
+        # No cursor-position requests: a pexpect terminal never answers them (1 s wait each).
+        env={**cli_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"},
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(50, 250),
+    )
+
+
+def test_prompts_on_a_terminal(tmp_path, cli_env):
+    child = _spawn_new(tmp_path, cli_env, "demo-env")
+    asked = []
+    try:
+        while child.expect([PROMPT_STARTS, pexpect.EOF]) == 0:
+            child.expect(QUESTION, timeout=20)
+            question = ANSI.sub("", child.match.group(1)).strip()
+            asked.append(question)
+            if question.startswith("One-line description"):
+                child.send("\x15Typed at the prompt\r")  # Ctrl-U clears the pre-filled default
+            elif question == "License":
+                child.send("\x1b[B\r")  # arrow down: the second licence
+            else:
+                child.send("\r")  # take the default
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, child.before
+    assert any("inference provider" in question for question in asked), asked
+    answers = answers_of(tmp_path / "demo-env")
+    assert answers["description"] == "Typed at the prompt"
+    assert answers["license"] == "Apache-2.0"
+    assert answers["_commit"] == VERSION_TAG
+
+
+def test_ctrl_c_at_a_prompt_aborts_cleanly(tmp_path, cli_env):
+    child = _spawn_new(tmp_path, cli_env, "demo-env", "-o", "out")
+    try:
+        child.expect(PROMPT_STARTS)
+        child.expect(QUESTION, timeout=20)
+        child.send("\x03")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130
+    assert "aborted" in child.before and "Traceback" not in child.before
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_lists_new_and_update(run_cli: RunCli):
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "new" in result.stdout and "update" in result.stdout

@@ -1,0 +1,90 @@
+"""The wheel, built from a tree with no git, ships the template bundle; installed fresh, it
+generates a project offline whose own tests pass.
+
+Slow: the fresh venv installs atroposlib and friends from the package index (2-3 minutes).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hermes_envgen import _bundle
+from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
+
+from .envgen_helpers import PUBLIC_URL, REPO, VERSION_TAG
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+BUNDLE = "hermes_envgen/_template/template.bundle"
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "dist", "build", "*.egg-info", "__pycache__", "*.pyc",
+    ".pytest_cache", ".ruff_cache", ".hypothesis", ".mypy_cache", "_template",
+)  # fmt: skip
+
+
+def run(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """Run a step; fail the test with its output if it fails."""
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kwargs
+    )
+    assert result.returncode == 0, f"{command}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result
+
+
+def _online_env() -> dict[str, str]:
+    """The environment for pip: this process's, with the network allowed."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+
+
+def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
+    tmp_path: Path, cli_env: dict[str, str]
+):
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
+    assert not (source / ".git").exists()
+    dist = tmp_path / "dist"
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(source)], 900,
+        env=_online_env())  # fmt: skip
+    (wheel,) = dist.glob("hermes_envgen-*.whl")
+
+    with zipfile.ZipFile(wheel) as archive:
+        assert BUNDLE in archive.namelist()
+        bundle = tmp_path / "template.bundle"
+        bundle.write_bytes(archive.read(BUNDLE))
+    assert _bundle.bundle_tags(bundle) == [VERSION_TAG]
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], 300)
+    python = str(venv / "bin" / "python")
+    run([python, "-m", "pip", "install", "--quiet", str(wheel)], 900, env=_online_env())
+
+    # Generation with the network cut: git may only open local paths, HTTP goes nowhere.
+    work = tmp_path / "work"
+    work.mkdir()
+    offline = {**cli_env, "PIP_NO_INDEX": "1"}
+    offline.pop("HERMES_ENVGEN_CACHE_DIR")  # the shipped bundle must be enough
+    run([str(venv / "bin" / "hermes-envgen"), "new", "demo-env", "--defaults"], 300,
+        cwd=work, env=offline)  # fmt: skip
+    project = work / "demo-env"
+    answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    assert (answers["_src_path"], answers["_commit"]) == (PUBLIC_URL, VERSION_TAG)
+
+    run([python, "-m", "pip", "install", "--quiet", "-e", f"{project}[dev]"], 900,
+        env=_online_env())  # fmt: skip
+    installed = run([python, "-c", "import hermes_envgen, sys; print(hermes_envgen.__file__)"], 60)
+    assert str(venv) in installed.stdout  # still the wheel under test, not another release
+    tests = run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        900,
+        cwd=project,
+        env={**_online_env(), **OFFLINE_ENVIRONMENT, "HTTPS_PROXY": "http://127.0.0.1:9"},
+    )
+    assert " passed" in tests.stdout

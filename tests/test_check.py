@@ -1,0 +1,117 @@
+"""``hermes-envgen check`` on generated projects, broken ones, and things that are not envs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+from conftest import REPO
+
+
+def run_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_envgen", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    import copier
+
+    target = tmp_path_factory.mktemp("check") / "ready-env"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        copier.run_copy(
+            str(REPO),
+            str(target),
+            data={"project_name": "ready-env"},
+            defaults=True,
+            quiet=True,
+            vcs_ref="HEAD",
+        )
+    return target
+
+
+def variant(project, tmp_path, old: str, new: str):
+    copy = tmp_path / "variant"
+    shutil.copytree(project, copy)
+    env_file = copy / "src/ready_env/env.py"
+    text = env_file.read_text()
+    assert old in text
+    env_file.write_text(text.replace(old, new))
+    return copy
+
+
+def rows(result) -> dict[str, str]:
+    table = {}
+    for line in result.stdout.splitlines():
+        status, _, rest = line.partition("  ")
+        if status in ("PASS", "FAIL", "WARN"):
+            table[rest.strip().split("  ")[0]] = status
+    return table
+
+
+@pytest.mark.slow
+def test_a_generated_project_is_ready(project):
+    result = run_check(str(project))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(rows(result).values()) == {"PASS"}
+    assert len(rows(result)) == 7 and "ready to train" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_reward_that_pays_for_nothing_fails(project, tmp_path):
+    broken = variant(
+        project,
+        tmp_path,
+        'passed = outcome["exit_code"] == 0',
+        "passed = True  # a bug: every rollout passes",
+    )
+    result = run_check(str(broken))
+    assert result.returncode == 1
+    assert rows(result)["reward range"] == "FAIL"
+    assert "every reward is the same" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_bare_server_config_and_a_written_key_fail(project, tmp_path):
+    broken = variant(
+        project,
+        tmp_path,
+        "return config, [server]",
+        "server.api_key = 'sk-abcdefghijklmnopqrstuvwxyz123456'\n        return config, server",
+    )
+    result = run_check(str(broken))
+    assert result.returncode == 1
+    table = rows(result)
+    assert table["config_init"] == "FAIL" and table["no API key in code"] == "FAIL"
+
+
+def test_not_an_env_project_exits_2(tmp_path):
+    result = run_check(str(tmp_path))
+    assert result.returncode == 2
+    assert "is not an env project" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_env_that_fails_to_import_exits_2(tmp_path):
+    (tmp_path / "env.py").write_text("import no_such_module_here\n")
+    result = run_check(str(tmp_path))
+    assert result.returncode == 2
+    assert "could not be imported: ModuleNotFoundError" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_port_in_use_exits_2(project, stub_server):
+    busy = stub_server({"conversations": [{"turns": [{"content": "x"}]}]})
+    result = run_check(str(project), "--port", str(busy.port))
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{busy.port}" in result.stderr
+    assert "Traceback" not in result.stderr
