@@ -197,6 +197,36 @@ def update(
 
 
 @app.command()
+def demo(
+    directory: Annotated[
+        Path | None, typer.Argument(help="Where to generate the demo env (default: a temp dir).")
+    ] = None,
+    data: DataOption = None,
+    groups: Annotated[int, typer.Option(help="Groups to roll out in process mode.")] = 3,
+) -> None:
+    """Generate an env and run it end to end offline: stub model, process, evaluate."""
+    from hermes_envgen.demo import run_demo
+    from hermes_envgen.generator import parse_data_pairs
+    from hermes_envgen.testing.runner import EnvRunFailed
+
+    answers = _generator_call(lambda: parse_data_pairs(data or []), "aborted")
+
+    def run():
+        return run_demo(
+            directory,
+            data=answers,
+            groups=groups,
+            progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
+        )
+
+    try:
+        result = _generator_call(run, "demo interrupted; every process it started was stopped")
+    except EnvRunFailed as exc:
+        fail(f"the demo env failed: {exc}", 1)
+    typer.echo(result.summary())
+
+
+@app.command()
 def check(
     path: Annotated[Path, typer.Argument(help="The env project (or env.py) to check.")] = Path("."),
     base_url: Annotated[

@@ -2,8 +2,9 @@
 
 For every task the scripted model alternates between two conversations: one that replays the
 gold solution (a terminal call running ``solution``, then ``gold_answer``) and one that gives up
-at once without a tool. Rewards of a group therefore differ, as they must for training, and a
-test can check that the reward pays for solving the task and not for giving up. With
+at once without a tool; every third task starts with giving up. Rewards of a group therefore
+differ, as they must for training, evaluations show both outcomes, and a test can check that
+the reward pays for solving the task and not for giving up. With
 ``judge=True`` it also plays the LLM judge: a strict ``{"score": 1}`` for a task's gold answer,
 ``{"score": 0}`` for anything else.
 """
@@ -38,10 +39,11 @@ def gold_turns(task: dict[str, Any]) -> list[dict]:
 def scripted_policy(tasks: list[dict[str, Any]], *, judge: bool = False) -> dict:
     """A stub-server script that solves each task every other rollout and gives up otherwise."""
     conversations: list[dict] = []
-    for task in tasks:
+    for index, task in enumerate(tasks):
         match = _task_match(task["prompt"])
-        conversations.append({"match": match, "turns": gold_turns(task)})
-        conversations.append({"match": match, "turns": [{"content": GIVE_UP_ANSWER}]})
+        solve = {"match": match, "turns": gold_turns(task)}
+        give_up = {"match": match, "turns": [{"content": GIVE_UP_ANSWER}]}
+        conversations += [give_up, solve] if index % 3 == 2 else [solve, give_up]
         if judge:
             quoted = json.dumps(task.get("gold_answer") or task["answer"], ensure_ascii=False)
             conversations.append(

@@ -1,0 +1,134 @@
+"""``hermes-envgen demo``: the whole pipeline in one command, offline.
+
+It generates an env from the template, starts a scripted stub model that really solves the
+built-in tasks through tool calls (and gives up on some, so rewards differ), runs ``process``
+and ``evaluate``, and summarises what they wrote. Every process it starts is stopped again,
+also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEMO_NAME = "demo-env"
+
+
+@dataclass
+class DemoResult:
+    """Where the demo's outputs are, and what they say."""
+
+    project: Path
+    groups_file: Path
+    html_file: Path
+    eval_dir: Path
+    groups: int
+    rollouts: int
+    mean_reward: float
+    eval_rollouts: int
+    eval_mean_reward: float
+    eval_mean_turns: float
+    eval_tool_errors: float
+
+    def summary(self) -> str:
+        return "\n".join(
+            [
+                f"project:   {self.project}",
+                f"process:   {self.groups} groups, {self.rollouts} rollouts, "
+                f"mean reward {self.mean_reward:.2f}",
+                f"evaluate:  {self.eval_rollouts} rollouts, mean reward "
+                f"{self.eval_mean_reward:.2f}, mean turns {self.eval_mean_turns:.1f}, "
+                f"tool errors per rollout {self.eval_tool_errors:.2f}",
+                "",
+                f"rollouts (JSONL):  {self.groups_file}",
+                f"rollouts (HTML):   {self.html_file}",
+                f"eval metrics:      {self.eval_dir / 'metrics.json'}",
+                f"eval samples:      {self.eval_dir / 'samples.jsonl'}",
+            ]
+        )
+
+
+def run_demo(
+    directory: Path | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+    groups: int = 3,
+    group_size: int = 4,
+    timeout: float = 300,
+    progress: Callable[[str], None] = lambda message: None,
+) -> DemoResult:
+    """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
+    from hermes_envgen.check import find_env, probe
+    from hermes_envgen.generator import new_project
+    from hermes_envgen.testing.envs import read_eval_results, validate_groups
+    from hermes_envgen.testing.policy import scripted_policy
+    from hermes_envgen.testing.runner import run_env_mode
+    from hermes_envgen.testing.stub_server import StubServer
+    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+    base = Path(directory or tempfile.mkdtemp(prefix="hermes-envgen-demo-")).absolute()
+    base.mkdir(parents=True, exist_ok=True)
+    progress(f"generating {DEMO_NAME} in {base}")
+    project = new_project(DEMO_NAME, base, data=dict(data or {}), defaults=True).path
+    target = find_env(project)
+    samples = probe(target)["samples"]
+    outputs = base / "demo-output"  # beside the project, so its git tree stays clean
+    sandboxes = outputs / "sandboxes"
+    flags = {
+        "env.tokenizer_name": build_offline_tokenizer(outputs / "tokenizer"),
+        "env.sandbox_root": sandboxes,
+        "openai.health_check": False,
+    }
+    groups_file = outputs / "data" / "rollouts.jsonl"
+    eval_dir = outputs / "eval"
+    try:
+        with StubServer(scripted_policy(samples, judge=True)) as stub:
+            flags["openai.base_url"] = stub.base_url
+            progress(f"process: {groups} groups of {group_size} against the stub model")
+            run_env_mode(
+                target.entry,
+                "process",
+                flags=flags
+                | {
+                    "env.total_steps": groups,
+                    "env.group_size": group_size,
+                    "env.data_path_to_save_groups": groups_file,
+                },
+                cwd=project,
+                timeout=timeout,
+                extra_env=target.environment(),
+            )
+            progress("evaluate: every held-out task once, at temperature 0")
+            run_env_mode(
+                target.entry,
+                "evaluate",
+                flags=flags | {"env.data_dir_to_save_evals": eval_dir},
+                cwd=project,
+                timeout=timeout,
+                extra_env=target.environment(),
+            )
+    finally:
+        # An interrupted env may not have removed its sandboxes: they are ours to remove.
+        shutil.rmtree(sandboxes, ignore_errors=True)
+
+    written = validate_groups(groups_file, group_size)
+    scores = [s for g in written for s in g["scores"]]
+    metrics, _ = read_eval_results(eval_dir)
+    return DemoResult(
+        project=project,
+        groups_file=groups_file,
+        html_file=groups_file.with_suffix(".html"),
+        eval_dir=eval_dir,
+        groups=len(written),
+        rollouts=len(scores),
+        mean_reward=statistics.mean(scores),
+        eval_rollouts=int(metrics["eval/rollouts"]),
+        eval_mean_reward=metrics["eval/mean_reward"],
+        eval_mean_turns=metrics["eval/mean_turns"],
+        eval_tool_errors=metrics["eval/tool_errors_per_rollout"],
+    )
