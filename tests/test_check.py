@@ -63,7 +63,8 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 7 and "ready to train" in result.stdout
+    assert len(rows(result)) == 9 and "ready to train" in result.stdout
+    assert "all 24 samples earn >= 0.9" in result.stdout
 
 
 @pytest.mark.slow
@@ -76,8 +77,11 @@ def test_a_reward_that_pays_for_nothing_fails(project, tmp_path):
     )
     result = run_check(str(broken))
     assert result.returncode == 1
-    assert rows(result)["reward range"] == "FAIL"
+    table = rows(result)
+    assert table["reward range"] == "FAIL" and table["no-op"] == "FAIL"
+    assert table["gold solutions"] == "PASS"
     assert "every reward is the same" in result.stdout
+    assert "sample 0 (" in result.stdout and "answering without tools earned 1" in result.stdout
 
 
 @pytest.mark.slow

@@ -84,13 +84,16 @@ def find_env(path: str | Path) -> EnvTarget:
     )
 
 
-def probe(target: EnvTarget, timeout: float = 120) -> dict:
-    """Import the env in a subprocess and describe it; CheckError when it cannot be imported."""
+def probe(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
+    """Import the env in a subprocess and describe it (or, with args, replay rewards).
+
+    CheckError when the env cannot be imported.
+    """
     from hermes_envgen.testing.runner import offline_environment
 
     try:
         completed = subprocess.run(
-            [sys.executable, "-m", "hermes_envgen.check_probe", target.entry],
+            [sys.executable, "-m", "hermes_envgen.check_probe", target.entry, *args],
             cwd=target.root,
             env=offline_environment(target.environment()),
             capture_output=True,
@@ -99,7 +102,7 @@ def probe(target: EnvTarget, timeout: float = 120) -> dict:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise CheckError(f"importing the env took more than {timeout:g} s") from None
+        raise CheckError(f"the env's probe took more than {timeout:g} s") from None
     lines = completed.stdout.strip().splitlines()
     try:
         description = json.loads(lines[-1])
@@ -128,6 +131,8 @@ def run_checks(
     port: int = 0,
     timeout: float = 300,
     workdir: Path | None = None,
+    gold_threshold: float = 0.9,
+    noop_threshold: float = 0.1,
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[CheckResult]:
     """Run the checklist on the env at ``path``; CheckError when it cannot run at all."""
@@ -146,7 +151,8 @@ def run_checks(
     if results[1].status == FAIL:
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
         skipped = "not run: fix config_init first"
-        names = ("process", "evaluate", "reward range", "sandbox cleanup")
+        names = ("process", "evaluate", "reward range", "gold solutions", "no-op")
+        names += ("sandbox cleanup",)
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
     samples = info.get("samples")
@@ -223,7 +229,11 @@ def run_checks(
             results.append(CheckResult("evaluate", FAIL, _first_line(exc)))
 
         results.append(_reward_range_check(scores, scripted=endpoint is None and solvable))
-        results.append(_cleanup_check(sandboxes))
+        progress("replaying each sample's gold solution, and a no-op")
+        results += _gold_and_noop_checks(
+            target, work, gold_threshold, noop_threshold, timeout=timeout
+        )
+        results.append(_cleanup_check(sandboxes, work / "replays"))
     finally:
         if stub is not None:
             stub.stop()
@@ -293,10 +303,45 @@ def _reward_range_check(scores: list[float], scripted: bool) -> CheckResult:
     )
 
 
-def _cleanup_check(sandboxes: Path) -> CheckResult:
+def _gold_and_noop_checks(
+    target: EnvTarget, work: Path, gold: float, noop: float, timeout: float
+) -> list[CheckResult]:
+    """Rows for the gold and no-op replays of every built-in sample."""
+    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+    tokenizer = build_offline_tokenizer(work / "tokenizer")
+    report = probe(
+        target,
+        "rewards",
+        str(tokenizer),
+        str(work / "replays"),
+        str(gold),
+        str(noop),
+        timeout=timeout,
+    )
+    if "skipped" in report:
+        return [
+            CheckResult("gold solutions", WARN, report["skipped"]),
+            CheckResult("no-op", WARN, report["skipped"]),
+        ]
+    n = len(report["outcomes"])
+    rows = []
+    for name, failures, passing in (
+        ("gold solutions", report["gold_failures"], f"all {n} samples earn >= {gold:g}"),
+        ("no-op", report["noop_failures"], f"answering without tools earns <= {noop:g} on all {n}"),
+    ):
+        if failures:
+            more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
+            rows.append(CheckResult(name, FAIL, "; ".join(failures[:3]) + more))
+        else:
+            rows.append(CheckResult(name, PASS, passing))
+    return rows
+
+
+def _cleanup_check(*roots: Path) -> CheckResult:
     # The shared "hermes-envgen" folder may stay; each run's folder and workspaces must go.
-    leftovers = [p for p in sandboxes.glob("hermes-envgen/*")]
-    processes = _processes_under(sandboxes)
+    leftovers = [p for root in roots for p in root.rglob("hermes-envgen/*")]
+    processes = [pid for root in roots for pid in _processes_under(root)]
     if leftovers or processes:
         return CheckResult(
             "sandbox cleanup",

@@ -28,13 +28,11 @@ def load_module(target: str):
     return importlib.import_module(target)
 
 
-def describe(target: str) -> dict:
-    """What ``check`` needs to know of the env: its class, config and built-in tasks."""
+def env_classes(module) -> list[type]:
+    """The concrete env classes (BaseEnv subclasses) a module defines."""
     from atroposlib.envs.base import BaseEnv
-    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
-    module = load_module(target)
-    classes = [
+    return [
         obj
         for obj in vars(module).values()
         if inspect.isclass(obj)
@@ -42,10 +40,32 @@ def describe(target: str) -> dict:
         and obj.__module__ == module.__name__
         and not inspect.isabstract(obj)
     ]
+
+
+def find_class(target: str) -> type | str:
+    """The one env class of ``target``, or why there is not exactly one."""
+    classes = env_classes(load_module(target))
     if len(classes) != 1:
         names = ", ".join(c.__name__ for c in classes) or "none"
-        return {"error": f"expected one env class (a BaseEnv subclass) in {target}, found {names}"}
-    env_cls = classes[0]
+        return f"expected one env class (a BaseEnv subclass) in {target}, found {names}"
+    return classes[0]
+
+
+def builtin_samples(env_cls: type) -> list | None:
+    """The env's ``SAMPLES``: in its module, or in a ``samples`` module beside it."""
+    samples = getattr(sys.modules.get(env_cls.__module__), "SAMPLES", None)
+    package = env_cls.__module__.rpartition(".")[0]
+    if samples is None and package:
+        try:
+            samples = importlib.import_module(f"{package}.samples").SAMPLES
+        except (ImportError, AttributeError):
+            samples = None
+    return samples if isinstance(samples, list) else None
+
+
+def describe(env_cls: type) -> dict:
+    """What ``check`` needs to know of the env: its class, config and built-in tasks."""
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
     # config_init with every *_API_KEY unset: a key that is still there was written in the code.
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.endswith("_API_KEY")}
@@ -54,13 +74,6 @@ def describe(target: str) -> dict:
     finally:
         os.environ.update(saved)
     server_list = servers if isinstance(servers, list) else [servers]
-    samples = getattr(sys.modules.get(env_cls.__module__), "SAMPLES", None)
-    if samples is None:
-        package = env_cls.__module__.rpartition(".")[0]
-        try:
-            samples = importlib.import_module(f"{package}.samples").SAMPLES if package else None
-        except (ImportError, AttributeError):
-            samples = None
     return {
         "class": env_cls.__name__,
         "name": env_cls.name,
@@ -71,14 +84,42 @@ def describe(target: str) -> dict:
         ),
         "group_size": config.group_size,
         "tokenizer_name": config.tokenizer_name,
-        "samples": samples if isinstance(samples, list) else None,
+        "samples": builtin_samples(env_cls),
+    }
+
+
+def reward_report(env_cls: type, tokenizer: str, workdir: str, gold: str, noop: str) -> dict:
+    """Gold and no-op replays of every built-in sample (see testing.reward_checks)."""
+    from hermes_envgen.testing.reward_checks import check_rewards
+
+    samples = builtin_samples(env_cls)
+    if not samples or not all("prompt" in s and "solution" in s for s in samples):
+        return {"skipped": "the env has no built-in samples with gold solutions"}
+    report = check_rewards(
+        env_cls,
+        samples,
+        tokenizer,
+        workdir,
+        gold_threshold=float(gold),
+        noop_threshold=float(noop),
+    )
+    return report.as_dict() | {
+        "gold_failures": report.gold_failures,
+        "noop_failures": report.noop_failures,
     }
 
 
 def main() -> None:
-    target = sys.argv[1]
+    """``check_probe TARGET`` describes the env; ``check_probe TARGET rewards ...`` replays."""
+    target, *rest = sys.argv[1:]
     try:
-        result = describe(target)
+        env_cls = find_class(target)
+        if isinstance(env_cls, str):
+            result = {"error": env_cls}
+        elif rest and rest[0] == "rewards":
+            result = reward_report(env_cls, *rest[1:5])
+        else:
+            result = describe(env_cls)
     except BaseException as exc:  # report every failure, SystemExit included, as data
         frames = traceback.extract_tb(exc.__traceback__)
         where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""

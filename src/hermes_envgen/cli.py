@@ -241,6 +241,12 @@ def check(
     ] = None,
     port: Annotated[int, typer.Option(help="Port of the stub model (0 = any free port).")] = 0,
     timeout: Annotated[float, typer.Option(help="Seconds each env mode may run.")] = 300,
+    gold_threshold: Annotated[
+        float, typer.Option(help="Least reward a sample's gold solution must earn.")
+    ] = 0.9,
+    noop_threshold: Annotated[
+        float, typer.Option(help="Most reward answering at once, without tools, may earn.")
+    ] = 0.1,
 ) -> None:
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
     from hermes_envgen.check import FAIL, CheckError, Endpoint, format_table, run_checks
@@ -252,6 +258,8 @@ def check(
             endpoint=endpoint,
             port=port,
             timeout=timeout,
+            gold_threshold=gold_threshold,
+            noop_threshold=noop_threshold,
             progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
         )
     except CheckError as exc:

@@ -2,7 +2,9 @@
 
 ``compute_reward`` may return a plain float or a :class:`Reward`, which also carries counts
 (summed, e.g. ``judge_failures``) and signals (averaged, e.g. ``correctness``) that the base env
-reports under ``train/`` or ``eval/``, whichever split the rollout belongs to.
+reports under ``train/`` or ``eval/``, whichever split the rollout belongs to, and a ``failure``
+when the score could not really be measured (the judge failed): training still uses the score,
+evaluation leaves the rollout out of its metrics and lists it in ``failures.jsonl``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Reward:
     score: float
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None  # why the score is a stand-in, not a measurement (if it is)
 
 
 def clamp(value: float) -> float:
@@ -50,13 +53,18 @@ JUDGE_SYSTEM_PROMPT = (
 JUDGE_PROMPT_HEADER = "Grade the candidate answer."
 
 
+def quote_for_judge(text: str) -> str:
+    """``text`` as one JSON string in which no tag can open or close (< and > are escaped)."""
+    return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+
+
 def judge_messages(task: str, answer: str, reference: str) -> list[dict]:
     """The judge's conversation; the answer is quoted as a JSON string, so it stays data."""
     user = (
         f"{JUDGE_PROMPT_HEADER}\n"
-        f"<task>{json.dumps(task, ensure_ascii=False)}</task>\n"
-        f"<reference_answer>{json.dumps(reference, ensure_ascii=False)}</reference_answer>\n"
-        f"<candidate_answer>{json.dumps(answer, ensure_ascii=False)}</candidate_answer>"
+        f"<task>{quote_for_judge(task)}</task>\n"
+        f"<reference_answer>{quote_for_judge(reference)}</reference_answer>\n"
+        f"<candidate_answer>{quote_for_judge(answer)}</candidate_answer>"
     )
     return [{"role": "system", "content": JUDGE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 

@@ -11,16 +11,16 @@ the reward pays for solving the task and not for giving up. With
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER
+from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER, quote_for_judge
 
 GIVE_UP_ANSWER = "I could not solve this task."
 
 
-def _task_match(prompt: str) -> str:
+def anchored(prompt: str) -> str:
+    """A script ``match`` for conversations whose first user message starts with ``prompt``."""
     # Anchored at the start: the judge's prompt quotes the task too, and must not match here.
     return r"\A" + re.escape(prompt)
 
@@ -36,26 +36,29 @@ def gold_turns(task: dict[str, Any]) -> list[dict]:
     return turns
 
 
+def judge_conversation(task: dict[str, Any]) -> dict:
+    """The scripted judge's strict ``{"score": 1}`` for the task's gold answer."""
+    quoted = quote_for_judge(task.get("gold_answer") or task["answer"])
+    return {
+        "match": r"\A"
+        + re.escape(JUDGE_PROMPT_HEADER)
+        + r".*<candidate_answer>"
+        + re.escape(quoted)
+        + r"</candidate_answer>",
+        "turns": [{"content": '{"score": 1}'}],
+    }
+
+
 def scripted_policy(tasks: list[dict[str, Any]], *, judge: bool = False) -> dict:
     """A stub-server script that solves each task every other rollout and gives up otherwise."""
     conversations: list[dict] = []
     for index, task in enumerate(tasks):
-        match = _task_match(task["prompt"])
+        match = anchored(task["prompt"])
         solve = {"match": match, "turns": gold_turns(task)}
         give_up = {"match": match, "turns": [{"content": GIVE_UP_ANSWER}]}
         conversations += [give_up, solve] if index % 3 == 2 else [solve, give_up]
         if judge:
-            quoted = json.dumps(task.get("gold_answer") or task["answer"], ensure_ascii=False)
-            conversations.append(
-                {
-                    "match": r"\A"
-                    + re.escape(JUDGE_PROMPT_HEADER)
-                    + r".*<candidate_answer>"
-                    + re.escape(quoted)
-                    + r"</candidate_answer>",
-                    "turns": [{"content": '{"score": 1}'}],
-                }
-            )
+            conversations.append(judge_conversation(task))
     script: dict[str, Any] = {"conversations": conversations}
     if judge:  # any other answer the judge sees is wrong
         script["default"] = {"turns": [{"content": '{"score": 0}'}]}

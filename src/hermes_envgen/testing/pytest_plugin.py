@@ -44,3 +44,21 @@ def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Set the offline switches (no hub, no W&B) for the test's own process."""
     for name, value in OFFLINE_ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def reward_checks(offline_tokenizer: Path, tmp_path: Path) -> Callable:
+    """Gold and no-op replays: ``reward_checks(EnvClass, SAMPLES)`` -> a RewardCheckReport.
+
+    Each sample's gold solution and an immediate answer without tools go through the env's
+    real agent loop and sandbox against a scripted stub; the report's ``gold_failures`` and
+    ``noop_failures`` name the samples whose reward does not pay for the task alone.
+    """
+    from hermes_envgen.testing.reward_checks import check_rewards
+
+    def run(env_cls: type, samples: list[dict], **thresholds: float):
+        return check_rewards(
+            env_cls, samples, offline_tokenizer, tmp_path / "replays", **thresholds
+        )
+
+    return run
