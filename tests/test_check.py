@@ -119,3 +119,32 @@ def test_a_port_in_use_exits_2(project, stub_server):
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{busy.port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_the_checks_run_against_a_real_endpoint(project, stub_server, offline_tokenizer):
+    """A separately running OpenAI-compatible server stands in for the user's endpoint."""
+    import importlib
+
+    sys.path.insert(0, str(project / "src"))
+    try:
+        samples = importlib.import_module("ready_env.samples").SAMPLES
+    finally:
+        sys.path.remove(str(project / "src"))
+    from hermes_envgen.testing.policy import scripted_policy
+
+    endpoint = stub_server(scripted_policy(samples))
+    result = run_check(
+        str(project),
+        "--base-url",
+        endpoint.base_url,
+        "--model",
+        "my-model",
+        "--server-type",
+        "openai",
+        "--tokenizer",
+        str(offline_tokenizer),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert rows(result)["process"] == "PASS" and rows(result)["evaluate"] == "PASS"
+    assert any(r.get("model") == "my-model" for r in endpoint.requests)
