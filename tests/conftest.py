@@ -23,3 +23,17 @@ def sandboxes(tmp_path):
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 
     return SandboxManager(SandboxSettings(root=str(tmp_path), command_timeout=10), lifetime=600)
+
+
+def render_template(target: Path, data: dict) -> Path:
+    """Render the working tree's template into ``target`` with ``data`` and default answers."""
+    import warnings
+
+    import copier
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a dirty working tree is what we mean to render
+        copier.run_copy(
+            str(REPO), str(target), data=data, defaults=True, quiet=True, vcs_ref="HEAD"
+        )
+    return target

@@ -5,10 +5,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import warnings
 
 import pytest
-from conftest import REPO
+from conftest import render_template
 
 
 def run_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -23,20 +22,8 @@ def run_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    import copier
-
     target = tmp_path_factory.mktemp("check") / "ready-env"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        copier.run_copy(
-            str(REPO),
-            str(target),
-            data={"project_name": "ready-env"},
-            defaults=True,
-            quiet=True,
-            vcs_ref="HEAD",
-        )
-    return target
+    return render_template(target, {"project_name": "ready-env"})
 
 
 def variant(project, tmp_path, old: str, new: str):

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
-import warnings
 
 import pytest
-from conftest import REPO
+from conftest import render_template
 
 from hermes_envgen.testing.envs import build_env
 from hermes_envgen.testing.policy import anchored, gold_turns
@@ -26,19 +25,10 @@ TAMPER = (
 
 @pytest.fixture(scope="module")
 def binary_env(tmp_path_factory):
-    import copier
-
-    target = tmp_path_factory.mktemp("hacking") / "hack-env"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        copier.run_copy(
-            str(REPO),
-            str(target),
-            data={"project_name": "hack-env", "reward_pattern": "binary"},
-            defaults=True,
-            quiet=True,
-            vcs_ref="HEAD",
-        )
+    target = render_template(
+        tmp_path_factory.mktemp("hacking") / "hack-env",
+        {"project_name": "hack-env", "reward_pattern": "binary"},
+    )
     sys.path.insert(0, str(target / "src"))
     try:
         module = importlib.import_module("hack_env")

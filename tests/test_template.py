@@ -5,11 +5,10 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import render_template
 
 PROVIDERS = {
     "atropos": {},
@@ -40,15 +39,7 @@ def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
 
 
 def render(tmp_path: Path, data: dict) -> Path:
-    import copier
-
-    target = tmp_path / data["project_name"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a dirty working tree is what we mean to render
-        copier.run_copy(
-            str(REPO), str(target), data=data, defaults=True, quiet=True, vcs_ref="HEAD"
-        )
-    return target
+    return render_template(tmp_path / data["project_name"], data)
 
 
 def ruff(project: Path, *args: str) -> subprocess.CompletedProcess:
