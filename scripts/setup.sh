@@ -8,6 +8,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[dev]'
-if [ -x scripts/install-system-deps.sh ] || [ -f scripts/install-system-deps.sh ]; then
-  bash scripts/install-system-deps.sh
-fi
+# Debian packages for the sandbox backends and browser tests; without root they are reported
+# missing and the tests that need them are skipped, while everything else still runs.
+sh scripts/install-system-deps.sh || echo "warning: system packages missing; some tests will be skipped" >&2
