@@ -7,7 +7,10 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
+import sys
 import time
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +54,16 @@ class SandboxSettings:
     memory_mb: int | None = None
     max_processes: int | None = None
     max_file_mb: int | None = None
+    docker_image: str = "python:3.11-slim"  # the docker backend's image
 
 
 # Variables a command may see. Everything else, API keys and tokens included, stays out.
 _PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+
+
+# Every command's processes carry ``<sandbox id>.<command number>`` in this variable, so that a
+# timeout or cleanup finds the descendants that left the process group (setsid, daemons).
+RUN_TAG_VARIABLE = "HERMES_SANDBOX_RUN"
 
 
 def command_environment(home: str) -> dict[str, str]:
@@ -113,6 +122,8 @@ class HostDirectorySandbox(Sandbox):
         self.workspace = workspace.resolve()
         self.workspace.mkdir(parents=True, exist_ok=False)
         self._process_groups: set[int] = set()
+        self._tag_prefix = f"{uuid.uuid4().hex[:16]}."
+        self._commands_started = 0
 
     def host_path(self, path: str) -> Path:
         """Map a path the agent gave to the host, refusing anything outside the workspace."""
@@ -190,31 +201,34 @@ class HostDirectorySandbox(Sandbox):
 
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout
-        process = await spawn(
-            self._command_argv(command),
-            command_environment(self.workdir),
-            preexec_fn=self._preexec(),
-        )
+        self._commands_started += 1
+        tag = f"{self._tag_prefix}{self._commands_started}"
+        env = command_environment(self.workdir)
+        env[RUN_TAG_VARIABLE] = tag
+        process = await spawn(self._command_argv(command), env, preexec_fn=self._preexec())
         self._process_groups.add(process.pid)
-        reader = asyncio.ensure_future(_read_capped(process.stdout, self.settings.max_output_bytes))
+        captured = CappedOutput(self.settings.max_output_bytes)
+        reader = asyncio.ensure_future(captured.drain(process.stdout))
         timed_out = False
         try:
-            await asyncio.wait_for(process.wait(), timeout)
-        except asyncio.TimeoutError:
-            timed_out = True
-            _kill_group(process.pid)
-            await process.wait()
+            try:
+                await asyncio.wait_for(process.wait(), timeout)
+            except asyncio.TimeoutError:
+                timed_out = True
+                kill_processes(process.pid, tag)
+                await process.wait()
+            # Background children may hold the pipe after the shell exited; give them a moment.
+            if not await _finishes_within(reader, 1.0):
+                kill_processes(process.pid, tag)
+                await _finishes_within(reader, 1.0)
         finally:
             if process.returncode is None:  # cancelled: never leave the command running
-                _kill_group(process.pid)
-        # Background children may hold the pipe open after the shell exited; give them a moment.
-        try:
-            head, dropped = await asyncio.wait_for(asyncio.shield(reader), 1.0)
-        except asyncio.TimeoutError:
-            _kill_group(process.pid)
-            head, dropped = await reader
+                kill_processes(process.pid, tag)
+            if not reader.done():  # something no kill reached still holds the pipe
+                reader.cancel()
         if not _group_alive(process.pid):
             self._process_groups.discard(process.pid)
+        head, dropped = bytes(captured.head), captured.dropped
         output = head.decode("utf-8", errors="replace")
         if dropped:
             output += f"\n[output truncated: {dropped} more bytes not shown]"
@@ -234,7 +248,78 @@ class HostDirectorySandbox(Sandbox):
         for pgid in self._process_groups:
             _kill_group(pgid)
         self._process_groups.clear()
-        await asyncio.to_thread(shutil.rmtree, self.workspace, ignore_errors=True)
+        kill_processes(None, self._tag_prefix)
+        await asyncio.to_thread(remove_tree, self.workspace)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory tree, even parts a command made unreadable (``chmod 000 dir``)."""
+
+    def retry(function, failed: str, _error) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(failed), stat.S_IRWXU)  # to unlink entries of it
+            if function in (os.unlink, os.remove, os.rmdir):
+                function(failed)
+            elif os.path.isdir(failed) and not os.path.islink(failed):  # could not be listed
+                os.chmod(failed, stat.S_IRWXU)
+                shutil.rmtree(failed, **{_ON_ERROR: retry})
+
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path, **{_ON_ERROR: retry})
+
+
+# shutil.rmtree's error hook: ``onerror`` is deprecated from Python 3.12 on.
+_ON_ERROR = "onexc" if sys.version_info >= (3, 12) else "onerror"
+
+
+def kill_processes(pgid: int | None, tag: str) -> None:
+    """SIGKILL a process group and every process whose run tag is ``tag`` (or starts with it).
+
+    The tag finds what left the group (``setsid``, ``nohup ... &`` of a subshell); more rounds
+    catch children forked while the previous round was killing their parents (a fork bomb).
+    """
+    if pgid is not None:
+        _kill_group(pgid)
+    for _ in range(20):
+        found = tagged_processes(tag)
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """The live processes (not zombies) whose environment has a run tag starting with ``tag``."""
+    needle = f"\0{RUN_TAG_VARIABLE}={tag}".encode()
+    if tag[-1:] != ".":  # one command's tag, not a sandbox's prefix: match it exactly
+        needle += b"\0"
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs (not Linux): the process group is all there is
+        return found
+    me = os.getpid()
+    for name in entries:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as file:
+                environ = file.read()
+        except OSError:
+            continue
+        if needle in b"\0" + environ + b"\0" and _alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
 
 
 def _kill_group(pgid: int) -> None:
@@ -250,15 +335,32 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-async def _read_capped(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, int]:
-    """Read a stream to its end, keeping the first ``limit`` bytes and counting the rest."""
-    head = bytearray()
-    dropped = 0
-    while chunk := await stream.read(65536):
-        room = limit - len(head)
+class CappedOutput:
+    """The first ``limit`` bytes of a command's output and a count of the rest.
+
+    Kept outside the reading task, so that what was read survives when reading is cut off.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        """Keep what fits of ``chunk`` and count the rest."""
+        room = self.limit - len(self.head)
         if room > 0:
-            head += chunk[:room]
-            dropped += max(0, len(chunk) - room)
-        else:
-            dropped += len(chunk)
-    return bytes(head), dropped
+            self.head += chunk[:room]
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        """Read ``stream`` to its end."""
+        while chunk := await stream.read(65536):
+            self.add(chunk)
+
+
+async def _finishes_within(task: asyncio.Future, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``task`` (without cancelling it); whether it finished."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(asyncio.shield(task), seconds)
+    return task.done()

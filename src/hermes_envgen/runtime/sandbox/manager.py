@@ -25,7 +25,19 @@ def _local(task_id: str, settings: SandboxSettings, workspace: Path) -> Sandbox:
     return LocalSandbox(task_id, settings, workspace)
 
 
-BACKENDS: dict[str, SandboxFactory] = {"local": _local}
+def _bwrap(task_id: str, settings: SandboxSettings, workspace: Path) -> Sandbox:
+    from hermes_envgen.runtime.sandbox.bwrap import BwrapSandbox
+
+    return BwrapSandbox(task_id, settings, workspace)
+
+
+def _docker(task_id: str, settings: SandboxSettings, workspace: Path) -> Sandbox:
+    from hermes_envgen.runtime.sandbox.docker import DockerSandbox
+
+    return DockerSandbox(task_id, settings, workspace)
+
+
+BACKENDS: dict[str, SandboxFactory] = {"local": _local, "bwrap": _bwrap, "docker": _docker}
 
 
 def register_backend(name: str, factory: SandboxFactory) -> None:
@@ -37,7 +49,7 @@ def check_backend(name: str) -> None:
     """Fail early, naming the valid choices, for an unknown backend."""
     if name not in BACKENDS:
         raise ValueError(
-            f"unknown terminal_backend {name!r}; valid backends: {', '.join(sorted(BACKENDS))}"
+            f"unknown terminal_backend {name!r}; valid backends: {', '.join(BACKENDS)}"
         )
 
 

@@ -1,0 +1,106 @@
+"""Per-command overhead of each sandbox backend against a raw subprocess, in the same run.
+
+For each backend (local, bwrap when installed, docker when an engine answers) it runs
+``true`` through ``Sandbox.run`` and, alternating with it, through a raw
+``asyncio.create_subprocess_exec("bash", "-c", "true")`` whose output is read the same way;
+each round yields time(backend) / time(raw), and the median over rounds is reported.
+Targets: local <= 1.5, bwrap <= 3 (docker: reported only).
+
+    .venv/bin/python benchmarks/bench_sandbox.py [--rounds 7] [--commands 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+
+TARGETS = {"local": 1.5, "bwrap": 3.0}
+
+
+async def raw_command() -> None:
+    """The baseline: one plain asyncio subprocess, output read to the end."""
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        "true",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    await process.communicate()
+
+
+async def seconds_per_command(run, commands: int) -> float:
+    """Mean wall time of ``commands`` sequential calls of ``run``."""
+    start = time.perf_counter()
+    for _ in range(commands):
+        await run()
+    return (time.perf_counter() - start) / commands
+
+
+def available_backends() -> list[str]:
+    """local always; bwrap if installed; docker if an engine answers ``docker info``."""
+    backends = ["local"]
+    if shutil.which("bwrap"):
+        backends.append("bwrap")
+    if shutil.which("docker"):
+        info = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+        if info.returncode == 0:
+            backends.append("docker")
+    return backends
+
+
+async def main(rounds: int, commands: int) -> dict[str, float]:
+    """Measure every available backend against the raw baseline; print and return ratios."""
+    backends = available_backends()
+    root = tempfile.mkdtemp(prefix="bench-sandbox-")
+    managers = {b: SandboxManager(SandboxSettings(backend=b, root=f"{root}/{b}")) for b in backends}
+    sandboxes = {b: managers[b].get("bench") for b in backends}
+    per_command: dict[str, list[float]] = {b: [] for b in ["raw", *backends]}
+    ratios: dict[str, list[float]] = {b: [] for b in backends}
+    try:
+        for backend, sandbox in sandboxes.items():  # warm up: page cache, docker start
+            for _ in range(3):
+                result = await sandbox.run("true")
+                assert result.exit_code == 0, (backend, result)
+        for _ in range(rounds):
+            for backend, sandbox in sandboxes.items():
+                raw = await seconds_per_command(raw_command, commands)
+                timed = await seconds_per_command(lambda s=sandbox: s.run("true"), commands)
+                per_command["raw"].append(raw)
+                per_command[backend].append(timed)
+                ratios[backend].append(timed / raw)
+    finally:
+        for manager in managers.values():
+            await manager.close_all()
+        shutil.rmtree(root, ignore_errors=True)
+
+    print(f"{rounds} rounds x {commands} commands of `true`, alternating with the raw baseline")
+    print(f"{'':8} {'ms/command':>11} {'ratio (median)':>15} {'target':>7}")
+    print(f"{'raw':8} {statistics.median(per_command['raw']) * 1000:11.2f}")
+    summary = {}
+    for backend in backends:
+        ratio = statistics.median(ratios[backend])
+        summary[backend] = ratio
+        target = TARGETS.get(backend)
+        verdict = "" if target is None else ("ok" if ratio <= target else "OVER")
+        print(
+            f"{backend:8} {statistics.median(per_command[backend]) * 1000:11.2f} "
+            f"{ratio:15.2f} {'' if target is None else f'<= {target:g}':>7} {verdict}"
+        )
+    return summary
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--commands", type=int, default=40)
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.rounds, arguments.commands))

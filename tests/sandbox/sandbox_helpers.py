@@ -1,0 +1,154 @@
+"""Helpers of the sandbox tests: which backends exist here, and what processes are alive."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+
+NO_BWRAP = "bwrap is not installed (scripts/install-system-deps.sh installs it)"
+NO_DOCKER = "no Docker engine reachable"
+
+
+def has_bwrap() -> bool:
+    """Whether bubblewrap is installed."""
+    return shutil.which("bwrap") is not None
+
+
+@functools.cache
+def docker_reachable() -> bool:
+    """Whether ``docker info`` answers (a client alone is not enough)."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        result = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+needs_bwrap = pytest.mark.skipif(not has_bwrap(), reason=NO_BWRAP)
+needs_docker = pytest.mark.skipif(not docker_reachable(), reason=NO_DOCKER)
+
+LOCAL = pytest.param("local", id="local")
+BWRAP = pytest.param("bwrap", id="bwrap", marks=needs_bwrap)
+DOCKER = pytest.param("docker", id="docker", marks=needs_docker)
+
+
+def make_manager(root: Path, backend: str, **settings) -> SandboxManager:
+    """A manager whose workspaces live under ``root/<backend>``."""
+    settings.setdefault("command_timeout", 10)
+    return SandboxManager(SandboxSettings(backend=backend, root=str(root / backend), **settings))
+
+
+def state(pid: int) -> str | None:
+    """A process's state letter (R, S, Z...), or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rsplit(b")", 1)[-1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """A live process: there, and not a zombie."""
+    return state(pid) not in (None, "Z", "X")
+
+
+def all_pids() -> list[int]:
+    """Every pid in /proc."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def parent_of(pid: int) -> int | None:
+    """A process's parent pid, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return int(file.read().rsplit(b")", 1)[-1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(root: int | None = None) -> set[int]:
+    """The live descendants of ``root`` (default: this test process)."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    for pid in all_pids():
+        parent = parent_of(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    pending = [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return {pid for pid in found if alive(pid)}
+
+
+def processes_pointing_into(directory: Path) -> set[int]:
+    """Live processes whose cwd, root, executable or command line lies in ``directory``."""
+    needle = str(directory)
+    found = set()
+    for pid in all_pids():
+        if pid == os.getpid():
+            continue
+        texts = []
+        for link in ("cwd", "root", "exe"):
+            with contextlib.suppress(OSError):
+                texts.append(os.readlink(f"/proc/{pid}/{link}"))
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                texts.append(file.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass
+        if any(needle in text for text in texts) and alive(pid):
+            found.add(pid)
+    return found
+
+
+def namespace_members(namespace: str, kind: str = "pid") -> set[int]:
+    """Live processes in a namespace, given as ``readlink /proc/<pid>/ns/<kind>`` shows it."""
+    found = set()
+    for pid in all_pids():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/{kind}") == namespace and alive(pid):
+                found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
+def processes_running(*needles: bytes) -> set[int]:
+    """Live processes whose command line contains one of ``needles`` (NUL-separated argv)."""
+    found = set()
+    for pid in all_pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                cmdline = file.read()
+        except OSError:
+            continue
+        if any(needle in cmdline for needle in needles) and alive(pid):
+            found.add(pid)
+    return found
+
+
+def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Poll ``check`` until it holds or ``seconds`` pass; whether it held."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if check():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)

@@ -1,0 +1,339 @@
+"""The docker backend: the container it asks for and its path rules (always), and the real
+thing where a Docker engine answers (skipped otherwise: "no Docker engine reachable")."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from sandbox_helpers import alive, eventually, make_manager, needs_docker
+
+from hermes_envgen.runtime.sandbox import (
+    BACKENDS,
+    PathOutsideWorkspace,
+    SandboxError,
+    SandboxSettings,
+    check_backend,
+)
+from hermes_envgen.runtime.sandbox.base import RUN_TAG_VARIABLE
+from hermes_envgen.runtime.sandbox.docker import (
+    KILL_SCRIPT,
+    LIST_SCRIPT,
+    READ_SCRIPT,
+    WRITE_SCRIPT,
+    DockerSandbox,
+    container_path,
+)
+
+# -- without an engine: the argv, the path rules, the scripts ----------------------------------
+
+
+def sandbox_with(tmp_path: Path, **settings) -> DockerSandbox:
+    return DockerSandbox("task/1", SandboxSettings(backend="docker", **settings), tmp_path / "w")
+
+
+def option_values(argv: list[str], option: str) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == option]
+
+
+def test_the_container_is_locked_down_by_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")
+    argv = sandbox_with(tmp_path).run_argv()
+    assert argv[1:3] == ["run", "--detach"]
+    assert option_values(argv, "--network") == ["none"]
+    assert "--read-only" in argv and "--init" in argv
+    assert option_values(argv, "--cap-drop") == ["ALL"]
+    assert option_values(argv, "--security-opt") == ["no-new-privileges"]
+    assert option_values(argv, "--user") == ["65534:65534"]
+    assert option_values(argv, "--pids-limit") == ["256"]
+    assert option_values(argv, "--memory") == ["2048m"]
+    assert option_values(argv, "--memory-swap") == ["2048m"]
+    assert option_values(argv, "--ulimit") == [f"fsize={1024 * 1024 * 1024}"]
+    tmpfs = option_values(argv, "--tmpfs")
+    assert [mount.split(":")[0] for mount in tmpfs] == ["/workspace", "/tmp"]
+    assert all("nosuid" in mount and "size=" in mount for mount in tmpfs)
+    assert option_values(argv, "--workdir") == ["/workspace"]
+    environment = option_values(argv, "--env")
+    assert "HOME=/workspace" in environment
+    assert not any("sk-host-secret" in value or value.startswith("PATH=") for value in environment)
+    assert argv[-2:] == ["python:3.11-slim", "infinity"]
+    assert option_values(argv, "--entrypoint") == ["sleep"]
+
+
+def test_settings_choose_the_image_network_and_limits(tmp_path):
+    argv = sandbox_with(
+        tmp_path,
+        docker_image="ubuntu:24.04",
+        network=True,
+        max_processes=64,
+        memory_mb=512,
+        max_file_mb=10,
+        cpu_seconds=30,
+    ).run_argv()
+    assert argv[-2] == "ubuntu:24.04"
+    assert option_values(argv, "--network") == ["bridge"]
+    assert option_values(argv, "--pids-limit") == ["64"]
+    assert option_values(argv, "--memory") == ["512m"]
+    assert option_values(argv, "--ulimit") == [f"fsize={10 * 1024 * 1024}", "cpu=30"]
+
+
+def test_exec_argv_tags_the_command_and_names_the_container(tmp_path):
+    sandbox = sandbox_with(tmp_path)
+    argv = sandbox.exec_argv("bash", "-c", "true", tag="abc.1")
+    assert argv[1:4] == ["exec", "--workdir", "/workspace"]
+    assert option_values(argv, "--env") == [f"{RUN_TAG_VARIABLE}=abc.1"]
+    assert argv[-4:] == [sandbox.container, "bash", "-c", "true"]
+    assert sandbox.container.startswith("hermes-task_1-")
+    assert "--interactive" in sandbox.exec_argv("cat", stdin=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("a/b.txt", "/workspace/a/b.txt"),
+        (".", "/workspace"),
+        ("", "/workspace"),
+        ("/workspace", "/workspace"),
+        ("/workspace/./a//b/../c", "/workspace/a/c"),
+        ("a/../b", "/workspace/b"),
+    ],
+)
+def test_container_paths_inside_the_workspace(path, expected):
+    assert container_path(path) == expected
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../x", "a/../../x", "/etc/passwd", "/", "/workspacex/a", "/workspace/../etc", "a\x00b"],
+)
+def test_container_paths_outside_the_workspace_are_refused(path):
+    with pytest.raises(PathOutsideWorkspace):
+        container_path(path)
+
+
+def run_script(script: str, workspace: Path, path: str, data: bytes | None = None):
+    """Run a file script on the host, with a host directory standing for /workspace."""
+    target = container_path(path, workdir=str(workspace))
+    return subprocess.run(
+        ["sh", "-c", script, "sh", str(workspace), target],
+        input=data,
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
+
+
+def test_the_file_scripts_confine_symlinks_as_the_container_resolves_them(tmp_path):
+    workspace = tmp_path / "workspace"
+    (workspace / "real").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside")
+    (workspace / "real" / "f").write_bytes(b"\x00\xffdata")
+    (workspace / "to_passwd").symlink_to("/etc/passwd")
+    (workspace / "to_outside").symlink_to(outside)
+    (workspace / "up").symlink_to("..")
+    (workspace / "inside").symlink_to(workspace / "real")
+    (workspace / "planted").symlink_to(tmp_path / "planted.txt")
+
+    for path in ("to_passwd", "to_outside", "up/outside.txt", "planted"):
+        assert run_script(READ_SCRIPT, workspace, path).returncode == 3, path
+        assert run_script(WRITE_SCRIPT, workspace, path, b"x").returncode == 3, path
+        assert run_script(LIST_SCRIPT, workspace, path).returncode == 3, path
+    assert outside.read_text() == "outside" and not (tmp_path / "planted.txt").exists()
+
+    assert run_script(READ_SCRIPT, workspace, "inside/f").stdout == b"\x00\xffdata"
+    assert run_script(READ_SCRIPT, workspace, "missing").returncode == 4
+    assert run_script(READ_SCRIPT, workspace, "real").returncode == 5
+    blob = bytes(range(256)) * 100
+    assert run_script(WRITE_SCRIPT, workspace, "new/deep/blob.bin", blob).returncode == 0
+    assert run_script(READ_SCRIPT, workspace, "new/deep/blob.bin").stdout == blob
+    assert run_script(WRITE_SCRIPT, workspace, "real", b"x").returncode == 5
+    listed = run_script(LIST_SCRIPT, workspace, ".").stdout.split(b"\0")
+    names = sorted(os.path.relpath(n.decode(), workspace) for n in listed if n)
+    assert names == ["new/deep/blob.bin", "real/f"]  # symlinks are not files of the listing
+
+
+def test_the_kill_script_kills_exactly_the_tagged_processes():
+    def start(tag: str) -> subprocess.Popen:
+        # setsid: out of our process group, as a daemonised command would be
+        return subprocess.Popen(
+            ["sleep", "300"], env={**os.environ, RUN_TAG_VARIABLE: tag}, start_new_session=True
+        )
+
+    doomed, spared = start("kill-test.1"), start("kill-test.10")
+    try:
+        subprocess.run(
+            ["sh", "-c", KILL_SCRIPT, "sh", f"{RUN_TAG_VARIABLE}=kill-test.1"],
+            timeout=30,
+            check=True,
+        )
+        assert doomed.wait(5) == -signal.SIGKILL
+        assert alive(spared.pid)
+    finally:
+        for process in (doomed, spared):
+            process.kill()
+            process.wait()
+
+
+def test_the_backend_is_registered_and_an_unreachable_engine_is_a_clear_error(tmp_path):
+    assert "docker" in BACKENDS and "bwrap" in BACKENDS
+    check_backend("docker")
+    with pytest.raises(ValueError, match="valid backends: local, bwrap, docker"):
+        check_backend("vm")
+    if os.environ.get("DOCKER_HOST") is None and Path("/var/run/docker.sock").exists():
+        pytest.skip("a Docker socket exists here; the unreachable-engine case cannot be shown")
+    manager = make_manager(tmp_path, "docker")
+    environment = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+    async def main():
+        sandbox = manager.get("x")
+        with pytest.raises(SandboxError, match="docker"):
+            await sandbox.run("true")
+        with pytest.raises(SandboxError):
+            await sandbox.read_bytes("a.txt")
+        await manager.close_all()
+
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        asyncio.run(main())
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# -- with an engine ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def docker_manager(tmp_path):
+    return make_manager(tmp_path, "docker", command_timeout=30)
+
+
+@needs_docker
+def test_commands_run_locked_down_in_the_container(docker_manager):
+    async def main():
+        sandbox = docker_manager.get("run")
+        out = {
+            "basics": await sandbox.run('pwd; echo "$HOME"; hostname; id -u; exit 3'),
+            "caps": await sandbox.run("grep CapEff /proc/self/status"),
+            "read_only": await sandbox.run("touch /usr/x /x 2>&1; echo done"),
+            "workspace": await sandbox.run("echo data > f && cat f && echo tmp > /tmp/t"),
+            "network": await sandbox.run(
+                "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\""
+            ),
+            "pids": await sandbox.run("cat /sys/fs/cgroup/pids.max 2>/dev/null || echo unknown"),
+        }
+        name = sandbox.container
+        await docker_manager.close_all()
+        return out, name
+
+    out, name = asyncio.run(main())
+    assert out["basics"].exit_code == 3
+    assert out["basics"].output == "/workspace\n/workspace\nsandbox\n65534\n"
+    assert out["caps"].output.split()[-1] == "0000000000000000"
+    assert "Read-only file system" in out["read_only"].output
+    assert out["workspace"].output == "data\n"
+    assert out["network"].exit_code != 0
+    assert out["pids"].output.strip() in ("256", "unknown")
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"name={name}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.stdout.strip() == ""  # close removed the container
+
+
+@needs_docker
+def test_a_timeout_kills_the_command_inside_the_container(docker_manager):
+    find = (
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
+        " | grep -c '^sleep 60[01] ' || true"
+    )
+
+    async def main():
+        sandbox = docker_manager.get("timeout")
+        start = time.monotonic()
+        result = await sandbox.run(
+            "setsid sleep 600 >/dev/null 2>&1 & (nohup sleep 601 >/dev/null 2>&1 &); sleep 30",
+            timeout=2,
+        )
+        elapsed = time.monotonic() - start
+        left = await sandbox.run(find)
+        flood = await sandbox.run("yes", timeout=2)
+        await docker_manager.close_all()
+        return result, elapsed, left, flood
+
+    result, elapsed, left, flood = asyncio.run(main())
+    assert result.exit_code == 124 and result.timed_out
+    assert elapsed < 15
+    assert left.output.strip() == "0"
+    assert flood.timed_out and len(flood.output) < 64_000 + 200
+
+
+@needs_docker
+def test_files_are_binary_safe_and_confined_in_the_container(docker_manager):
+    blob = bytes(range(256)) * 64 + os.urandom(1024)
+
+    async def main():
+        sandbox = docker_manager.get("files")
+        await sandbox.write_bytes("dir/blob.bin", blob)
+        await sandbox.run(
+            "ln -s /etc/passwd passwd_link && ln -s /workspace/dir inside && ln -s / root"
+        )
+        out = {
+            "blob": await sandbox.read_bytes("/workspace/inside/blob.bin"),
+            "sha": await sandbox.run("sha256sum dir/blob.bin | cut -c1-64"),
+            "listed": await sandbox.list_files("."),
+        }
+        for path in ("passwd_link", "root/etc/passwd", "../x", "/etc/passwd"):
+            with pytest.raises(PathOutsideWorkspace):
+                await sandbox.read_bytes(path)
+            with pytest.raises(PathOutsideWorkspace):
+                await sandbox.write_bytes(path, b"pwned")
+        with pytest.raises(SandboxError, match="no such file"):
+            await sandbox.read_bytes("missing")
+        await docker_manager.close_all()
+        return out
+
+    out = asyncio.run(main())
+    assert out["blob"] == blob
+    assert out["sha"].output.strip() == hashlib.sha256(blob).hexdigest()
+    assert out["listed"] == ["dir/blob.bin"]
+
+
+@needs_docker
+def test_close_removes_the_container_even_after_a_crash(docker_manager):
+    names = []
+
+    async def rollout():
+        sandbox = docker_manager.get("crash")
+        names.append(sandbox.container)
+        try:
+            await sandbox.run("sleep 300 >/dev/null 2>&1 &")
+            raise RuntimeError("rollout crashed")
+        finally:
+            await docker_manager.release("crash")
+
+    with pytest.raises(RuntimeError, match="crashed"):
+        asyncio.run(rollout())
+    assert eventually(
+        lambda: (
+            not subprocess.run(
+                ["docker", "ps", "-a", "-q", "--filter", f"name={names[0]}"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+        )
+    )

@@ -1,0 +1,100 @@
+"""200 rollouts through SandboxManager + ToolContext leave no process and no directory behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+from sandbox_helpers import (
+    BWRAP,
+    LOCAL,
+    descendants,
+    eventually,
+    make_manager,
+    processes_pointing_into,
+    processes_running,
+)
+
+from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools import ToolExecutionError
+
+ROLLOUTS = 200
+CONCURRENCY = 16
+LINGERER = b"sleep\x00987"  # every background process the rollouts start runs this
+
+
+class Crash(RuntimeError):
+    """A rollout function failing midway, as a buggy environment would."""
+
+
+async def rollout(manager, number: int) -> str:
+    """One rollout of a mix: success, failures, timeouts, crashes; cleanup in ``finally``."""
+    ctx = ToolContext(f"rollout-{number}", manager)
+    kind = number % 5
+    try:
+        await ctx.write_file("task.txt", f"task {number}\n")
+        if kind == 0:  # success
+            result = await ctx.terminal("cat task.txt | tr a-z A-Z > out.txt && cat out.txt")
+            assert result["output"] == f"TASK {number}\n", result
+            assert await ctx.read_file("out.txt") == f"TASK {number}\n"
+        elif kind == 1:  # failing command and failing tool
+            result = await ctx.terminal("grep nothing task.txt; exit 3")
+            assert result["exit_code"] == 3
+            with pytest.raises(ToolExecutionError, match="no such file"):
+                await ctx.call_tool("read_file", {"path": "missing.txt"})
+        elif kind == 2:  # timeout, with a daemonised child and a plain background child
+            result = await ctx.terminal(
+                "setsid sleep 987 >/dev/null 2>&1 & sleep 987 >/dev/null 2>&1 & sleep 30",
+                timeout=0.3,
+            )
+            assert result["exit_code"] == 124
+        elif kind == 3:  # crash midway, background process running
+            await ctx.terminal("nohup sleep 987 >/dev/null 2>&1 &")
+            raise Crash(f"rollout {number} crashed")
+        else:  # ends normally with background processes still running, one holding the pipe
+            await ctx.terminal("sleep 987 >/dev/null 2>&1 & (setsid sleep 987 >/dev/null 2>&1 &)")
+            if number % 20 == 4:
+                await ctx.terminal("sleep 987 &", timeout=5)
+        return "ok"
+    finally:
+        await ctx.cleanup()
+
+
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+    root = manager.root
+    processes_before = descendants()
+    pointing_before = processes_pointing_into(root.parent)
+
+    async def main():
+        slots = asyncio.Semaphore(CONCURRENCY)
+
+        async def limited(number: int) -> str:
+            async with slots:
+                return await rollout(manager, number)
+
+        results = await asyncio.gather(
+            *(limited(n) for n in range(ROLLOUTS)), return_exceptions=True
+        )
+        await manager.close_all()
+        return results
+
+    start = time.monotonic()
+    results = asyncio.run(main())
+    elapsed = time.monotonic() - start
+    crashes = [r for r in results if isinstance(r, Crash)]
+    others = [r for r in results if isinstance(r, BaseException) and not isinstance(r, Crash)]
+    assert not others, others[:3]
+    assert len(crashes) == ROLLOUTS // 5
+    assert results.count("ok") == ROLLOUTS - len(crashes)
+    # no process: not below this test process, not in the sandbox root, no lingering sleep
+    assert eventually(lambda: descendants() <= processes_before), descendants()
+    assert eventually(lambda: processes_pointing_into(root.parent) <= pointing_before)
+    assert eventually(lambda: not processes_running(LINGERER))
+    # no directory: every workspace and the manager's own root are gone
+    assert not root.exists(), sorted(os.listdir(root))
+    assert len(manager) == 0
+    assert elapsed < 40, f"{ROLLOUTS} rollouts took {elapsed:.1f} s"
