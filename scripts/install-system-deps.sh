@@ -1,13 +1,15 @@
 #!/bin/sh
-# Install the system packages the sandbox backends need (Debian/Ubuntu; run as root, e.g. in CI).
+# Install the system packages the sandbox backends and the browser test need (Debian/Ubuntu;
+# run as root, e.g. in CI).
 # Idempotent: does nothing when every tool is already on PATH.
 set -eu
 
 missing=""
 command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 
 if [ -z "$missing" ]; then
-    echo "system deps: all present (bwrap: $(command -v bwrap))"
+    echo "system deps: all present (bwrap, chromium)"
     exit 0
 fi
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 
+import pytest
 from conftest import EXAMPLES
 from transformers import AutoTokenizer
 
@@ -14,7 +16,17 @@ ENV_FILE = EXAMPLES / "terminal_env.py"
 SCRIPT = EXAMPLES / "stub_script.yaml"
 
 
-def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path):
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "local",
+        pytest.param(
+            "bwrap",
+            marks=pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap not installed"),
+        ),
+    ],
+)
+def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path, backend):
     server = stub_server(SCRIPT)
     out = tmp_path / "data" / "groups.jsonl"
     run_env_mode(
@@ -30,6 +42,8 @@ def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path):
         str(tmp_path / "sandboxes"),
         "--env.total_steps",
         "3",
+        "--env.terminal_backend",
+        backend,
         cwd=tmp_path,
         timeout=180,
     )

@@ -62,6 +62,10 @@ def stub_server(
     ] = 0.0,
     hang_rate: Annotated[float, typer.Option(help="Share of requests never answered.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the fault injection.")] = 0,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="The env's tokenizer for POST /generate (default: the offline one)."),
+    ] = None,
 ) -> None:
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
     from hermes_envgen.testing.script import ScriptError
@@ -69,7 +73,9 @@ def stub_server(
 
     try:
         faults = Faults(error_rate, latency, malformed_rate, drop_rate, hang_rate, seed)
-        server = StubServer(script, host=host, port=port, faults=faults, announce=True)
+        server = StubServer(
+            script, host=host, port=port, faults=faults, announce=True, tokenizer=tokenizer
+        )
     except (ScriptError, ValueError) as exc:
         fail(str(exc))
     try:
@@ -270,6 +276,24 @@ def check(
         typer.secho(f"not ready: {', '.join(failed)} failed", err=True, fg=typer.colors.RED)
         raise typer.Exit(1)
     typer.secho("ready to train", fg=typer.colors.GREEN)
+
+
+@app.command()
+def view(
+    path: Annotated[
+        Path, typer.Argument(help="samples.jsonl / failures.jsonl of evaluate, or process JSONL.")
+    ],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Where to write (default: PATH.html).")
+    ] = None,
+) -> None:
+    """Render rollouts as one self-contained HTML page, with filters by reward and error."""
+    from hermes_envgen.view import ViewError, write_view
+
+    try:
+        typer.echo(write_view(path, output))
+    except ViewError as exc:
+        fail(str(exc))
 
 
 def main() -> None:

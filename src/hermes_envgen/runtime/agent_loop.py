@@ -2,8 +2,9 @@
 
 ``HermesAgentLoop.run(messages)`` returns an ``AgentResult`` with the whole conversation in
 OpenAI message format. Nothing the model does ends the loop with an exception: an unknown tool,
-arguments that are not JSON, a tool that fails, each becomes a ``ToolError`` and a message back
-to the model; a server that keeps failing ends the rollout with ``AgentResult.error`` set.
+arguments that are not JSON, a tool that fails, a call that does not parse (Phase 2), each
+becomes a ``ToolError`` and a message back to the model; a server that keeps failing ends the
+rollout with ``AgentResult.error`` set.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from typing import Any, Protocol
 from hermes_envgen.runtime.tool_context import ToolContext
 
 logger = logging.getLogger(__name__)
+
+# The tool name of a ToolError for a call that could not be parsed from the model's text.
+UNPARSED_TOOL = "(unparsed)"
 
 
 @dataclass
@@ -75,6 +79,7 @@ class AssistantTurn:
     tool_calls: list[dict]
     reasoning: str | None = None
     finish_reason: str | None = None
+    parse_error: str | None = None  # text that looks like a tool call but did not parse
 
 
 class ChatServer(Protocol):
@@ -197,6 +202,15 @@ class HermesAgentLoop:
             result.messages.append(assistant)
             result.turns_used = turn
             result.reasoning_per_turn.append(reply.reasoning)
+            if reply.parse_error and not reply.tool_calls:
+                # The model meant to call a tool: tell it the call did not parse, and go on.
+                # A user message, as there is no call id to answer and every template has one.
+                message = f"Error: {reply.parse_error}"
+                result.tool_errors.append(
+                    ToolError(turn, UNPARSED_TOOL, reply.content, reply.parse_error, message)
+                )
+                result.messages.append({"role": "user", "content": message})
+                continue
             if not reply.tool_calls:
                 result.finished_naturally = True
                 break

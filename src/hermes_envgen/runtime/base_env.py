@@ -22,8 +22,21 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
+from hermes_envgen.progress import RunProgress
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
+from hermes_envgen.runtime.evaluation import (
+    EvalTask,
+    ResumeError,
+    SampleJournal,
+    eval_settings,
+    plan_eval,
+    record_run,
+    run_record,
+    summarize,
+)
+from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace, serves_tokens
+from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
@@ -44,14 +57,19 @@ class Rollout:
     reward_error: str | None = None
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
+    sequence: TokenTrace | None = None  # Phase 2 (vllm/sglang): the exact tokens and logprobs
+    failure: str | None = None  # why the score was not measured: evaluation leaves it out
 
     def sample(self) -> dict:
         """A JSON-ready record of the rollout, as evaluation saves it."""
         return {
             "item": _jsonable(self.item),
-            "reward": self.reward,
+            "task_id": self.task_id,
+            "reward": None if self.failure else self.reward,  # a stand-in is no measurement
+            "failure": self.failure,
             "turns_used": self.result.turns_used,
             "finished_naturally": self.result.finished_naturally,
+            "tool_calls": len(self.result.tool_calls),
             "tools_used": self.result.tools_used,
             "tool_errors": [vars(e) for e in self.result.tool_errors],
             "reward_error": self.reward_error,
@@ -72,6 +90,7 @@ class RolloutStats:
     tool_calls: int = 0
     tool_errors: int = 0
     rollout_errors: int = 0
+    failures: int = 0  # scores that are stand-ins (e.g. the judge failed): see Rollout.failure
     finished_naturally: int = 0
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, list[float]] = field(default_factory=dict)
@@ -82,6 +101,7 @@ class RolloutStats:
         self.tool_calls += len(rollout.result.tool_calls)
         self.tool_errors += len(rollout.result.tool_errors)
         self.rollout_errors += rollout.result.error is not None
+        self.failures += rollout.failure is not None
         self.finished_naturally += rollout.result.finished_naturally
         for name, value in rollout.counts.items():
             self.counts[name] = self.counts.get(name, 0.0) + value
@@ -107,6 +127,7 @@ class RolloutStats:
             f"{prefix}/finished_naturally_rate": self.finished_naturally / n,
             f"{prefix}/reward_errors": self.counts.get("reward_errors", 0.0),
             f"{prefix}/rollout_errors": float(self.rollout_errors),
+            f"{prefix}/failures": float(self.failures),
             f"{prefix}/rollouts": float(n),
         }
 
@@ -155,17 +176,30 @@ class HermesAgentBaseEnv(BaseEnv):
             ) from None
         self.config: HermesAgentEnvConfig = config
         self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
+        self._token_server = serves_tokens(self.server)  # Phase 2: exact tokens from /generate
+        if self._token_server:
+            try:
+                get_parser(config.tool_call_parser)  # an unknown parser fails here, at startup
+            except UnknownParserError as exc:
+                raise EnvConfigError(str(exc)) from None
         self.sandboxes = SandboxManager(
             SandboxSettings(
                 backend=config.terminal_backend,
                 root=config.sandbox_root,
                 command_timeout=config.terminal_timeout,
+                network=config.sandbox_network,
+                cpu_seconds=config.sandbox_cpu_seconds,
+                memory_mb=config.sandbox_memory_mb,
+                max_processes=config.sandbox_max_processes,
+                max_file_mb=config.sandbox_max_file_mb,
+                docker_image=config.sandbox_image,
             ),
             lifetime=config.terminal_lifetime,
         )
         set_default_sandbox_manager(self.sandboxes)
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}
+        self._progress: RunProgress | None = None  # process mode's bar, made on first group
 
     @classmethod
     def cli(cls) -> None:
@@ -226,6 +260,14 @@ class HermesAgentBaseEnv(BaseEnv):
             temperature = (
                 self.config.agent_temperature if split == "train" else self.config.eval_temperature
             )
+        backend = None
+        if self._token_server:  # vllm/sglang: token ids in and out, tool calls parsed here
+            backend = ManagedServerBackend(
+                self.server,
+                self.tokenizer,
+                self.config.tool_call_parser,
+                default_max_tokens=self.config.max_token_length,
+            )
         loop = HermesAgentLoop(
             self.server,
             schemas,
@@ -240,6 +282,7 @@ class HermesAgentBaseEnv(BaseEnv):
             max_parallel_tools=self.config.max_parallel_tools,
             split=split,
             request_retries=0,  # atroposlib's server manager already retries with backoff
+            backend=backend,
         )
         try:
             await self.prepare_sandbox(item, ctx)
@@ -248,7 +291,15 @@ class HermesAgentBaseEnv(BaseEnv):
         finally:
             await ctx.cleanup()
         return Rollout(
-            item, result, reward.score, task_id, reward_error, reward.counts, reward.signals
+            item,
+            result,
+            reward.score,
+            task_id,
+            reward_error,
+            reward.counts,
+            reward.signals,
+            sequence=backend.trace if backend is not None else None,
+            failure=reward.failure,
         )
 
     async def _score(
@@ -259,11 +310,16 @@ class HermesAgentBaseEnv(BaseEnv):
             outcome = await self.compute_reward(item, result, ctx)
         except Exception as exc:
             logger.exception("compute_reward failed; scoring 0.0. Item: %r", item)
-            return Reward(0.0, counts={"reward_errors": 1.0}), f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
+            return _reward_error(error), error
         reward = outcome if isinstance(outcome, Reward) else Reward(float(outcome))
         if not math.isfinite(reward.score):
             logger.error("compute_reward returned %r; scoring 0.0. Item: %r", reward.score, item)
-            return Reward(0.0, counts={"reward_errors": 1.0}), f"non-finite reward {reward.score!r}"
+            error = f"non-finite reward {reward.score!r}"
+            return _reward_error(error), error
+        if result.error is not None and reward.failure is None:
+            # The server gave up mid-rollout: whatever the reward says, the model was not measured.
+            reward.failure = f"inference failed: {result.error}"
         return reward, None
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list]:
@@ -276,15 +332,27 @@ class HermesAgentBaseEnv(BaseEnv):
             )
         )
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
+        logprobs: list[list[float]] = []
         for rollout in rollouts:
             self._train_stats.add(rollout)
             if not any(m["role"] == "assistant" for m in rollout.result.messages):
                 continue  # the model never answered (server down): nothing to train on
-            sequence = tokenize_conversation(self.tokenizer, rollout.result.messages, tools[0])
-            group["tokens"].append(sequence.tokens)
-            group["masks"].append(sequence.masks)
+            if rollout.sequence is not None:
+                # Phase 2: the tokens the server saw and generated, with its logprobs.
+                if not rollout.sequence.num_trained:
+                    continue
+                tokens, masks = rollout.sequence.tokens, rollout.sequence.masks
+                logprobs.append(rollout.sequence.logprobs)
+            else:  # Phase 1: rebuilt from the conversation with the chat template
+                sequence = tokenize_conversation(self.tokenizer, rollout.result.messages, tools[0])
+                tokens, masks = sequence.tokens, sequence.masks
+            group["tokens"].append(tokens)
+            group["masks"].append(masks)
             group["scores"].append(rollout.reward)
             group["messages"].append(rollout.result.messages)
+        self._report_group(rollouts, kept=len(group["tokens"]) >= self.config.group_size)
+        if logprobs and len(logprobs) == len(group["tokens"]):
+            group["inference_logprobs"] = logprobs  # aligned with tokens; 1.0 where masked
         if len(group["tokens"]) < self.config.group_size:
             logger.warning(
                 "only %d of %d rollouts produced a model turn; the group is dropped",
@@ -297,22 +365,55 @@ class HermesAgentBaseEnv(BaseEnv):
     # -- evaluation ---------------------------------------------------------------------------
 
     async def run_eval(self, items: list[Any], task_name: str | None = None) -> dict[str, float]:
-        """Evaluate with the full agent loop and tools; save metrics.json and samples.jsonl.
+        """Evaluate with the full agent loop and tools: k samples per item, saved as they finish.
 
-        The numbers go to evaluation metrics only: training buffers never see them.
+        Scored rollouts go to samples.jsonl and failures (no measured score) to failures.jsonl,
+        a line per rollout as soon as it is done; metrics.json gets pass@k, 95% intervals and
+        what the run was (versions, model, provider, config). With ``resume`` the rollouts an
+        interrupted run saved are not run again. The numbers go to ``eval/`` metrics only,
+        never into training buffers. See :mod:`hermes_envgen.runtime.evaluation`.
         """
         start = time.time()
-        slots = asyncio.Semaphore(max(1, self.config.max_eval_workers))
+        config = self.config
+        try:
+            journal = SampleJournal(
+                config.data_dir_to_save_evals, eval_settings(self), resume=config.resume
+            )
+        except ResumeError as exc:
+            raise EnvConfigError(str(exc)) from None
+        tasks = plan_eval(items, config.eval_samples_per_item)
+        saved = [journal.records[t.key] for t in tasks if t.key in journal.records]
+        if len(saved) < len(journal.records):
+            logger.warning(
+                "%d saved rollout(s) belong to no item of this evaluation; left out",
+                len(journal.records) - len(saved),
+            )
+        if config.resume:
+            print(f"resuming: {len(saved)} of {len(tasks)} rollouts already saved", file=sys.stderr)
+        progress = RunProgress("evaluate", len(tasks), "rollouts", completed=len(saved))
+        for record in saved:
+            progress.record(
+                None if record.get("failure") else record["reward"],
+                len(record.get("tool_errors") or []),
+            )
+        slots = asyncio.Semaphore(max(1, config.max_eval_workers))
 
-        async def one(item: Any) -> Rollout:
+        async def one(task: EvalTask) -> None:
             async with slots:
-                return await self.run_agent(item, split="eval")
+                rollout = await self.run_agent(task.item, split="eval")
+            journal.append(rollout.sample() | task.identity())
+            progress.record(
+                None if rollout.failure else rollout.reward, len(rollout.result.tool_errors)
+            )
+            progress.advance()
 
-        rollouts = await asyncio.gather(*(one(item) for item in items))
-        stats = RolloutStats()
-        for rollout in rollouts:
-            stats.add(rollout)
-        metrics = stats.metrics("eval")
+        try:
+            await asyncio.gather(*(one(t) for t in tasks if t.key not in journal.records))
+        finally:
+            progress.close()
+            journal.close()
+        records = [journal.records[t.key] for t in tasks]  # earlier runs' and this one's
+        metrics = summarize(records, config.eval_samples_per_item, config.eval_pass_threshold)
         self._pending_eval_metrics = dict(metrics)
         await self.evaluate_log(
             metrics,
@@ -320,12 +421,27 @@ class HermesAgentBaseEnv(BaseEnv):
             start_time=start,
             end_time=time.time(),
             generation_parameters={
-                "temperature": self.config.eval_temperature,
-                "max_agent_turns": self.config.max_agent_turns,
+                "temperature": config.eval_temperature,
+                "max_agent_turns": config.max_agent_turns,
+                "samples_per_item": config.eval_samples_per_item,
             },
-            samples=[r.sample() for r in rollouts],
+            samples=None,  # already in samples.jsonl, written as the rollouts finished
         )
+        if config.data_dir_to_save_evals is not None:
+            record_run(Path(config.data_dir_to_save_evals) / "metrics.json", run_record(self))
         return metrics
+
+    def _report_group(self, rollouts: list[Rollout], kept: bool) -> None:
+        """Move process mode's progress bar on (nothing in serve mode or off a terminal)."""
+        if not getattr(self, "process_mode", False):
+            return
+        if self._progress is None:
+            self._progress = RunProgress("process", self.n_groups_to_process, "groups")
+        for rollout in rollouts:
+            progress_reward = None if rollout.failure else rollout.reward
+            self._progress.record(progress_reward, len(rollout.result.tool_errors))
+        if kept:
+            self._progress.advance()
 
     # -- logging ------------------------------------------------------------------------------
 
@@ -365,6 +481,11 @@ def _wandb_configured() -> bool:
         return "api.wandb.ai" in netrc.read_text()
     except OSError:
         return False
+
+
+def _reward_error(error: str) -> Reward:
+    """The stand-in of a reward that could not be computed: 0.0 in training, a failure in eval."""
+    return Reward(0.0, counts={"reward_errors": 1.0}, failure=f"compute_reward failed: {error}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -39,7 +39,26 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     terminal_backend: str = Field(
         default="local",
         description="Where tool commands run: 'local' (a directory on the host, no isolation; "
-        "for development).",
+        "for development), 'bwrap' (bubblewrap: read-only system, private workspace, no "
+        "network, resource limits) or 'docker' (a container per rollout).",
+    )
+    sandbox_network: bool = Field(
+        default=False, description="Let bwrap/docker sandboxes reach the network."
+    )
+    sandbox_image: str = Field(
+        default="python:3.11-slim", description="Image of the docker backend's containers."
+    )
+    sandbox_cpu_seconds: int | None = Field(
+        default=None, ge=1, description="CPU seconds per command (bwrap/docker; None: default)."
+    )
+    sandbox_memory_mb: int | None = Field(
+        default=None, ge=16, description="Memory per sandbox in MiB (bwrap: 2048 by default)."
+    )
+    sandbox_max_processes: int | None = Field(
+        default=None, ge=8, description="Processes per sandbox (bwrap: 256 by default)."
+    )
+    sandbox_max_file_mb: int | None = Field(
+        default=None, ge=1, description="Largest file a command may write, in MiB."
     )
     terminal_timeout: float = Field(
         default=60.0, gt=0, description="Seconds before a tool command is killed (exit 124)."
@@ -71,4 +90,21 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     extra_body: dict[str, Any] | None = Field(
         default=None,
         description="Extra JSON fields sent with every chat request (provider-specific).",
+    )
+    eval_samples_per_item: int = Field(
+        default=1,
+        ge=1,
+        description="Rollouts per evaluation item (k): pass@k and pass^k need k > 1, and "
+        "eval_temperature > 0 for the samples to differ.",
+    )
+    eval_pass_threshold: float = Field(
+        default=1.0,
+        description="Reward at or above which an evaluation rollout counts as passed, for "
+        "pass@1, pass@k and pass^k (1.0: only a full score passes).",
+    )
+    resume: bool = Field(
+        default=False,
+        description="Evaluate: continue the run saved in data_dir_to_save_evals, skipping the "
+        "rollouts its samples.jsonl and failures.jsonl already hold. Off: start afresh (the "
+        "old files are kept as *.bak).",
     )

@@ -12,11 +12,13 @@ def build_env(
     base_url: str,
     tokenizer: str | Path,
     workdir: str | Path,
+    server_overrides: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> Any:
     """An instance of ``env_cls`` with its own defaults, pointed at ``base_url``, offline.
 
-    Sandboxes and evaluation results go below ``workdir``; ``overrides`` replace config fields.
+    Sandboxes and evaluation results go below ``workdir``; ``overrides`` replace config fields,
+    ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``).
     """
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
@@ -33,6 +35,7 @@ def build_env(
         **(
             servers[0].model_dump()
             | {"base_url": base_url, "api_key": "EMPTY", "health_check": False}
+            | (server_overrides or {})
         )
     )
     return env_cls(type(config)(**values), [server])

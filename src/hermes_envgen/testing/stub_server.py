@@ -4,6 +4,15 @@ It answers ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (w
 ``tool_calls`` and ``n`` > 1) and ``POST /v1/completions`` from a :class:`Script`, and can
 inject faults: HTTP 500s, latency, malformed bodies, dropped connections, hanging requests.
 
+It also answers the token-level ``POST /generate`` in both forms atroposlib sends: Atropos's
+vLLM API server (``{"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, ...}``) and SGLang's
+(``{"input_ids": [...], "sampling_params": {...}, "return_logprob": true}``). It decodes the
+prompt to match the script, and encodes the scripted turn (:func:`generated_text`, then the
+end-of-turn token) with a fixed fake logprob per token. A request that extends a sequence the
+stub generated continues that conversation, so Phase 2 rollouts follow their script. The
+tokenizer must be the env's: ``tokenizer=DIR`` (``--tokenizer DIR``), by default the offline
+tokenizer of :mod:`hermes_envgen.testing.tokenizer` (the ``offline_tokenizer`` fixture's).
+
 Use it in-process (``with StubServer(script) as stub: stub.base_url``), from pytest through the
 ``stub_server`` fixture, or as ``hermes-envgen stub-server --script FILE``.
 """
@@ -25,13 +34,19 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_envgen.testing.script import Script, ScriptedTurn, ScriptError
+from hermes_envgen.testing.script import Script, ScriptedConversation, ScriptedTurn, ScriptError
 
-__all__ = ["Faults", "ScriptError", "StubServer"]
+__all__ = ["Faults", "ScriptError", "StubServer", "generated_text"]
 
 # Tool-call ids carry the conversation's index, so later turns find their conversation even
 # when many rollouts share one prompt: call_s<conversation>_<random>.
 _ID_MARKER = re.compile(r"^call_s(\d+)_")
+
+# The logprob /generate gives every generated token: fixed, so tests can check it.
+FAKE_LOGPROB = -0.5
+# Sequences /generate produced, remembered to continue their conversations (oldest dropped).
+_MAX_REMEMBERED = 4096
+_CHATML_USER = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
 
 
 @dataclass
@@ -64,6 +79,12 @@ def render_tool_calls_as_text(turn: ScriptedTurn) -> str:
     return "\n".join(parts)
 
 
+def generated_text(turn: ScriptedTurn) -> str:
+    """What the scripted model generates on ``/generate`` before its end-of-turn token."""
+    thinking = f"<think>{turn.reasoning}</think>\n" if turn.reasoning else ""
+    return thinking + render_tool_calls_as_text(turn)
+
+
 class StubServer:
     """The scripted server; start it with ``start()`` or as a context manager."""
 
@@ -74,8 +95,14 @@ class StubServer:
         port: int = 0,
         faults: Faults | None = None,
         announce: bool = False,
+        tokenizer: str | Path | None = None,
     ) -> None:
         self.script = Script.load(script)
+        # /generate's tokenizer: the given one (loaded now, to fail early), else the offline one
+        # (built on first use, so stubs that never see /generate do not pay for transformers).
+        self._tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
+        # (generated sequence, its conversation, its turn index), for /generate continuations
+        self._generated: list[tuple[tuple[int, ...], ScriptedConversation, int]] = []
         self.announce = announce
         self.host = host
         self.port = port
@@ -88,6 +115,13 @@ class StubServer:
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer /generate decodes prompts and encodes replies with."""
+        if self._tokenizer is None:
+            self._tokenizer = _offline_tokenizer()
+        return self._tokenizer
 
     @property
     def base_url(self) -> str:
@@ -158,6 +192,7 @@ class StubServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/generate", self._generate)
         return app
 
     # -- handlers --------------------------------------------------------------------------
@@ -233,6 +268,87 @@ class StubServer:
             }
         )
 
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        """Token ids in, token ids and logprobs out: vLLM (Atropos) or SGLang native form."""
+        body, fault = await self._receive(request)
+        if fault is not None:
+            return fault
+        sglang = "input_ids" in body
+        if sglang:
+            prompt_ids, params = body.get("input_ids"), body.get("sampling_params") or {}
+            max_tokens = params.get("max_new_tokens")
+        else:
+            prompt, params = body.get("prompt"), body
+            if isinstance(prompt, str):
+                prompt = {"prompt_token_ids": self.tokenizer.encode(prompt)}
+            prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
+            max_tokens = params.get("max_tokens")
+        if not isinstance(prompt_ids, list) or not all(isinstance(t, int) for t in prompt_ids):
+            return _error(400, "the prompt must be a list of token ids")
+        unknown = [t for t in prompt_ids if not 0 <= t < len(self.tokenizer)]
+        if unknown:
+            return _error(
+                400,
+                f"token id {unknown[0]} is not in the stub's tokenizer ({len(self.tokenizer)} "
+                "tokens): start the stub with --tokenizer set to the env's tokenizer",
+            )
+        if not isinstance(params, dict):
+            return _error(400, "'sampling_params' must be an object")
+        conversation, turn_index = self._continued(prompt_ids)
+        ids, finish_reason = self._reply_ids(conversation.turn(turn_index), max_tokens)
+        self._generated.append((tuple(prompt_ids + ids), conversation, turn_index))
+        del self._generated[:-_MAX_REMEMBERED]
+        n = int(params.get("n") or 1)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if sglang:
+            results = [
+                {
+                    "text": text,
+                    "meta_info": {
+                        "id": uuid.uuid4().hex,
+                        "finish_reason": {"type": finish_reason},
+                        "prompt_tokens": len(prompt_ids),
+                        "completion_tokens": len(ids),
+                        "output_token_logprobs": [[FAKE_LOGPROB, t, None] for t in ids],
+                    },
+                }
+                for _ in range(n)
+            ]
+            return web.json_response(results[0] if n == 1 else results)
+        answer: dict[str, Any] = {
+            "text": [text] * n,
+            "logprobs": [[[{str(t): FAKE_LOGPROB}] for t in ids] for _ in range(n)],
+            "finish_reasons": [finish_reason] * n,
+        }
+        if body.get("prompt_logprobs"):
+            answer["prompt_logprobs"] = [None] + [[{str(t): FAKE_LOGPROB}] for t in prompt_ids[1:]]
+        return web.json_response(answer)
+
+    def _continued(self, prompt_ids: list[int]) -> tuple[ScriptedConversation, int]:
+        """The conversation and turn of a /generate prompt: continued, or newly selected."""
+        best: tuple[tuple[int, ...], ScriptedConversation, int] | None = None
+        for entry in self._generated:
+            ids = entry[0]
+            longer = best is None or len(ids) > len(best[0])
+            if longer and len(ids) <= len(prompt_ids) and tuple(prompt_ids[: len(ids)]) == ids:
+                best = entry
+        if best is not None:
+            return best[1], best[2] + 1
+        text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        first_user = _CHATML_USER.search(text)
+        _, conversation = self.script.select(first_user.group(1) if first_user else text, None)
+        return conversation, 0
+
+    def _reply_ids(self, turn: ScriptedTurn, max_tokens: Any) -> tuple[list[int], str]:
+        """The scripted turn as token ids ending in end-of-turn, cut at ``max_tokens``."""
+        ids = list(self.tokenizer.encode(generated_text(turn), add_special_tokens=False))
+        if self.tokenizer.eos_token_id is not None:
+            ids.append(self.tokenizer.eos_token_id)
+        finish_reason = turn.finish_reason or "stop"
+        if isinstance(max_tokens, int) and 0 <= max_tokens < len(ids):
+            ids, finish_reason = ids[:max_tokens], "length"
+        return ids, finish_reason
+
     def _message(self, turn: ScriptedTurn, conversation: int, with_tools: bool) -> dict:
         message: dict[str, Any] = {"role": "assistant", "content": turn.content}
         if turn.tool_calls and with_tools:
@@ -276,6 +392,29 @@ class StubServer:
         if faults.malformed_rate and self._rng.random() < faults.malformed_rate:
             return body, web.Response(text='{"choices": [', content_type="application/json")
         return body, None
+
+
+def _load_tokenizer(source: str | Path) -> Any:
+    """A Hugging Face tokenizer from a directory (or hub name); ValueError when it fails."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(source))
+    except (OSError, ValueError) as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"cannot load the tokenizer {str(source)!r}: {first_line}") from None
+
+
+def _offline_tokenizer() -> Any:
+    """The offline byte-level ChatML tokenizer, loaded into memory."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="stub-tokenizer-") as directory:
+        return AutoTokenizer.from_pretrained(str(build_offline_tokenizer(directory)))
 
 
 def _conversation_marker(messages: list[dict]) -> int | None:
