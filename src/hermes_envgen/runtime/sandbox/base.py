@@ -93,9 +93,25 @@ class Sandbox(ABC):
     def workdir(self) -> str:
         """The working directory as commands inside the sandbox see it."""
 
-    @abstractmethod
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:
         """Run a shell command in the workspace; a timeout kills it and all it started."""
+        if self.closed:
+            raise SandboxError(f"sandbox {self.task_id} is closed")
+        self.touch()
+        self.running += 1  # a sandbox with a command under way is never reaped
+        try:
+            await self._prepare()
+            return await self._run(command, timeout)
+        finally:
+            self.running -= 1
+            self.touch()
+
+    async def _prepare(self) -> None:  # noqa: B027  (a hook: most backends need nothing)
+        """Start what the sandbox needs before a command runs (a container, say); optional."""
+
+    @abstractmethod
+    async def _run(self, command: str, timeout: float | None) -> CommandResult:
+        """Run one command (``timeout`` None: the settings' default) and collect its output."""
 
     @abstractmethod
     async def read_bytes(self, path: str) -> bytes:
@@ -187,17 +203,6 @@ class HostDirectorySandbox(Sandbox):
         The argv enters the workspace itself (no ``cwd``), so the command can be started
         with posix_spawn; ``HOME`` is the workspace as commands see it.
         """
-
-    async def run(self, command: str, timeout: float | None = None) -> CommandResult:
-        if self.closed:
-            raise SandboxError(f"sandbox {self.task_id} is closed")
-        self.touch()
-        self.running += 1
-        try:
-            return await self._run(command, timeout)
-        finally:
-            self.running -= 1
-            self.touch()
 
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout

@@ -195,17 +195,8 @@ class DockerSandbox(Sandbox):
 
     # -- commands --------------------------------------------------------------------------
 
-    async def run(self, command: str, timeout: float | None = None) -> CommandResult:
-        if self.closed:
-            raise SandboxError(f"sandbox {self.task_id} is closed")
-        self.touch()
-        self.running += 1
-        try:
-            await self._ensure_started()
-            return await self._run(command, timeout)
-        finally:
-            self.running -= 1
-            self.touch()
+    async def _prepare(self) -> None:
+        await self._ensure_started()
 
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout
