@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.tool_context import ToolContext
 
 TARGETS = {"local": 1.5, "bwrap": 3.0}
 
@@ -63,6 +64,8 @@ async def main(rounds: int, commands: int) -> dict[str, float]:
     root = tempfile.mkdtemp(prefix="bench-sandbox-")
     managers = {b: SandboxManager(SandboxSettings(backend=b, root=f"{root}/{b}")) for b in backends}
     sandboxes = {b: managers[b].get("bench") for b in backends}
+    # Timed through ToolContext.terminal, the call a reward function makes.
+    contexts = {b: ToolContext("bench", managers[b]) for b in backends}
     per_command: dict[str, list[float]] = {b: [] for b in ["raw", *backends]}
     ratios: dict[str, list[float]] = {b: [] for b in backends}
     try:
@@ -71,9 +74,9 @@ async def main(rounds: int, commands: int) -> dict[str, float]:
                 result = await sandbox.run("true")
                 assert result.exit_code == 0, (backend, result)
         for _ in range(rounds):
-            for backend, sandbox in sandboxes.items():
+            for backend, context in contexts.items():
                 raw = await seconds_per_command(raw_command, commands)
-                timed = await seconds_per_command(lambda s=sandbox: s.run("true"), commands)
+                timed = await seconds_per_command(lambda c=context: c.terminal("true"), commands)
                 per_command["raw"].append(raw)
                 per_command[backend].append(timed)
                 ratios[backend].append(timed / raw)
