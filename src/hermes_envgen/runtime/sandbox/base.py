@@ -233,14 +233,7 @@ class HostDirectorySandbox(Sandbox):
                 reader.cancel()
         if not _group_alive(process.pid):
             self._process_groups.discard(process.pid)
-        head, dropped = bytes(captured.head), captured.dropped
-        output = head.decode("utf-8", errors="replace")
-        if dropped:
-            output += f"\n[output truncated: {dropped} more bytes not shown]"
-        if timed_out:
-            output += f"\n[command timed out after {timeout:g} s and was killed]"
-            return CommandResult(TIMEOUT_EXIT_CODE, output, timed_out=True, truncated_bytes=dropped)
-        return CommandResult(process.returncode, output, truncated_bytes=dropped)
+        return captured.result(process.returncode, timeout if timed_out else None)
 
     def _preexec(self):
         """A function run in the child before exec (resource limits); None for none."""
@@ -362,6 +355,16 @@ class CappedOutput:
         """Read ``stream`` to its end."""
         while chunk := await stream.read(65536):
             self.add(chunk)
+
+    def result(self, exit_code: int | None, timed_out_after: float | None) -> CommandResult:
+        """The command's result, with visible notices for cut output and a timeout."""
+        output = bytes(self.head).decode("utf-8", errors="replace")
+        if self.dropped:
+            output += f"\n[output truncated: {self.dropped} more bytes not shown]"
+        if timed_out_after is not None:
+            output += f"\n[command timed out after {timed_out_after:g} s and was killed]"
+            return CommandResult(TIMEOUT_EXIT_CODE, output, True, self.dropped)
+        return CommandResult(exit_code, output, truncated_bytes=self.dropped)
 
 
 async def _finishes_within(task: asyncio.Future, seconds: float) -> bool:

@@ -228,15 +228,7 @@ class DockerSandbox(Sandbox):
                 await asyncio.shield(self._kill(process.pid, tag))
             if not reader.done():
                 reader.cancel()
-        output = captured.head.decode("utf-8", errors="replace")
-        if captured.dropped:
-            output += f"\n[output truncated: {captured.dropped} more bytes not shown]"
-        if timed_out:
-            output += f"\n[command timed out after {timeout:g} s and was killed]"
-            return CommandResult(
-                TIMEOUT_EXIT_CODE, output, timed_out=True, truncated_bytes=captured.dropped
-            )
-        return CommandResult(process.returncode, output, truncated_bytes=captured.dropped)
+        return captured.result(process.returncode, timeout if timed_out else None)
 
     async def _kill(self, client_pid: int, tag: str) -> None:
         """Kill a command: inside the container by its tag, and its ``docker exec`` client."""
