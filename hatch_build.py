@@ -1,12 +1,12 @@
 """Hatch build hook: ship the git bundle of the template's releases inside the package.
 
 The bundle lets ``hermes-envgen new``/``update`` render from the public template URL, pinned to
-the tag ``v{version}``, with no network (see ``src/hermes_envgen/_bundle.py``).
+the tag ``v{version}``, with no network (see ``src/hermes_envgen/generate/bundle.py``).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -17,17 +17,18 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 BUNDLE_IN_PACKAGE = "hermes_envgen/_template/template.bundle"
 BUNDLE_IN_SOURCE = f"src/{BUNDLE_IN_PACKAGE}"
+HOOKS_IN_PACKAGE = "hermes_envgen/_hooks"
 
 
 def _bundle_module(root: Path) -> ModuleType:
-    """``hermes_envgen._bundle`` loaded from its file: the package is not installed here."""
-    path = root / "src" / "hermes_envgen" / "_bundle.py"
-    spec = importlib.util.spec_from_file_location("_hermes_envgen_bundle", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """``hermes_envgen.generate.bundle`` from the source tree: the package is not installed here.
+
+    It needs only the standard library, ``packaging`` (which hatchling brings) and git.
+    """
+    source = str(root / "src")
+    if source not in sys.path:
+        sys.path.insert(0, source)
+    return importlib.import_module("hermes_envgen.generate.bundle")
 
 
 class TemplateBundleHook(BuildHookInterface):

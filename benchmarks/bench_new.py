@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hermes_envgen.generator import git_redirect, release_tag, template_source, template_url
+from hermes_envgen.generate.source import git_redirect, release_tag, template_source, template_url
 
 RUNS = 7
 

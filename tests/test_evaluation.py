@@ -25,7 +25,6 @@ import pytest
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from rich.console import Console
 
-from hermes_envgen.progress import RunProgress
 from hermes_envgen.runtime import (
     AgentResult,
     HermesAgentBaseEnv,
@@ -42,6 +41,7 @@ from hermes_envgen.runtime.evaluation import (
     summarize,
     wilson_interval,
 )
+from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER, ask_judge, keyword_overlap
 from hermes_envgen.testing.envs import build_env, read_eval_results
 from hermes_envgen.testing.runner import offline_environment

@@ -6,11 +6,12 @@ starts fast.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -23,7 +24,7 @@ app = typer.Typer(
 )
 
 
-T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -32,12 +33,35 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def command(name: str | None = None) -> Callable[[F], F]:
+    """Register a command whose hermes-envgen errors become one line and their exit code.
+
+    The one place where errors meet the terminal: every class in ``hermes_envgen.errors``
+    carries its exit code (2 for a user mistake, 3 for update conflicts, 130 for Ctrl-C).
+    """
+
+    def register(function: F) -> F:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            from hermes_envgen.errors import HermesEnvgenError
+
+            try:
+                return function(*args, **kwargs)
+            except HermesEnvgenError as exc:
+                fail(str(exc), exc.exit_code)
+
+        app.command(name)(run)
+        return function
+
+    return register
+
+
 @app.callback()
 def main_callback() -> None:
     """Generate, run and test multi-turn, tool-using RL environments for Atropos."""
 
 
-@app.command()
+@command()
 def version() -> None:
     """Print the installed version."""
     from hermes_envgen import __version__
@@ -45,7 +69,7 @@ def version() -> None:
     typer.echo(__version__)
 
 
-@app.command("stub-server")
+@command("stub-server")
 def stub_server(
     script: Annotated[Path, typer.Option(help="YAML/JSON script of the scripted model.")],
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -68,23 +92,22 @@ def stub_server(
     ] = None,
 ) -> None:
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
-    from hermes_envgen.testing.script import ScriptError
     from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
 
     try:
         faults = Faults(error_rate, latency, malformed_rate, drop_rate, hang_rate, seed)
-        server = StubServer(
-            script, host=host, port=port, faults=faults, announce=True, tokenizer=tokenizer
-        )
-    except (ScriptError, ValueError) as exc:
+    except ValueError as exc:
         fail(str(exc))
+    server = StubServer(
+        script, host=host, port=port, faults=faults, announce=True, tokenizer=tokenizer
+    )
     try:
         serve_forever(server)
     except OSError as exc:
         fail(str(exc))
 
 
-@app.command("offline-tokenizer")
+@command("offline-tokenizer")
 def offline_tokenizer(
     directory: Annotated[Path, typer.Argument(help="Directory to write the tokenizer into.")],
 ) -> None:
@@ -94,7 +117,7 @@ def offline_tokenizer(
     typer.echo(build_offline_tokenizer(directory))
 
 
-@app.command()
+@command()
 def parsers() -> None:
     """List the tool-call parsers for raw-text models and the format each reads."""
     from hermes_envgen.runtime.parsers import list_parsers
@@ -103,18 +126,6 @@ def parsers() -> None:
     width = max(len(name) for name, _ in rows)
     for name, fmt in rows:
         typer.echo(f"{name.ljust(width)}  {fmt}")
-
-
-def _generator_call(call: Callable[[], T], aborted: str) -> T:
-    """Run a generator function; its errors become one-line messages and exit codes."""
-    from hermes_envgen.generator import GeneratorError
-
-    try:
-        return call()
-    except GeneratorError as exc:
-        fail(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        fail(aborted, 130)
 
 
 class ConflictMode(str, Enum):
@@ -135,7 +146,7 @@ DataOption = Annotated[
 ]
 
 
-@app.command()
+@command()
 def new(
     name: Annotated[str, typer.Argument(help="Project name, e.g. math-agent.")],
     output_dir: Annotated[
@@ -147,12 +158,9 @@ def new(
     data: DataOption = None,
 ) -> None:
     """Generate a new environment project NAME (asks questions on a terminal)."""
-    from hermes_envgen.generator import new_project, parse_data_pairs
+    from hermes_envgen.generate import new_project, parse_data_pairs
 
-    project = _generator_call(
-        lambda: new_project(name, output_dir, data=parse_data_pairs(data or []), defaults=defaults),
-        aborted="aborted; nothing was left behind",
-    )
+    project = new_project(name, output_dir, data=parse_data_pairs(data or []), defaults=defaults)
     where = Path(os.path.relpath(project.path))
     package = project.package_name
     typer.echo(f"Created {where} from template {project.template_version}")
@@ -166,7 +174,7 @@ def new(
     typer.echo("  README.md has the exact flags for your provider.")
 
 
-@app.command()
+@command()
 def update(
     path: Annotated[Path, typer.Argument(help="The generated project.")] = Path(),
     vcs_ref: Annotated[
@@ -183,17 +191,14 @@ def update(
     data: DataOption = None,
 ) -> None:
     """Bring template improvements into a generated project with a three-way merge."""
-    from hermes_envgen.generator import parse_data_pairs, update_project
+    from hermes_envgen.generate import parse_data_pairs, update_project
 
-    result = _generator_call(
-        lambda: update_project(
-            path,
-            vcs_ref=vcs_ref,
-            data=parse_data_pairs(data or []),
-            defaults=defaults,
-            conflict=conflict.value,
-        ),
-        aborted="aborted; `git status` shows what the update changed so far",
+    result = update_project(
+        path,
+        vcs_ref=vcs_ref,
+        data=parse_data_pairs(data or []),
+        defaults=defaults,
+        conflict=conflict.value,
     )
     if not result.changed:
         typer.echo(f"Already at template {result.to_version}; nothing to do.")
@@ -202,7 +207,7 @@ def update(
     typer.echo("Review the changes with `git diff`, then commit them.")
 
 
-@app.command()
+@command()
 def demo(
     directory: Annotated[
         Path | None, typer.Argument(help="Where to generate the demo env (default: a temp dir).")
@@ -211,28 +216,19 @@ def demo(
     groups: Annotated[int, typer.Option(help="Groups to roll out in process mode.")] = 3,
 ) -> None:
     """Generate an env and run it end to end offline: stub model, process, evaluate."""
-    from hermes_envgen.demo import run_demo
-    from hermes_envgen.generator import parse_data_pairs
-    from hermes_envgen.testing.runner import EnvRunFailed
+    from hermes_envgen.devtools.demo import run_demo
+    from hermes_envgen.generate import parse_data_pairs
 
-    answers = _generator_call(lambda: parse_data_pairs(data or []), "aborted")
-
-    def run():
-        return run_demo(
-            directory,
-            data=answers,
-            groups=groups,
-            progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
-        )
-
-    try:
-        result = _generator_call(run, "demo interrupted; every process it started was stopped")
-    except EnvRunFailed as exc:
-        fail(f"the demo env failed: {exc}", 1)
+    result = run_demo(
+        directory,
+        data=parse_data_pairs(data or []),
+        groups=groups,
+        progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
+    )
     typer.echo(result.summary())
 
 
-@app.command()
+@command()
 def check(
     path: Annotated[Path, typer.Argument(help="The env project (or env.py) to check.")] = Path("."),
     base_url: Annotated[
@@ -255,21 +251,18 @@ def check(
     ] = 0.1,
 ) -> None:
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
-    from hermes_envgen.check import FAIL, CheckError, Endpoint, format_table, run_checks
+    from hermes_envgen.devtools.check import FAIL, Endpoint, format_table, run_checks
 
     endpoint = Endpoint(base_url, model, server_type, tokenizer) if base_url else None
-    try:
-        results = run_checks(
-            path,
-            endpoint=endpoint,
-            port=port,
-            timeout=timeout,
-            gold_threshold=gold_threshold,
-            noop_threshold=noop_threshold,
-            progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
-        )
-    except CheckError as exc:
-        fail(str(exc))
+    results = run_checks(
+        path,
+        endpoint=endpoint,
+        port=port,
+        timeout=timeout,
+        gold_threshold=gold_threshold,
+        noop_threshold=noop_threshold,
+        progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
+    )
     typer.echo(format_table(results))
     failed = [r.name for r in results if r.status == FAIL]
     if failed:
@@ -278,7 +271,7 @@ def check(
     typer.secho("ready to train", fg=typer.colors.GREEN)
 
 
-@app.command()
+@command()
 def view(
     path: Annotated[
         Path, typer.Argument(help="samples.jsonl / failures.jsonl of evaluate, or process JSONL.")
@@ -288,12 +281,9 @@ def view(
     ] = None,
 ) -> None:
     """Render rollouts as one self-contained HTML page, with filters by reward and error."""
-    from hermes_envgen.view import ViewError, write_view
+    from hermes_envgen.devtools.view import write_view
 
-    try:
-        typer.echo(write_view(path, output))
-    except ViewError as exc:
-        fail(str(exc))
+    typer.echo(write_view(path, output))
 
 
 def main() -> None:

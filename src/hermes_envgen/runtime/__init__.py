@@ -14,7 +14,7 @@ _EXPORTS = {
     "HermesAgentLoop": "agent_loop",
     "ToolError": "agent_loop",
     "HermesAgentBaseEnv": "base_env",
-    "EnvConfigError": "base_env",
+    "EnvConfigError": "errors",
     "Reward": "rewards",
     "Rollout": "base_env",
     "HermesAgentEnvConfig": "config",

@@ -22,9 +22,9 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
-from hermes_envgen.progress import RunProgress
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
+from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.evaluation import (
     EvalTask,
     ResumeError,
@@ -37,6 +37,7 @@ from hermes_envgen.runtime.evaluation import (
 )
 from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace, serves_tokens
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
+from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
@@ -130,10 +131,6 @@ class RolloutStats:
             f"{prefix}/failures": float(self.failures),
             f"{prefix}/rollouts": float(n),
         }
-
-
-class EnvConfigError(ValueError):
-    """A setting the user must fix; the env's CLI prints it in one line and exits 2."""
 
 
 class HermesAgentBaseEnv(BaseEnv):

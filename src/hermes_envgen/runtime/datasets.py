@@ -6,11 +6,9 @@ import logging
 import random
 from typing import Any
 
+from hermes_envgen.runtime.errors import DatasetError
+
 logger = logging.getLogger(__name__)
-
-
-class DatasetError(ValueError):
-    """Task data that cannot be used (empty, or missing the fields the env reads)."""
 
 
 def load_hub_items(

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes_envgen.runtime.errors import ResumeError
+
 logger = logging.getLogger(__name__)
 
 SAMPLES_FILE = "samples.jsonl"
@@ -56,10 +58,6 @@ INTERVALS = (
     "95% intervals: Wilson score over items for mean reward and pass rates, Wilson over tool "
     "calls for the tool-error rate, normal over items for mean turns"
 )
-
-
-class ResumeError(ValueError):
-    """Saved samples that cannot be continued; the message says why and what to do."""
 
 
 # -- statistics -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
+from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
 from hermes_envgen.runtime.trajectory import MASKED, _for_template
 
@@ -38,10 +39,6 @@ MASKED_LOGPROB = 1.0
 
 # Context for rendering new messages when the template rewrites the real history (below).
 _PLACEHOLDER_USER = {"role": "user", "content": "."}
-
-
-class TemplateError(RuntimeError):
-    """The chat template cannot render new messages as a continuation of the trace."""
 
 
 @dataclass
@@ -216,7 +213,7 @@ class ManagedServerBackend:
                 before = self._render(history[:-1], tools, generation_prompt=True)
                 segment = base[len(before) :] if base.startswith(before) else base
                 return self._turn_tail(segment) + full[len(base) :]
-        raise TemplateError("the chat template does not render new messages after old ones")
+        raise ChatTemplateError("the chat template does not render new messages after old ones")
 
     def _turn_tail(self, segment: str) -> str:
         """What the template puts after the model's last token in its rendering of that turn.

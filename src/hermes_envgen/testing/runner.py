@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hermes_envgen.errors import EnvRunFailed
+
 # Tests never reach the network: hub look-ups fail at once and W&B stays off.
 OFFLINE_ENVIRONMENT = {
     "HF_HUB_OFFLINE": "1",
@@ -16,10 +18,6 @@ OFFLINE_ENVIRONMENT = {
     "WANDB_MODE": "disabled",
     "TOKENIZERS_PARALLELISM": "false",
 }
-
-
-class EnvRunFailed(AssertionError):
-    """An env mode exited non-zero or ran past its timeout; the message carries its output."""
 
 
 def offline_environment(extra: dict[str, str] | None = None) -> dict[str, str]:

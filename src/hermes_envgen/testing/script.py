@@ -31,9 +31,7 @@ from typing import Any
 
 import yaml
 
-
-class ScriptError(ValueError):
-    """A script that cannot be used; the message names the part that is wrong."""
+from hermes_envgen.errors import ScriptError
 
 
 @dataclass

@@ -8,6 +8,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+from hermes_envgen.runtime.errors import UnknownParserError
+
 __all__ = [
     "ParseResult",
     "ToolCallParser",
@@ -124,10 +126,6 @@ class ToolCallParser(ABC):
     def __repr__(self) -> str:
         """Show the registered name, which is what users select parsers by."""
         return f"<{type(self).__name__} name={self.name!r}>"
-
-
-class UnknownParserError(ValueError):
-    """Raised by :func:`get_parser` for a name that no parser is registered under."""
 
 
 _PARSERS: dict[str, type[ToolCallParser]] = {}

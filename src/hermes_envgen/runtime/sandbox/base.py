@@ -15,17 +15,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermes_envgen.runtime.errors import PathOutsideWorkspace, SandboxError
 from hermes_envgen.runtime.sandbox.process import spawn
 
 TIMEOUT_EXIT_CODE = 124
-
-
-class SandboxError(Exception):
-    """A sandbox operation the agent asked for was refused or failed."""
-
-
-class PathOutsideWorkspace(SandboxError):
-    """A path that leaves the task's workspace."""
 
 
 @dataclass

@@ -28,15 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hermes_envgen.runtime.errors import ToolExecutionError, UnknownToolError
+
 INJECTED_PARAMETERS = frozenset({"sandbox"})
-
-
-class ToolExecutionError(Exception):
-    """A tool call the model made that cannot be carried out; the message goes to the model."""
-
-
-class UnknownToolError(ValueError):
-    """A tool or toolset name that is not registered."""
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,9 @@ from pathlib import Path
 
 # packaging comes with hatchling (the build hook) and with copier (run time).
 from packaging.version import InvalidVersion, Version
+
+from hermes_envgen.errors import GitError, TemplateSourceError
+from hermes_envgen.generate.git import run_git
 
 TEMPLATE_FILES = ("copier.yml", "template")
 
@@ -37,10 +39,6 @@ _IDENTITY = {
     "GIT_COMMITTER_EMAIL": "hermes-envgen@localhost",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-
-
-class BundleError(RuntimeError):
-    """The template bundle could not be built (no git, no template, a git command failed)."""
 
 
 @dataclass(frozen=True)
@@ -67,49 +65,11 @@ def version_key(tag: str) -> Version:
     return Version(tag.removeprefix("v"))
 
 
-def _isolated_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for our git commands: no user/system config, no inherited GIT_* state."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
-    env.update(extra or {})
-    return env
-
-
-def _git(
-    *args: str,
-    cwd: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    stdin: str | None = None,
-    isolated: bool = True,
-) -> str:
-    """Run git and return its stdout; raise BundleError with git's message when it fails.
-
-    ``isolated`` (for writes to our own temporary repository) ignores the user's git config;
-    reads of the source repository keep it (``safe.directory`` and the like).
-    """
-    try:
-        result = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env=_isolated_env(env) if isolated else {**os.environ, **(env or {})},
-            input=stdin,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    except FileNotFoundError as exc:
-        raise BundleError("git is needed to build the template bundle, and was not found") from exc
-    if result.returncode != 0:
-        message = result.stderr.strip() or result.stdout.strip()
-        raise BundleError(f"git {args[0]} failed: {message}")
-    return result.stdout
-
-
 def template_paths(source_root: Path) -> list[str]:
     """The files of ``copier.yml`` + ``template/`` in a working tree, relative, sorted, no junk."""
     root = Path(source_root)
     if not (root / "copier.yml").is_file() or not (root / "template").is_dir():
-        raise BundleError(f"no copier.yml and template/ in {root}")
+        raise TemplateSourceError(f"no copier.yml and template/ in {root}")
     paths = ["copier.yml"]
     for directory, dirnames, filenames in os.walk(root / "template"):
         dirnames[:] = sorted(name for name in dirnames if name not in JUNK_DIRS)
@@ -123,10 +83,10 @@ def template_paths(source_root: Path) -> list[str]:
 def source_git_dir(source_root: Path) -> Path | None:
     """The git directory (shared objects) of the repository ``source_root`` is the top of."""
     try:
-        top, common = _git(
-            "rev-parse", "--show-toplevel", "--git-common-dir", cwd=source_root, isolated=False
+        top, common = run_git(
+            "rev-parse", "--show-toplevel", "--git-common-dir", cwd=source_root
         ).splitlines()
-    except BundleError:
+    except GitError:
         return None
     if Path(top).resolve() != Path(source_root).resolve():
         return None  # a folder inside some other repository: its tags are not ours
@@ -137,13 +97,12 @@ def release_tags(source_root: Path) -> dict[str, str]:
     """The release tags ``vX.Y.Z`` of the source repository and the commits they point at."""
     if source_git_dir(source_root) is None:
         return {}
-    listing = _git(
+    listing = run_git(
         "tag",
         "--list",
         "v*",
         "--format=%(refname:strip=2) %(objectname)",
         cwd=source_root,
-        isolated=False,
     )
     tags = {}
     for line in listing.splitlines():
@@ -175,9 +134,7 @@ def _snapshots(source_root: Path, version: str) -> list[_Snapshot]:
     current = f"v{version}"
     snapshots = []
     for tag in release_tags(source_root):
-        entries = _git(
-            "ls-tree", f"{tag}^{{commit}}", "--", *TEMPLATE_FILES, cwd=source_root, isolated=False
-        )
+        entries = run_git("ls-tree", f"{tag}^{{commit}}", "--", *TEMPLATE_FILES, cwd=source_root)
         names = {line.split("\t", 1)[1] for line in entries.splitlines()}
         if names == set(TEMPLATE_FILES):  # tags from before the template existed are skipped
             snapshots.append(_Snapshot(tag, entries))
@@ -195,13 +152,13 @@ def build_bundle(source_root: Path, version: str, destination: Path) -> Path:
     """
     root = Path(source_root).resolve()
     if not is_release_tag(f"v{version}"):
-        raise BundleError(f"version {version!r} cannot be a template release tag (PEP 440)")
+        raise TemplateSourceError(f"version {version!r} cannot be a template release tag (PEP 440)")
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     source_git = source_git_dir(root)
     with tempfile.TemporaryDirectory(prefix="hermes-envgen-bundle.") as tmp:
         repo = Path(tmp) / "repo.git"
-        _git("init", "--quiet", "--bare", str(repo))
+        run_git("init", "--quiet", "--bare", str(repo), isolated=True)
         if source_git is not None:
             # Borrow the source objects instead of copying them; the bundle packs what it needs.
             alternates = repo / "objects" / "info" / "alternates"
@@ -210,19 +167,23 @@ def build_bundle(source_root: Path, version: str, destination: Path) -> Path:
         parent: str | None = None
         for snapshot in _snapshots(root, version):
             if snapshot.source_tree_entries is not None:
-                tree = _git("mktree", env=git_env, stdin=snapshot.source_tree_entries).strip()
+                tree = run_git(
+                    "mktree", env=git_env, stdin=snapshot.source_tree_entries, isolated=True
+                ).strip()
             else:
                 tree = _working_tree(root, Path(tmp) / "index", git_env)
             parents = ["-p", parent] if parent else []
             message = f"hermes-envgen template {snapshot.tag}"
-            parent = _git("commit-tree", tree, *parents, "-m", message, env=git_env).strip()
-            _git("update-ref", f"refs/tags/{snapshot.tag}", parent, env=git_env)
+            parent = run_git(
+                "commit-tree", tree, *parents, "-m", message, env=git_env, isolated=True
+            ).strip()
+            run_git("update-ref", f"refs/tags/{snapshot.tag}", parent, env=git_env, isolated=True)
         assert parent is not None  # v{version} is always among the snapshots
-        _git("update-ref", "refs/heads/main", parent, env=git_env)
-        _git("symbolic-ref", "HEAD", "refs/heads/main", env=git_env)
+        run_git("update-ref", "refs/heads/main", parent, env=git_env, isolated=True)
+        run_git("symbolic-ref", "HEAD", "refs/heads/main", env=git_env, isolated=True)
         partial = destination.with_name(f".{destination.name}.{os.getpid()}.partial")
         refs = ("HEAD", "--branches", "--tags")  # HEAD: a clone of the bundle checks out main
-        _git("bundle", "create", "--quiet", str(partial), *refs, env=git_env)
+        run_git("bundle", "create", "--quiet", str(partial), *refs, env=git_env, isolated=True)
         os.replace(partial, destination)  # never leave a half-written bundle in place
     return destination
 
@@ -232,8 +193,8 @@ def _working_tree(root: Path, index: Path, git_env: Mapping[str, str]) -> str:
     env = {**git_env, "GIT_INDEX_FILE": str(index), "GIT_WORK_TREE": str(root)}
     # An explicit list, not ``git add``: the template's own .gitignore must not drop its files.
     paths = "".join(f"{path}\0" for path in template_paths(root))
-    _git("update-index", "--add", "-z", "--stdin", cwd=root, env=env, stdin=paths)
-    tree = _git("write-tree", env=env).strip()
+    run_git("update-index", "--add", "-z", "--stdin", cwd=root, env=env, stdin=paths, isolated=True)
+    tree = run_git("write-tree", env=env, isolated=True).strip()
     index.unlink()
     return tree
 
@@ -242,8 +203,10 @@ def bundle_tags(bundle: Path) -> list[str]:
     """The tag names a bundle holds (for checks and tests)."""
     with tempfile.TemporaryDirectory(prefix="hermes-envgen-bundle.") as tmp:
         # ``list-heads`` wants a repository around it in older git versions.
-        _git("init", "--quiet", "--bare", tmp)
-        heads = _git("bundle", "list-heads", str(Path(bundle).resolve()), env={"GIT_DIR": tmp})
+        run_git("init", "--quiet", "--bare", tmp, isolated=True)
+        heads = run_git(
+            "bundle", "list-heads", str(Path(bundle).resolve()), env={"GIT_DIR": tmp}, isolated=True
+        )
     return [
         ref.removeprefix("refs/tags/")
         for _, _, ref in (line.partition(" ") for line in heads.splitlines())

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_envgen import _bundle
+from hermes_envgen.generate import bundle as template_bundle
 from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
 
 from .envgen_helpers import PUBLIC_URL, REPO, VERSION_TAG
@@ -59,7 +59,7 @@ def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
         assert BUNDLE in archive.namelist()
         bundle = tmp_path / "template.bundle"
         bundle.write_bytes(archive.read(BUNDLE))
-    assert _bundle.bundle_tags(bundle) == [VERSION_TAG]
+    assert template_bundle.bundle_tags(bundle) == [VERSION_TAG]
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], 300)

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hermes_envgen.cli import app
-from hermes_envgen.view import load_rollouts, render_html, write_view
+from hermes_envgen.devtools.view import load_rollouts, render_html, write_view
 
 SYSTEM = {"role": "system", "content": "You are a careful agent working in a sandbox."}
 

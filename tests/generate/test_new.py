@@ -141,7 +141,7 @@ def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
 ):
     # If ruff changed what copier rendered, later updates (which diff raw renders) would conflict
     # on every changed line: the template must render formatted, lint-clean code.
-    from hermes_envgen.generator import git_redirect, template_source
+    from hermes_envgen.generate.source import git_redirect, template_source
 
     monkeypatch.setenv("HERMES_ENVGEN_CACHE_DIR", cli_env["HERMES_ENVGEN_CACHE_DIR"])
     bare = tmp_path / "bare" / "demo-env"

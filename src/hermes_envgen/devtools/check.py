@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hermes_envgen.errors import CheckError
+
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
 # What a key written into a file looks like (OpenAI/OpenRouter/Anthropic/HF/W&B styles).
@@ -34,10 +36,6 @@ GENERIC_POLICY = {
         ]
     }
 }
-
-
-class CheckError(Exception):
-    """The check cannot run at all (not an env, does not import, port taken): exit 2."""
 
 
 @dataclass
@@ -93,7 +91,7 @@ def probe(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
 
     try:
         completed = subprocess.run(
-            [sys.executable, "-m", "hermes_envgen.check_probe", target.entry, *args],
+            [sys.executable, "-m", "hermes_envgen.devtools.probe", target.entry, *args],
             cwd=target.root,
             env=offline_environment(target.environment()),
             capture_output=True,

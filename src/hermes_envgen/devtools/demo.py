@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes_envgen.errors import EnvRunFailed, Interrupted
+
 DEMO_NAME = "demo-env"
 
 
@@ -63,8 +65,8 @@ def run_demo(
     progress: Callable[[str], None] = lambda message: None,
 ) -> DemoResult:
     """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
-    from hermes_envgen.check import find_env, probe
-    from hermes_envgen.generator import new_project
+    from hermes_envgen.devtools.check import find_env, probe
+    from hermes_envgen.generate import new_project
     from hermes_envgen.testing.envs import read_eval_results, validate_groups
     from hermes_envgen.testing.policy import scripted_policy
     from hermes_envgen.testing.runner import run_env_mode
@@ -112,6 +114,10 @@ def run_demo(
                 timeout=timeout,
                 extra_env=target.environment(),
             )
+    except EnvRunFailed as exc:
+        raise EnvRunFailed(f"the demo env failed: {exc}") from None
+    except KeyboardInterrupt:
+        raise Interrupted("demo interrupted; every process it started was stopped") from None
     finally:
         # An interrupted env may not have removed its sandboxes: they are ours to remove.
         shutil.rmtree(sandboxes, ignore_errors=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_envgen import _bundle
+from hermes_envgen.generate import bundle as template_bundle
 
 from .envgen_helpers import PUBLIC_URL, REPO, VERSION_TAG, RunCli, assert_one_line_error, git
 
@@ -46,7 +46,7 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> TemplateRelease:
     """Template repo with v0.1.0 (the working tree) and v0.2.0 (plus a change), as a bundle."""
     repo = tmp_path_factory.mktemp("template-repo")
     git(repo, "init", "--quiet")
-    for relpath in _bundle.template_paths(REPO):
+    for relpath in template_bundle.template_paths(REPO):
         (repo / relpath).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / relpath, repo / relpath, follow_symlinks=False)
     _commit_and_tag(repo, VERSION_TAG)
@@ -61,8 +61,8 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> TemplateRelease:
     source.write_text(f"{text.rstrip(chr(10))}\n{comment}{TEMPLATE_LINE}\n")
     (repo / "template" / NEW_FILE).write_text("New in the template's v0.2.0.\n")
     _commit_and_tag(repo, NEW_TAG)
-    bundle = _bundle.build_bundle(repo, "0.2.0", repo.parent / "template.bundle")
-    assert _bundle.bundle_tags(bundle) == [VERSION_TAG, NEW_TAG]
+    bundle = template_bundle.build_bundle(repo, "0.2.0", repo.parent / "template.bundle")
+    assert template_bundle.bundle_tags(bundle) == [VERSION_TAG, NEW_TAG]
     return TemplateRelease(repo, bundle, doc, comment)
 
 

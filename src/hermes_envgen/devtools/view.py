@@ -15,12 +15,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from hermes_envgen.errors import ViewError
+
 # How the runtime words a tool result that reports a failed call (see agent_loop).
 ERROR_PREFIX = "Error:"
-
-
-class ViewError(ValueError):
-    """A file that cannot be shown; the message says which line and why."""
 
 
 @dataclass

@@ -1,0 +1,117 @@
+"""Post-generation hook: format the freshly rendered project, then make its first commit.
+
+``hermes-envgen new`` runs it. These steps are deliberately not copier ``_tasks``: tasks make a
+template "unsafe", so that every plain ``copier update`` would need ``--trust``. A user who
+rendered the template with a plain ``copier copy`` runs the same steps with
+
+    python hooks/post_gen_project.py PROJECT_DIR
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from hermes_envgen.errors import GitError, HermesEnvgenError, HookError
+from hermes_envgen.generate.git import run_git
+
+# Used only when git has no identity configured (a fresh CI machine, a container).
+FALLBACK_IDENTITY = ("hermes-envgen", "hermes-envgen@localhost")
+
+
+def find_ruff() -> str | None:
+    """The ruff executable beside this Python (an unactivated venv) or on PATH, if any."""
+    beside = Path(sys.executable).parent / ("ruff.exe" if os.name == "nt" else "ruff")
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("ruff")
+
+
+def _ruff(ruff: str, args: Sequence[str], project: Path) -> None:
+    """Run one ruff command in the project; HookError with ruff's own last line if it fails."""
+    result = subprocess.run(
+        [ruff, *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    if result.returncode != 0:
+        detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        raise HookError(f"`ruff {args[0]}` failed: {detail[-1] if detail else result.returncode}")
+
+
+def format_project(project: Path) -> bool:
+    """Apply ruff's safe fixes, then its formatter, if ruff is installed; whether it ran.
+
+    A template renders ruff-clean code, so this normally changes nothing; it is a safety net
+    for answers that produce long lines. ``--no-cache`` keeps ``.ruff_cache`` out of the commit.
+    """
+    ruff = find_ruff()
+    if ruff is None:
+        return False
+    # Remaining lint findings are the user's to see in their editor, not a generation failure.
+    _ruff(ruff, ["check", "--fix", "--exit-zero", "--quiet", "--no-cache", "."], project)
+    _ruff(ruff, ["format", "--quiet", "--no-cache", "."], project)
+    return True
+
+
+def git_init(project: Path) -> list[str]:
+    """Make ``project`` a git repository; the ``-c`` options its first commit needs."""
+    pattern = r"^(user\.name|user\.email|init\.defaultbranch)$"
+    try:
+        configured = run_git("config", "--get-regexp", pattern, cwd=project).lower()
+    except GitError:  # git config exits 1 when nothing matches
+        configured = ""
+    init = ["init", "--quiet"]
+    if "init.defaultbranch" not in configured:
+        init.append("--initial-branch=main")  # also silences git's hint about the default
+    run_git(*init, cwd=project)
+    if "user.name" in configured and "user.email" in configured:
+        return []
+    name, email = FALLBACK_IDENTITY
+    return ["-c", f"user.name={name}", "-c", f"user.email={email}"]
+
+
+def git_commit_all(project: Path, message: str, options: Sequence[str] = ()) -> None:
+    """Commit every file of ``project`` (the generated code as its first commit)."""
+    run_git("add", "--all", cwd=project)
+    # No hooks or signing: they belong to the user's later commits, not to generated code.
+    run_git(
+        *options, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "-m", message, cwd=project
+    )
+
+
+def run(project: Path, project_name: str, template_version: str) -> None:
+    """Everything that follows rendering: format, ``git init``, the first commit."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        formatting = pool.submit(format_project, project)
+        options = git_init(project)  # writes only .git/: it may overlap ruff's rewrites
+        formatting.result()
+    git_commit_all(
+        project, f"Generate {project_name} from hermes-envgen {template_version}", options
+    )
+
+
+def main(argv: list[str]) -> int:
+    """``post_gen_project.py PROJECT_DIR``: format and commit a project ``copier copy`` made."""
+    if len(argv) != 1 or not Path(argv[0]).is_dir():
+        print("usage: post_gen_project.py PROJECT_DIR", file=sys.stderr)
+        return 2
+    project = Path(argv[0]).resolve()
+    try:
+        run(project, project.name, "a plain copier copy")
+    except (HermesEnvgenError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

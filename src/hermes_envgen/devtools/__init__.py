@@ -1,0 +1,1 @@
+"""Tools for env developers, run from the CLI: ``check``, ``demo`` and ``view``."""

@@ -1,0 +1,70 @@
+"""The errors hermes-envgen raises on purpose, and the exit code each one means.
+
+Every error class derives from ``HermesEnvgenError`` and carries ``exit_code``; the CLI turns
+any of them into a one-line message and that code, in one place (``cli.command``). Errors of
+the runtime (the part generated envs import) live in ``hermes_envgen.runtime.errors`` on the
+same root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class HermesEnvgenError(Exception):
+    """Root of hermes-envgen's errors: something failed that is not the user's mistake."""
+
+    exit_code = 1
+
+
+class UsageError(HermesEnvgenError):
+    """A mistake the user can fix: a bad name, answer, path or flag, a busy target."""
+
+    exit_code = 2
+
+
+class Interrupted(HermesEnvgenError):
+    """The user pressed Ctrl-C; the message says what was cleaned up."""
+
+    exit_code = 130
+
+
+class GitError(HermesEnvgenError):
+    """git is missing, too old, or one of its commands failed (the message has git's words)."""
+
+
+class TemplateSourceError(HermesEnvgenError):
+    """The template's releases cannot be found or bundled (no bundle, no template, bad version)."""
+
+
+class HookError(HermesEnvgenError):
+    """A generation hook (formatting, the first commit) failed."""
+
+
+class UpdateConflictError(HermesEnvgenError):
+    """The update was applied, but some files need the user's hand to merge."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, files: Sequence[str]) -> None:
+        super().__init__(message)
+        self.files = list(files)
+
+
+class CheckError(UsageError):
+    """``check`` cannot run at all: not an env, does not import, port taken."""
+
+
+class ViewError(UsageError, ValueError):
+    """A file ``view`` cannot render: missing, empty, not rollouts."""
+
+
+class ScriptError(UsageError, ValueError):
+    """A stub-server script that cannot be used; the message names the place."""
+
+
+class EnvRunFailed(HermesEnvgenError, AssertionError):
+    """An env mode exited non-zero or ran past its timeout; the message carries its output.
+
+    Also an AssertionError, so that pytest reports it as a test failure with that output.
+    """

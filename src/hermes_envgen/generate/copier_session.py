@@ -1,0 +1,96 @@
+"""Running copier for hermes-envgen: git redirected, no prompts without a terminal, and its
+errors turned into ours with one-line messages.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, redirect_stderr
+from typing import Any
+
+from copier.errors import InteractiveSessionError, InvalidTypeError, UserMessageError
+from plumbum import ProcessExecutionError, local
+
+from hermes_envgen.errors import GitError, UsageError
+from hermes_envgen.generate.git import one_line
+
+# copier's words for a bad answer (pinned by tests/generate/test_copier_session.py).
+_VALIDATION_ERROR = re.compile(r"Validation error for question '(\w+)': (.*)")
+
+
+def stdin_is_terminal() -> bool:
+    """Whether copier can prompt: stdin is a terminal."""
+    try:
+        return os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+@contextmanager
+def copier_session(
+    data: Mapping[str, Any], *, prompts: bool, git_env: Mapping[str, str]
+) -> Iterator[None]:
+    """Run copier inside: ``git_env`` set for its git, stdin closed unless ``prompts``."""
+    with _translate_errors(data), _no_prompts(not prompts), local.env(**git_env):
+        yield
+
+
+def answer_error(exc: Exception, data: Mapping[str, Any]) -> UsageError:
+    """Copier's ValueError for a bad answer, as a one-line message naming the question."""
+    message = one_line(str(exc))
+    found = _VALIDATION_ERROR.match(message)
+    if found:
+        key, reason = found.groups()
+        given = f" {data[key]!r}" if key in data else ""
+        message = f"invalid {key}{given}: {reason}"
+    return UsageError(message)
+
+
+@contextmanager
+def _translate_errors(data: Mapping[str, Any]) -> Iterator[None]:
+    """Turn copier's exceptions into ours, with messages fit for one line."""
+    try:
+        yield
+    except InteractiveSessionError as exc:
+        raise UsageError(
+            "no terminal to ask the questions on: pass --defaults, and --data KEY=VALUE "
+            "for the answers to set"
+        ) from exc
+    except UserMessageError as exc:
+        raise UsageError(one_line(str(exc))) from exc
+    except ProcessExecutionError as exc:
+        detail = one_line(exc.stderr or str(exc))
+        if "invalid reference" in detail:  # a version the template source does not hold
+            raise UsageError(f"template version not found: {detail}") from exc
+        raise GitError(f"git failed: {detail}") from exc
+    except (ValueError, InvalidTypeError) as exc:  # copier's bad answers are plain ValueErrors
+        if "Unknown revision" in str(exc):
+            raise UsageError(f"template version not found: {one_line(str(exc))}") from exc
+        raise answer_error(exc, data) from exc
+
+
+@contextmanager
+def _no_prompts(enabled: bool) -> Iterator[None]:
+    """Point stdin at /dev/null, so copier fails at once instead of prompting a non-terminal."""
+    if not enabled:
+        yield
+        return
+    saved = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    captured = io.StringIO()
+    try:
+        os.dup2(devnull, 0)
+        with redirect_stderr(captured):
+            yield
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(devnull)
+        # Pass everything on but prompt_toolkit's notice, which would only repeat our message.
+        for line in captured.getvalue().splitlines(keepends=True):
+            if not line.startswith("Warning: Input is not a terminal"):
+                sys.stderr.write(line)

@@ -1,0 +1,121 @@
+"""``hermes-envgen new``: render a project from the template, format it, make its first commit."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermes_envgen.errors import HermesEnvgenError, HookError, Interrupted, UsageError
+from hermes_envgen.generate import hooks, source
+from hermes_envgen.generate.answers import check_answers
+from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
+from hermes_envgen.generate.git import check_git
+
+
+@dataclass(frozen=True)
+class NewProject:
+    """What ``new_project`` made."""
+
+    path: Path
+    project_name: str
+    package_name: str
+    class_name: str
+    template_version: str
+
+
+def new_project(
+    name: str,
+    output_dir: Path | str = ".",
+    *,
+    data: Mapping[str, Any] | None = None,
+    defaults: bool = False,
+    interactive: bool | None = None,
+    vcs_ref: str | None = None,
+    post_generation: bool = True,
+) -> NewProject:
+    """Render a new project ``output_dir/name``, then format it and make its first commit.
+
+    ``data`` answers questions up front; ``defaults`` takes the default of every other one.
+    Without a terminal (``interactive`` defaults to whether stdin is one) nothing is prompted.
+    """
+    from copier import run_copy
+
+    target = Path(output_dir).absolute() / name
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(
+            f"{target} already exists and is not empty: choose another name or --output-dir"
+        )
+    answers = dict(data or {})
+    if answers.get("project_name", name) != name:
+        raise UsageError("the project name is the NAME argument, not --data project_name")
+    check_git()
+    template = source.template_source()
+    ref = vcs_ref or source.release_tag()
+    if answers:
+        answers = check_answers(answers, template, ref)
+    answers["project_name"] = name
+    if interactive is None:
+        interactive = stdin_is_terminal()
+    url = source.template_url()
+    with _removed_on_failure(target):
+        with copier_session(
+            answers,
+            prompts=interactive or defaults,
+            git_env=source.git_redirect(url, template),
+        ):
+            worker = run_copy(
+                url,
+                target,
+                data=answers,
+                vcs_ref=ref,
+                defaults=defaults,
+                quiet=True,
+                cleanup_on_error=False,  # ours is wider: parents too, and on Ctrl-C
+            )
+        if post_generation:
+            try:
+                hooks.load("post_gen_project").run(target, name, ref)
+            except HermesEnvgenError as exc:
+                raise HookError(f"post-generation step failed: {exc}") from exc
+    combined = worker.answers.combined
+    return NewProject(
+        path=target,
+        project_name=name,
+        package_name=str(combined.get("package_name", name.replace("-", "_"))),
+        class_name=str(combined.get("class_name", "")),
+        template_version=ref,
+    )
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The topmost directory of ``path`` that does not exist yet (what clean-up removes)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+@contextmanager
+def _removed_on_failure(target: Path) -> Iterator[None]:
+    """Leave nothing behind if generation fails or is interrupted, not even empty parents."""
+    created = _first_missing(target)
+    try:
+        yield
+    except BaseException as exc:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        elif target.is_dir():  # it existed empty: empty it again
+            for child in target.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted("aborted; nothing was left behind") from None
+        raise

@@ -1,0 +1,140 @@
+"""``hermes-envgen update``: three-way merge a generated project up to a newer template."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from hermes_envgen.errors import GitError, Interrupted, UpdateConflictError, UsageError
+from hermes_envgen.generate import source
+from hermes_envgen.generate.answers import check_answers
+from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
+from hermes_envgen.generate.git import check_git, one_line, run_git
+
+ANSWERS_FILE = ".copier-answers.yml"
+
+Conflict = Literal["inline", "rej"]
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What ``update_project`` did: from which template version to which."""
+
+    path: Path
+    from_version: str
+    to_version: str
+    changed: bool
+
+
+def read_answers(project: Path) -> dict[str, Any]:
+    """The answers file of a generated project, or UsageError saying why it is not one."""
+    path = project / ANSWERS_FILE
+    if not path.is_file():
+        raise UsageError(
+            f"{project} is not a generated project (no {ANSWERS_FILE}): run update in the "
+            "project's directory or pass its path"
+        )
+    try:
+        answers = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path} is not valid YAML: {one_line(str(exc))}") from exc
+    if not answers.get("_src_path") or not answers.get("_commit"):
+        raise UsageError(
+            f"{path} records no template source and version (_src_path, _commit), "
+            "so this project cannot be updated"
+        )
+    return answers
+
+
+def _check_clean_repository(project: Path) -> None:
+    """Refuse a project outside git or with uncommitted changes: the merge needs a clean base."""
+    try:
+        status = run_git("status", "--porcelain", cwd=project)
+    except GitError:
+        raise UsageError(
+            f"{project} is not in a git repository: commit the project to git first"
+        ) from None
+    if status.strip():
+        count = len(status.splitlines())
+        raise UsageError(
+            f"{project} has uncommitted changes ({count} path(s), see `git status`): "
+            "commit or stash them, then update again"
+        )
+
+
+def conflicted_files(project: Path, conflict: Conflict) -> list[str]:
+    """The files an update left for the user to merge (unmerged paths, or ``.rej`` files)."""
+    if conflict == "inline":
+        listing = run_git("ls-files", "--unmerged", "-z", cwd=project)
+        entries = (entry.split("\t", 1)[-1] for entry in listing.split("\0") if entry)
+    else:  # untracked and ignored .rej files alike
+        listing = run_git("ls-files", "--others", "-z", "--", "*.rej", cwd=project)
+        entries = (entry for entry in listing.split("\0") if entry)
+    return sorted(set(entries))
+
+
+def update_project(
+    path: Path | str = ".",
+    *,
+    vcs_ref: str | None = None,
+    data: Mapping[str, Any] | None = None,
+    defaults: bool = False,
+    conflict: Conflict = "inline",
+    interactive: bool | None = None,
+) -> UpdateResult:
+    """Three-way merge a generated project up to template ``vcs_ref`` (default ``v{version}``).
+
+    Only questions the project has no answer for are asked (or defaulted with ``defaults``).
+    Raises UpdateConflictError, after applying the update, when files need a manual merge.
+    """
+    from copier import run_update
+
+    project = Path(path).absolute()
+    answers = read_answers(project)
+    check_git()
+    _check_clean_repository(project)
+    old, src = str(answers["_commit"]), str(answers["_src_path"])
+    target = vcs_ref or source.release_tag()
+    changes = dict(data or {})
+    if old == target and not changes:
+        return UpdateResult(project, old, target, changed=False)
+    redirect: dict[str, str] = {}
+    if src == source.template_url():  # ours: fetch it from the bundle; anything else as recorded
+        template = source.template_source()
+        source.check_versions(template, old, target)
+        redirect = source.git_redirect(src, template)
+        if changes:
+            changes = check_answers(changes, template, target)
+    if interactive is None:
+        interactive = stdin_is_terminal()
+    try:
+        with copier_session(changes, prompts=interactive or defaults, git_env=redirect):
+            run_update(
+                project,
+                data=changes,
+                vcs_ref=target,
+                defaults=defaults,
+                skip_answered=True,  # ask only what the new template version added
+                overwrite=True,
+                conflict=conflict,
+                quiet=True,
+            )
+    except KeyboardInterrupt:
+        raise Interrupted("aborted; `git status` shows what the update changed so far") from None
+    files = conflicted_files(project, conflict)
+    if files:
+        how = (
+            "resolve the <<<<<<< before updating / >>>>>>> after updating markers"
+            if conflict == "inline"
+            else "merge each .rej file into its file by hand and delete it"
+        )
+        raise UpdateConflictError(
+            f"updated {project.name} from {old} to {target} with conflicts in "
+            f"{', '.join(files)}: {how}, then commit",
+            files,
+        )
+    return UpdateResult(project, old, target, changed=True)

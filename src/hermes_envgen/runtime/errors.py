@@ -1,0 +1,46 @@
+"""The runtime's errors, on the root of ``hermes_envgen.errors``.
+
+Configuration mistakes are ``EnvConfigError`` (also ``ValueError``): an env stops at start-up
+with one line saying what to change. Errors during a rollout never escape it: they become tool
+errors the model is told about, or a rollout failure with its reason.
+"""
+
+from __future__ import annotations
+
+from hermes_envgen.errors import HermesEnvgenError, UsageError
+
+
+class EnvConfigError(UsageError, ValueError):
+    """A setting or input of the env is wrong; the message says what to change."""
+
+
+class DatasetError(EnvConfigError):
+    """The task dataset cannot be loaded or is empty."""
+
+
+class UnknownParserError(EnvConfigError):
+    """``tool_call_parser`` names no registered parser."""
+
+
+class UnknownToolError(EnvConfigError):
+    """A toolset or tool name that is not registered."""
+
+
+class ResumeError(EnvConfigError):
+    """An evaluation cannot resume: its earlier run used other settings."""
+
+
+class ToolExecutionError(HermesEnvgenError):
+    """A tool call cannot run (bad arguments, a failure inside the tool); told to the model."""
+
+
+class SandboxError(HermesEnvgenError):
+    """A sandbox operation failed (cannot start, path refused, engine gone)."""
+
+
+class PathOutsideWorkspace(SandboxError):
+    """A path that leaves the task's workspace; refused."""
+
+
+class ChatTemplateError(HermesEnvgenError):
+    """The tokenizer's chat template cannot render the conversation as training data needs."""

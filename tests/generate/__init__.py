@@ -1,0 +1,1 @@
+"""Tests of generation: new, update, the hooks, the wheel's template bundle."""

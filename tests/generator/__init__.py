@@ -1,1 +1,0 @@
-"""Tests of the generator: new, update, the wheel's template bundle."""
