@@ -134,11 +134,13 @@ def run_checks(
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[CheckResult]:
     """Run the checklist on the env at ``path``; CheckError when it cannot run at all."""
-    from hermes_envgen.testing.envs import read_eval_results, validate_groups
-    from hermes_envgen.testing.policy import scripted_policy
-    from hermes_envgen.testing.runner import EnvRunFailed, run_env_mode
-    from hermes_envgen.testing.stub_server import StubServer
-    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+    from hermes_envgen.testing import (
+        EnvRunFailed,
+        OfflineRun,
+        StubServer,
+        build_offline_tokenizer,
+        scripted_policy,
+    )
 
     target = find_env(path)
     progress("importing the env")
@@ -157,7 +159,6 @@ def run_checks(
     solvable = bool(samples) and all("prompt" in s and "solution" in s for s in samples)
     script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
     work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
-    sandboxes = work / "sandboxes"
     stub = None
     try:
         if endpoint is None:
@@ -165,37 +166,31 @@ def run_checks(
                 stub = StubServer(script, port=port).start()
             except OSError as exc:
                 raise CheckError(str(exc)) from None
-            flags = {
-                "openai.base_url": stub.base_url,
-                "openai.health_check": False,
-                "env.tokenizer_name": build_offline_tokenizer(work / "tokenizer"),
-            }
-        else:
-            flags = {"openai.base_url": endpoint.base_url}
-            if endpoint.model:
-                flags["openai.model_name"] = endpoint.model
-            if endpoint.server_type:
-                flags["openai.server_type"] = endpoint.server_type
-            if endpoint.tokenizer:
-                flags["env.tokenizer_name"] = endpoint.tokenizer
-        flags["env.sandbox_root"] = sandboxes
-
-        def run(mode: str, extra: dict) -> None:
-            run_env_mode(
+            run = OfflineRun(
                 target.entry,
-                mode,
-                flags=flags | extra,
-                cwd=work,
+                stub.base_url,
+                build_offline_tokenizer(work / "tokenizer"),
+                work,
                 timeout=timeout,
+                extra_env=target.environment(),
+            )
+        else:
+            server = {"model_name": endpoint.model, "server_type": endpoint.server_type}
+            run = OfflineRun(
+                target.entry,
+                endpoint.base_url,
+                endpoint.tokenizer,
+                work,
+                timeout=timeout,
+                health_check=None,
+                server_flags={name: value for name, value in server.items() if value},
                 extra_env=target.environment(),
             )
 
         scores: list[float] = []
         progress("running process (one group)")
-        groups_file = work / "groups.jsonl"
         try:
-            run("process", {"env.total_steps": 1, "env.data_path_to_save_groups": groups_file})
-            groups = validate_groups(groups_file)
+            groups = run.process()
             scores += [s for g in groups for s in g["scores"]]
             results.append(
                 CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
@@ -204,11 +199,9 @@ def run_checks(
             results.append(CheckResult("process", FAIL, _first_line(exc)))
 
         progress("running evaluate")
-        eval_dir = work / "eval"
         try:
-            run("evaluate", {"env.data_dir_to_save_evals": eval_dir})
-            _, eval_samples = read_eval_results(eval_dir)
-            scores += [s["reward"] for s in eval_samples if "reward" in s]
+            _, eval_samples = run.evaluate()
+            scores += [s["reward"] for s in eval_samples if s.get("reward") is not None]
             with_tools = sum(1 for s in eval_samples if s.get("tools_used"))
             if with_tools:
                 results.append(
@@ -231,7 +224,7 @@ def run_checks(
         results += _gold_and_noop_checks(
             target, work, gold_threshold, noop_threshold, timeout=timeout
         )
-        results.append(_cleanup_check(sandboxes, work / "replays"))
+        results.append(_cleanup_check(run.sandbox_root, work / "replays"))
     finally:
         if stub is not None:
             stub.stop()
