@@ -43,9 +43,21 @@ SAMPLES = {
 }
 
 
+# The schema the samples' tool is offered with: raw-text formats type "a" by it.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+        },
+    }
+]
+
+
 @pytest.mark.parametrize("fmt", sorted(SAMPLES))
 def test_auto_reads_every_format(fmt: str) -> None:
-    content, calls = AUTO.parse(SAMPLES[fmt])
+    content, calls = AUTO.parse(SAMPLES[fmt], TOOLS)
     assert summary(calls) == [("f", {"a": 1})]
     assert content == (None if fmt == "llama3_json" else "Hi")
 
@@ -54,6 +66,9 @@ def test_auto_reads_every_format(fmt: str) -> None:
 def test_auto_matches_the_specific_parser(fmt: str) -> None:
     specific = get_parser(fmt.removesuffix("_v11"))
     assert summary(AUTO.parse(SAMPLES[fmt])[1]) == summary(specific.parse(SAMPLES[fmt])[1])
+    assert summary(AUTO.parse(SAMPLES[fmt], TOOLS)[1]) == summary(
+        specific.parse(SAMPLES[fmt], TOOLS)[1]
+    )
 
 
 def test_detection_order_is_most_specific_first() -> None:

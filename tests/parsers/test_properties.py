@@ -14,7 +14,12 @@ from hermes_envgen.runtime.parsers import base as parsers_base
 
 NAMES = [name for name, _ in list_parsers()]  # aliases included
 PARSERS = [get_parser(name) for name in NAMES]
-ID = re.compile(r"call_[0-9a-f]{24}")
+# The ids each format's chat template expects; auto gives any of them.
+IDS = {
+    "mistral": re.compile(r"[A-Za-z0-9]{9}"),
+    "kimi_k2": re.compile(r"\S(?:.*\S)?", re.DOTALL),  # as the model wrote it
+}
+OPENAI_ID = re.compile(r"call_[0-9a-f]{24}")
 FAST = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -69,11 +74,13 @@ JSON_BITS += ['"', ":", ",", ";", "\n", " ", "f", ">", "1", "null", "\\", "\\u12
 FRAGMENTS = MARKUP + ALL_MARKERS + JSON_BITS
 
 
-def run(parser: ToolCallParser, text: str) -> tuple[str | None, list[dict] | None]:
+def run(
+    parser: ToolCallParser, text: str, tools: list[dict] | None = None
+) -> tuple[str | None, list[dict] | None]:
     """Parse with internal errors surfacing, and check the result's contract."""
     parsers_base._RAISE_INTERNAL_ERRORS = True
     try:
-        result = parser.parse(text)
+        result = parser.parse(text, tools)
     finally:
         parsers_base._RAISE_INTERNAL_ERRORS = False
     assert isinstance(result, tuple) and len(result) == 2
@@ -85,7 +92,9 @@ def run(parser: ToolCallParser, text: str) -> tuple[str | None, list[dict] | Non
     assert content is None or (isinstance(content, str) and content and content == content.strip())
     for call in calls:
         assert set(call) == {"id", "type", "function"}
-        assert isinstance(call["id"], str) and ID.fullmatch(call["id"])
+        forms = [*IDS.values(), OPENAI_ID] if parser.name == "auto" else []
+        forms = forms or [IDS.get(parser.name, OPENAI_ID)]
+        assert isinstance(call["id"], str) and any(f.fullmatch(call["id"]) for f in forms)
         assert call["type"] == "function"
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         assert isinstance(name, str) and name and name == name.strip()
@@ -161,13 +170,18 @@ json_args = st.dictionaries(st.text(max_size=8), json_values, max_size=4)
 raw_strings = st.text(
     alphabet=st.characters(blacklist_characters="<\r", blacklist_categories=("Cs",)), max_size=20
 ).map(lambda s: "s" + s)
+# Each key ends in its JSON type, so the tool schema the loop would offer follows from it.
 raw_args = st.dictionaries(
     st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
     st.one_of(
-        st.none(), st.booleans(), st.integers(), raw_strings, st.lists(st.integers(), max_size=3)
+        st.tuples(st.just("null"), st.none()),
+        st.tuples(st.just("boolean"), st.booleans()),
+        st.tuples(st.just("integer"), st.integers()),
+        st.tuples(st.just("string"), raw_strings),
+        st.tuples(st.just("array"), st.lists(st.integers(), max_size=3)),
     ),
     max_size=4,
-)
+).map(lambda args: {f"{key}_{kind}": value for key, (kind, value) in args.items()})
 prose = st.text(max_size=40).filter(lambda s: not has_marker(s) and "{" not in s)
 
 Call = tuple[str, dict]
@@ -312,6 +326,18 @@ def rendered(draw) -> tuple[str, str, list[Call], str | None]:
     return fmt, text, expected, content
 
 
+def tools_for(calls: list[Call]) -> list[dict]:
+    """The tool definitions of the called functions, typed by the keys' type suffixes."""
+    properties: dict[str, dict] = {}
+    for name, args in calls:
+        props = properties.setdefault(name, {})
+        props.update({key: {"type": key.rsplit("_", 1)[-1]} for key in args})
+    return [
+        {"type": "function", "function": {"name": n, "parameters": {"properties": p}}}
+        for n, p in properties.items()
+    ]
+
+
 def decoded(calls: list[dict]) -> list[Call]:
     """(name, arguments object) per call."""
     return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
@@ -322,7 +348,7 @@ def decoded(calls: list[dict]) -> list[Call]:
 def test_valid_output_round_trips(case: tuple[str, str, list[Call], str | None]) -> None:
     fmt, text, expected, content = case
     for parser in (get_parser(fmt), get_parser("auto")):
-        got_content, calls = run(parser, text)
+        got_content, calls = run(parser, text, tools_for(expected))
         assert calls is not None, (parser.name, text)
         assert decoded(calls) == [(n, a) for n, a in expected]
         if parser.name == fmt:

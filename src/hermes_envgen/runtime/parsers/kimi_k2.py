@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._scan import BodyResult, TaggedCallParser, TextScan, is_valid_name
+from ._scan import BodyResult, TaggedCallParser, TextScan, is_valid_name, object_body
 from .base import register_parser
 
 __all__ = ["KimiK2Parser"]
@@ -45,10 +45,12 @@ class KimiK2Parser(TaggedCallParser):
         arg_at = scan.find(ARGUMENT_BEGIN, start, self._bound(scan, start))
         if arg_at < 0:
             return None
-        name = name_from_call_id(scan.text[start:arg_at])
+        call_id = scan.text[start:arg_at].strip()
+        name = name_from_call_id(call_id)
         if not is_valid_name(name):
             return None
-        decoded = scan.object_at(arg_at + len(ARGUMENT_BEGIN))
-        if decoded is None:
-            return None
-        return name, decoded[0], decoded[1]
+        return object_body(scan, name, arg_at + len(ARGUMENT_BEGIN), call_id)
+
+    def _call_id(self, result: BodyResult) -> str:
+        """The id as the model wrote it (``functions.NAME:IDX``): the template prints it back."""
+        return result.call_id or f"functions.{result.name}:0"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._scan import call_from_object, skip_ws
-from .base import JSON_DECODER, ParseResult, ToolCallParser, make_tool_call, register_parser
+from ._json import JSON_DECODER
+from ._scan import TextScan, arguments_key, call_from_object, skip_ws
+from .base import ParseResult, ToolCallParser, make_tool_call, register_parser
+from .schema import ToolSchemas
 
 __all__ = ["Llama3JsonParser", "Llama4JsonParser"]
 
@@ -22,7 +24,7 @@ class Llama3JsonParser(ToolCallParser):
     )
     markers = ("{",)
 
-    def _parse(self, text: str) -> ParseResult:
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
         """Read ``;``-separated objects; anything but whitespace around them means no call."""
         n = len(text)
         pos = skip_ws(text, 0, n)
@@ -33,7 +35,9 @@ class Llama3JsonParser(ToolCallParser):
         # Decode on the message itself: the first decode error ends the scan, so its
         # O(position) line/column bookkeeping happens at most once.
         calls: list[dict[str, Any]] = []
+        scan = TextScan(text)
         while True:
+            start = pos
             try:
                 obj, pos = JSON_DECODER.raw_decode(text, pos)
             except (ValueError, RecursionError):
@@ -42,7 +46,12 @@ class Llama3JsonParser(ToolCallParser):
                 # A broken object after a valid call and ";": keep the calls, leave the rest.
                 return text[pos:].strip() or None, calls
             parsed = call_from_object(obj)
-            call = make_tool_call(*parsed) if parsed else None
+            call = None
+            if parsed is not None:
+                raw = None
+                if isinstance(parsed[1], dict):
+                    raw = scan.member_text(start, (arguments_key(obj),))
+                call = make_tool_call(*parsed, raw=raw)
             if call is not None:
                 calls.append(call)
             pos = skip_ws(text, pos, n)
