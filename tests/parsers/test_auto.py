@@ -128,3 +128,12 @@ def test_markup_quoted_in_arguments_does_not_fool_detection(fmt: str, quoted: st
     sample = SAMPLES[fmt].replace('{"a": 1}', json.dumps(args))
     assert summary(AUTO.parse(sample)[1]) == [("f", args)]
     assert detect_formats(sample)[0] == fmt
+
+
+def test_mixed_formats_give_no_phantom_call() -> None:
+    # Read as GLM, "x" would be a call and the Qwen3-Coder call "f" left as text.
+    text = "<tool_call>x</tool_call><tool_call><function=f></function></tool_call>"
+    assert AUTO.parse(text) == (text, None)
+    outcome = AUTO.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == "<tool_call> is not followed by a function name (read as glm47)"

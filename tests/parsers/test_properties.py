@@ -380,3 +380,49 @@ def mutated(draw) -> str:
 @given(mutated())
 def test_mutated_valid_output(text: str) -> None:
     run_all(text)
+
+
+# --- a call nested inside another call's value is never run --------------------------------
+
+VICTIM = "nested_victim"
+WRITE_TOOL = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "parameters": {"properties": {"content_string": {"type": "string"}}},
+        },
+    }
+]
+
+
+@st.composite
+def nested_call(draw) -> tuple[str, str, str]:
+    """(outer format, text, the outer call's value or None when cut): a call inside a value.
+
+    The text may be cut anywhere, as output that hit the token limit is.
+    """
+    inner_fmt, outer_fmt = (
+        draw(st.sampled_from(sorted(RENDERERS))),
+        draw(st.sampled_from(sorted(RENDERERS))),
+    )
+    inner, _, _ = RENDERERS[inner_fmt][0]([(VICTIM, {})], draw)
+    value = "s" + draw(prose) + inner + draw(prose)
+    text, _, _ = RENDERERS[outer_fmt][0]([("write_file", {"content_string": value})], draw)
+    if draw(st.booleans()):
+        cut = draw(st.integers(0, len(text) - 1))
+        return outer_fmt, text[:cut], None
+    return outer_fmt, text, value
+
+
+@settings(FAST, max_examples=1500)
+@given(nested_call())
+def test_a_call_nested_in_a_value_never_runs(case: tuple[str, str, str | None]) -> None:
+    fmt, text, value = case
+    for parser in (get_parser(fmt), get_parser("auto")):
+        _, calls = run(parser, text, WRITE_TOOL)
+        names = [call["function"]["name"] for call in calls or []]
+        assert VICTIM not in names, (parser.name, text)
+        if value is not None:  # read whole: the nested call is text of the outer call's value
+            assert names == ["write_file"]
+            assert json.loads(calls[0]["function"]["arguments"]) == {"content_string": value}

@@ -138,3 +138,22 @@ def test_a_call_after_an_unreadable_one_is_not_run() -> None:
     outcome = P.read(text)
     assert (outcome.content, outcome.tool_calls) == (text, None)
     assert outcome.error == "a function name is missing or is not a name"
+
+
+def test_a_call_written_inside_a_value_is_not_run() -> None:
+    text = (
+        "<tool_call><function=a><parameter=p><tool_call><function=b></function></tool_call>"
+        "</parameter></function></tool_call>"
+    )
+    assert summary(P.parse(text)[1]) == [
+        ("a", {"p": "<tool_call><function=b></function></tool_call>"})
+    ]
+
+
+def test_a_nested_literal_in_a_second_call_neither_repeats_nor_loses_calls() -> None:
+    quoted = call("foo", x="1")
+    text = call("foo", x="1") + "\n" + call("write_file", path="a.md", content=quoted)
+    assert summary(P.parse(text)[1]) == [
+        ("foo", {"x": "1"}),
+        ("write_file", {"path": "a.md", "content": quoted}),
+    ]

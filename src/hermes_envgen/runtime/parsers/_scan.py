@@ -244,17 +244,18 @@ class TaggedCallParser(ToolCallParser):
     before the next closing tag: the text after it then stays content. After a call the scan
     resumes past it, so tags quoted inside its arguments are never mistaken for calls.
 
-    JSON formats skip an opening tag whose call does not read and go on with the next one.
-    Raw-text formats (``raw_values``) cannot: their values may hold any markup, so whatever
-    follows an unreadable opening may be inside its value. There the whole text is an
-    unreadable call (``UnreadableCall``), never a call found further on.
+    An opening tag whose call cannot be read makes the whole text an unreadable call
+    (``UnreadableCall``): whatever follows it may be inside the arguments it failed to read
+    (a call quoted in a value, then cut off), so no call further on is trusted. Common
+    serving stacks skip to the next opening tag and can run such a quoted call.
     """
 
     call_open: ClassVar[str] = ""
     call_close: ClassVar[str] = ""
     # Section markers end a call body and are dropped from content once a call is found.
     section_markers: ClassVar[tuple[str, ...]] = ()
-    raw_values: ClassVar[bool] = False
+    # True where only the closing tag shows that the arguments are complete.
+    close_required: ClassVar[bool] = False
 
     @abstractmethod
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
@@ -300,21 +301,19 @@ class TaggedCallParser(ToolCallParser):
                     result.name, result.arguments, raw=result.raw, call_id=call_id
                 )
             if result is None or call is None:
-                if self.raw_values:
-                    raise UnreadableCall(f"a call opened by {call_open} could not be read")
-                open_at = scan.find(call_open, body)
-                continue
+                raise UnreadableCall(
+                    f"the call opened by {call_open} at character {open_at} could not be read"
+                )
             stop = result.stop
             after = skip_ws(text, stop, len(text))
             if text.startswith(call_close, after):
                 stop = after + len(call_close)
+            elif self.close_required:
+                raise UnreadableCall(f"the call to {result.name} is cut off before {call_close}")
             elif self._junk_before_close(scan, stop):
-                if self.raw_values:
-                    raise UnreadableCall(
-                        f"the call to {result.name} has stray text before its {call_close}"
-                    )
-                open_at = scan.find(call_open, body)
-                continue
+                raise UnreadableCall(
+                    f"the call to {result.name} has stray text before its {call_close}"
+                )
             spans.append((open_at, stop))
             calls.append(call)
             open_at = scan.find(call_open, stop)

@@ -6,6 +6,8 @@ Differences from common serving stacks, on purpose (as for Qwen3-Coder):
   text of that value, never a call.
 - A call that cannot be read makes the whole text an unreadable call the model is told about;
   nothing after its opening tag is read as another call.
+- A call must end with ``</tool_call>``, which the template always writes: without it the
+  output was cut and arguments may be missing, so it is unreadable rather than run short.
 - A value is kept exactly as written (the template writes it with no layout of its own);
   typing by the schema strips whitespace only to read numbers, booleans, objects and arrays.
   A parameter the schema does not type is read as JSON when it is a JSON non-string, as in
@@ -37,7 +39,7 @@ class Glm45Parser(TaggedCallParser):
     markers = ("<tool_call>",)
     call_open = "<tool_call>"
     call_close = CALL_CLOSE
-    raw_values = True
+    close_required = True  # a call without </tool_call> may have lost arguments
 
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
         """Name up to a newline or the first key, then ``<arg_key>``/``<arg_value>`` pairs."""
@@ -56,7 +58,7 @@ class Glm45Parser(TaggedCallParser):
             stop = pos
             pos = skip_ws(text, pos, n)
             if not text.startswith(KEY_OPEN, pos):
-                # Anything else ends the call; the caller rejects it before a closing tag.
+                # Anything else ends the call; the caller wants </tool_call> next.
                 return BodyResult(name, arguments, stop)
             key_start = pos + len(KEY_OPEN)
             key_end = scan.find(KEY_CLOSE, key_start)

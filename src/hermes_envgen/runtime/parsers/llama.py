@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._json import JSON_DECODER
 from ._scan import TextScan, arguments_key, call_from_object, skip_ws
-from .base import ParseResult, ToolCallParser, make_tool_call, register_parser
+from .base import ParseResult, ToolCallParser, UnreadableCall, make_tool_call, register_parser
 from .schema import ToolSchemas
 
 __all__ = ["Llama3JsonParser", "Llama4JsonParser"]
 
 PYTHON_TAG = "<|python_tag|>"
+_CALL_START = re.compile(r'\{\s*"name"\s*:')
 
 
 @register_parser("llama3_json")
 class Llama3JsonParser(ToolCallParser):
-    """Llama 3.x JSON calls; prose that merely contains JSON is not a call."""
+    """Llama 3.x JSON calls; prose that merely contains JSON is not a call.
+
+    A message that opens with a call object but is cut off, broken, or followed by prose is
+    an unreadable call, not an answer: its strings may quote calls of other formats, which
+    ``auto`` must not read instead.
+    """
 
     format = (
         '[<|python_tag|>]{"name": ..., "arguments"|"parameters": {...}}[; {...}] '
@@ -36,15 +43,16 @@ class Llama3JsonParser(ToolCallParser):
         # O(position) line/column bookkeeping happens at most once.
         calls: list[dict[str, Any]] = []
         scan = TextScan(text)
+        looks_like_call = _CALL_START.match(text, pos) is not None
         while True:
             start = pos
             try:
                 obj, pos = JSON_DECODER.raw_decode(text, pos)
             except (ValueError, RecursionError):
-                if not calls:
-                    return text, None
-                # A broken object after a valid call and ";": keep the calls, leave the rest.
-                return text[pos:].strip() or None, calls
+                if calls or looks_like_call:
+                    # Cut off or broken: its strings may quote calls of other formats.
+                    raise UnreadableCall("the JSON call is cut off or is not valid JSON") from None
+                return text, None
             parsed = call_from_object(obj)
             call = None
             if parsed is not None:
@@ -58,6 +66,8 @@ class Llama3JsonParser(ToolCallParser):
             if pos >= n:
                 break
             if text[pos] != ";":
+                if calls:
+                    raise UnreadableCall("a JSON call must be the whole message; text follows it")
                 return text, None  # JSON followed by prose: an answer, not a call
             pos = skip_ws(text, pos + 1, n)
             if pos >= n:

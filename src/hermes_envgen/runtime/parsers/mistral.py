@@ -11,7 +11,14 @@ import re
 from typing import Any
 
 from ._scan import TextScan, arguments_key, call_from_object, earliest, is_valid_name, skip_ws
-from .base import ParseResult, ToolCallParser, make_tool_call, new_alnum_id, register_parser
+from .base import (
+    ParseResult,
+    ToolCallParser,
+    UnreadableCall,
+    make_tool_call,
+    new_alnum_id,
+    register_parser,
+)
 from .schema import ToolSchemas
 
 __all__ = ["MistralParser"]
@@ -53,7 +60,8 @@ def _array_calls(scan: TextScan, start: int, calls: list[dict[str, Any]]) -> int
             return pos + 1
         decoded = scan.value_at(pos)
         if decoded is None:
-            return pos  # cannot resynchronise inside broken JSON
+            # Broken JSON: a marker further on may sit inside one of its strings.
+            raise UnreadableCall(f"the {MARKER} array is not valid JSON")
         call = _object_call(scan, decoded[0], pos)
         if call is not None:
             calls.append(call)
@@ -113,22 +121,22 @@ class MistralParser(ToolCallParser):
         at = first
         while at >= 0:
             pos = skip_ws(text, at + len(MARKER), n)
-            stop = pos
-            if pos >= n:
-                break
-            if text[pos] == "[":
+            if text.startswith("[", pos):
                 stop = _array_calls(scan, pos, calls)
-            elif text[pos] == "{":  # a bare object instead of a one-element array
+                at = scan.find(MARKER, stop)
+                continue
+            call = None
+            if text.startswith("{", pos):  # a bare object instead of a one-element array
                 decoded = scan.object_at(pos)
                 call = _object_call(scan, decoded[0], pos) if decoded else None
-                if decoded is not None and call is not None:
-                    calls.append(call)
-                    stop = decoded[2]
-            else:
+                stop = decoded[2] if decoded else pos
+            elif pos < n:
                 next_marker = scan.find(MARKER, pos)
                 call, stop = _named_call(scan, pos, next_marker if next_marker >= 0 else n)
-                if call is not None:
-                    calls.append(call)
+            if call is None:
+                # Whatever follows may be inside the arguments it failed to read.
+                raise UnreadableCall(f"the call after {MARKER} at character {at} could not be read")
+            calls.append(call)
             at = scan.find(MARKER, stop)
         if not calls:
             return text, None

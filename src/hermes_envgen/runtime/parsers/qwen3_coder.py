@@ -47,7 +47,6 @@ class Qwen3CoderParser(TaggedCallParser):
     markers = (FUNCTION_OPEN,)
     call_open = "<tool_call>"
     call_close = "</tool_call>"
-    raw_values = True
 
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
         """A complete ``<function=...>...</function>`` block; ``</tool_call>`` may be missing."""
