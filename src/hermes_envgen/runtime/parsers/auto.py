@@ -1,4 +1,9 @@
-"""Format detection: pick the parser whose markers occur, most specific first, and delegate."""
+"""Format detection: pick the parser whose markers occur, most specific first, and delegate.
+
+The first candidate that sees an unreadable call decides: later candidates are not tried, as
+their calls may be quoted inside the broken one (``<tool_call>x</tool_call>`` then a
+Qwen3-Coder call is unreadable, not a GLM call ``x``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""DeepSeek V3 / V3.1 calls between full-width ``<｜tool▁call▁begin｜>`` markers."""
+"""DeepSeek V3 / V3.1 calls between full-width ``<｜tool▁call▁begin｜>`` markers.
+
+The templates concatenate ``function.arguments`` into the prompt as text, so it is kept
+exactly as the model wrote it. On purpose, unlike stacks that skip a broken call, one that
+does not read makes the text an unreadable call.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,11 @@
-"""Hermes-style JSON tool calls in ``<tool_call>`` tags (Hermes, Qwen 2.5/3, LongCat)."""
+"""Hermes-style JSON tool calls in ``<tool_call>`` tags (Hermes, Qwen 2.5/3, LongCat).
+
+Differences from common serving stacks, on purpose: ``function.arguments`` is the argument
+object exactly as the model wrote it (Qwen3's template prints it back unchanged); an opening
+tag whose JSON does not read makes the text an unreadable call instead of being skipped, since
+a later tag may sit inside its cut-off strings. An unclosed last tag still counts: its JSON is
+complete.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Kimi K2 calls: ``<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}``."""
+"""Kimi K2 calls: ``<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}``.
+
+The call id is ``functions.NAME:IDX`` as the model wrote it: Kimi's template prints the id
+back as the call's header, and the argument JSON is kept as written. On purpose, unlike
+stacks that skip a broken call, one that does not read makes the text an unreadable call.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 
 Ids are what Mistral's chat templates require (they raise on anything else): 9 alphanumeric
 characters, the model's own when it wrote one (``"id"`` in the array, ``[CALL_ID]`` in v13).
-The argument object keeps the text the model wrote, which v11+ templates print back.
+The argument object keeps the text the model wrote, which v11+ templates print back. On
+purpose, unlike stacks that skip what they cannot read, a ``[TOOL_CALLS]`` segment or array
+that does not read makes the text an unreadable call: what follows may be inside its strings.
+Text after the calls is not content (the model ends its turn there).
 """
 
 from __future__ import annotations
