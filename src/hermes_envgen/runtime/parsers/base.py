@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import string
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -47,6 +48,7 @@ _RAISE_INTERNAL_ERRORS = False
 
 
 _ALNUM = string.ascii_letters + string.digits
+_CONTROL = re.compile(r"[\x00-\x1f]")
 
 
 def new_call_id() -> str:
@@ -60,9 +62,15 @@ def new_alnum_id(length: int = 9) -> str:
 
 
 def verbatim_arguments(raw: str | None) -> str | None:
-    """``raw`` when it is strict JSON text of an object, else None (then re-serialise)."""
+    """``raw`` when it is strict JSON text of an object, else None (then re-serialise).
+
+    ``raw`` is text a parser already decoded into an object; strict JSON differs only in
+    refusing raw control characters inside strings, so only text holding one is decoded again.
+    """
     if raw is None:
         return None
+    if _CONTROL.search(raw) is None:
+        return raw if raw.startswith("{") else None
     try:
         decoded = STRICT_JSON_DECODER.decode(raw)
     except (ValueError, RecursionError):
@@ -93,10 +101,10 @@ def make_tool_call(
 ) -> dict[str, Any] | None:
     """Build one OpenAI-form tool call, or None when the name or arguments are unusable.
 
-    ``raw`` is the argument object exactly as the model wrote it: when it is strict JSON it
-    becomes ``function.arguments`` unchanged, so a chat template that prints the arguments
-    string re-renders the model's own text. ``call_id`` is the id the format's template
-    expects (default: ``call_`` plus 24 hex digits).
+    ``raw`` is the text ``arguments`` was decoded from, exactly as the model wrote it: when it
+    is strict JSON it becomes ``function.arguments`` unchanged, so a chat template that prints
+    the arguments string re-renders the model's own text. ``call_id`` is the id the format's
+    template expects (default: ``call_`` plus 24 hex digits).
     """
     if not isinstance(name, str):
         return None
