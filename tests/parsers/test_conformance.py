@@ -14,6 +14,18 @@ import re
 from dataclasses import dataclass, field
 
 import pytest
+from markup import (
+    DS_CALL,
+    DS_CALL_END,
+    DS_CALLS,
+    DS_CALLS_END,
+    DS_SEP,
+    KIMI_ARGS,
+    KIMI_CALL,
+    KIMI_CALL_END,
+    KIMI_CALLS,
+    KIMI_CALLS_END,
+)
 
 from hermes_envgen.runtime.parsers import get_parser
 
@@ -420,15 +432,6 @@ def glm_rows(newlines: bool) -> list[Row]:
 
 
 # --- DeepSeek V3 / V3.1, Kimi K2 --------------------------------------------------------------
-
-DS_CALLS, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-DS_CALL, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-KIMI_CALLS, KIMI_CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-KIMI_CALL, KIMI_ARGS, KIMI_CALL_END = (
-    "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>",
-    "<|tool_call_end|>",
-)
 
 
 def ds_v3(name: str, arguments: str) -> str:

@@ -8,6 +8,18 @@ from collections.abc import Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markup import (
+    DS_CALL,
+    DS_CALL_END,
+    DS_CALLS,
+    DS_CALLS_END,
+    DS_SEP,
+    KIMI_ARGS,
+    KIMI_CALL,
+    KIMI_CALL_END,
+    KIMI_CALLS,
+    KIMI_CALLS_END,
+)
 
 from hermes_envgen.runtime.parsers import ToolCallParser, get_parser, list_parsers
 from hermes_envgen.runtime.parsers import base as parsers_base
@@ -25,14 +37,6 @@ FAST = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-DS_BEGIN, DS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-DS_CALL, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-KIMI_BEGIN, KIMI_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-KIMI_CALL, KIMI_ARG, KIMI_CALL_END = (
-    "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>",
-    "<|tool_call_end|>",
-)
 
 # What each parser looks for: no parser may find a call in text containing none of these.
 ALL_MARKERS = sorted({marker for parser in PARSERS for marker in parser.markers})
@@ -54,18 +58,18 @@ MARKUP = [
     "[ARGS]",
     "[CALL_ID]",
     "<|python_tag|>",
-    DS_BEGIN,
-    DS_END,
+    DS_CALLS,
+    DS_CALLS_END,
     DS_CALL,
     DS_CALL_END,
     DS_SEP,
     "function",
     "```json",
     "```",
-    KIMI_BEGIN,
-    KIMI_END,
+    KIMI_CALLS,
+    KIMI_CALLS_END,
     KIMI_CALL,
-    KIMI_ARG,
+    KIMI_ARGS,
     KIMI_CALL_END,
     "functions.f:0",
 ]
@@ -293,21 +297,23 @@ RENDERERS: dict[str, tuple[Callable, bool]] = {
     "glm47": (render_glm(False), True),
     "deepseek_v3": (
         render_section(
-            DS_BEGIN,
-            DS_END,
+            DS_CALLS,
+            DS_CALLS_END,
             lambda n, a: f"{DS_CALL}function{DS_SEP}{n}\n```json\n{a}\n```{DS_CALL_END}",
         ),
         False,
     ),
     "deepseek_v3_1": (
-        render_section(DS_BEGIN, DS_END, lambda n, a: f"{DS_CALL}{n}{DS_SEP}{a}{DS_CALL_END}"),
+        render_section(
+            DS_CALLS, DS_CALLS_END, lambda n, a: f"{DS_CALL}{n}{DS_SEP}{a}{DS_CALL_END}"
+        ),
         False,
     ),
     "kimi_k2": (
         render_section(
-            KIMI_BEGIN,
-            KIMI_END,
-            lambda n, a: f"{KIMI_CALL}functions.{n}:0{KIMI_ARG}{a}{KIMI_CALL_END}",
+            KIMI_CALLS,
+            KIMI_CALLS_END,
+            lambda n, a: f"{KIMI_CALL}functions.{n}:0{KIMI_ARGS}{a}{KIMI_CALL_END}",
         ),
         False,
     ),

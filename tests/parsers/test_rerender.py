@@ -12,6 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from markup import (
+    DS_CALL,
+    DS_CALL_END,
+    DS_CALLS,
+    DS_CALLS_END,
+    DS_SEP,
+    KIMI_ARGS,
+    KIMI_CALL,
+    KIMI_CALL_END,
+    KIMI_CALLS,
+    KIMI_CALLS_END,
+)
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.parsers import get_parser
@@ -22,14 +34,6 @@ TEMPLATES = Path(__file__).parent / "templates"
 TOOLS = [t.schema for t in REGISTRY.resolve(["terminal", "file"])]
 END = "<|im_end|>"  # the offline tokenizer's eos, which the templates end a turn with
 
-DS_CALLS, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-DS_CALL, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-KIMI_CALLS, KIMI_CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-KIMI_CALL, KIMI_ARGS, KIMI_CALL_END = (
-    "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>",
-    "<|tool_call_end|>",
-)
 
 # parser, template (None: the offline ChatML one), what the model generated (no end token).
 # Argument spacing differs from any serialiser's on purpose: it must survive as written.
