@@ -424,6 +424,11 @@ def glm_rows(newlines: bool) -> list[Row]:
             ],
         ),
         Row(
+            "a string stays exactly the text",
+            glm("write_file", newlines, content='"quoted"', path="null"),
+            [("write_file", {"content": '"quoted"', "path": "null"})],
+        ),
+        Row(
             "parameters without a schema are read as JSON when they are JSON",
             glm("get_weather", newlines, units="[1]", extra="7", label="Paris", q='"x"'),
             [("get_weather", {"units": [1], "extra": 7, "label": "Paris", "q": '"x"'})],

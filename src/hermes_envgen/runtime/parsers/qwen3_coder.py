@@ -17,8 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._scan import BodyResult, TaggedCallParser, TextScan, is_valid_name, skip_ws
-from ._scan import strip_layout_newlines as _layout
+from ._scan import (
+    BodyResult,
+    TaggedCallParser,
+    TextScan,
+    is_valid_name,
+    skip_ws,
+    strip_layout_newlines,
+)
 from .base import UnreadableCall, register_parser
 from .schema import Untyped, param_types, typed_value
 
@@ -71,6 +77,6 @@ class Qwen3CoderParser(TaggedCallParser):
                 raise UnreadableCall(
                     f"the value of {key} in the call to {name} has no matching {PARAM_CLOSE}"
                 )
-            raw = _layout(text[value_start:value_end])
+            raw = strip_layout_newlines(text[value_start:value_end])
             arguments[key] = typed_value(raw, param_types(schema.get(key)), Untyped.TEXT)
             pos = value_end + len(PARAM_CLOSE)
