@@ -64,16 +64,24 @@ class OfflineRun:
         )
 
     def process(
-        self, *, groups: int = 1, group_size: int | None = None, output: Path | None = None
+        self,
+        *,
+        groups: int = 1,
+        group_size: int | None = None,
+        output: Path | None = None,
+        **flags: Any,
     ) -> list[dict]:
         """Run ``process`` for ``groups`` groups; the groups it wrote, validated."""
         output = output or Path(self.workdir) / "groups.jsonl"
-        sizes = {"env__group_size": group_size} if group_size is not None else {}
-        self.run("process", env__total_steps=groups, env__data_path_to_save_groups=output, **sizes)
+        if group_size is not None:
+            flags["env__group_size"] = group_size
+        self.run("process", env__total_steps=groups, env__data_path_to_save_groups=output, **flags)
         return validate_groups(output, group_size)
 
-    def evaluate(self, *, directory: Path | None = None) -> tuple[dict, list[RolloutRecord]]:
+    def evaluate(
+        self, *, directory: Path | None = None, **flags: Any
+    ) -> tuple[dict, list[RolloutRecord]]:
         """Run ``evaluate``; the metrics and the scored samples it saved."""
         directory = directory or Path(self.workdir) / "eval"
-        self.run("evaluate", env__data_dir_to_save_evals=directory)
+        self.run("evaluate", env__data_dir_to_save_evals=directory, **flags)
         return read_eval_results(directory)
