@@ -8,11 +8,13 @@ tokens therefore gives back exactly the text of the assistant turns.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from dataclasses import dataclass
 from typing import Any
+
+from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
+from hermes_envgen.runtime.errors import ChatTemplateError
 
 logger = logging.getLogger(__name__)
 
@@ -32,30 +34,19 @@ class TokenizedConversation:
         return sum(1 for m in self.masks if m != MASKED)
 
 
-def _render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
-    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": gen}
-    if tools:
-        kwargs["tools"] = tools
-    return tokenizer.apply_chat_template(messages, **kwargs)
-
-
 def _for_template(messages: list[dict]) -> list[dict]:
-    """Copy messages into the shape chat templates expect: tool-call arguments as objects."""
-    out = copy.deepcopy(messages)
-    for message in out:
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", call)
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                try:
-                    decoded = json.loads(arguments)
-                except ValueError:
-                    continue  # invalid JSON stays a string: the template renders it as given
-                if isinstance(decoded, dict):
-                    function["arguments"] = decoded
-        if message.get("content") is None:
-            message["content"] = ""
-    return out
+    """Copy messages into the shape most chat templates expect: tool-call arguments as objects."""
+    return with_arguments(messages, raw=False)
+
+
+def _render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
+    try:
+        return render(tokenizer, messages, tools, gen)
+    except Exception as exc:  # Jinja errors, and templates that raise on purpose
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ChatTemplateError(
+            f"the chat template cannot render the conversation: {reason}"
+        ) from None
 
 
 def _split_trailing_whitespace(text: str) -> tuple[str, str]:
@@ -71,8 +62,13 @@ def _split_trailing_whitespace(text: str) -> tuple[str, str]:
 def tokenize_conversation(
     tokenizer: Any, messages: list[dict], tools: list[dict] | None = None
 ) -> TokenizedConversation:
-    """Tokens and masks for a whole conversation; only assistant turns are trained."""
-    messages = _for_template(messages)
+    """Tokens and masks for a whole conversation; only assistant turns are trained.
+
+    Tool-call arguments are rendered as the JSON text the server returned when the template
+    prints strings as given; otherwise as objects the template serialises (see README).
+    ChatTemplateError when the template cannot render the conversation.
+    """
+    messages = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
     full = _render(tokenizer, messages, tools, gen=False)
 
     pieces: list[tuple[str, bool]] = []  # (text, trained)
@@ -130,3 +126,50 @@ def _encode(tokenizer: Any, pieces: list[tuple[str, bool]]) -> TokenizedConversa
         if trained:
             spans.append(text)
     return TokenizedConversation(tokens=tokens, masks=masks, trained_spans=spans)
+
+
+def untrained_tool_calls(messages: list[dict], trained_text: str) -> list[str]:
+    """The tool calls of the assistant turns whose name or arguments ``trained_text`` lacks.
+
+    Calls are looked for in order. Arguments count as trained when their JSON text appears as
+    the server returned it, or a JSON object equal to them does (a template that serialises
+    arguments itself, e.g. Llama 3's ``"parameters": {...}``).
+    """
+    missing: list[str] = []
+    cursor = 0
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", call)
+            name, arguments = str(function.get("name") or ""), function.get("arguments", "")
+            at = trained_text.find(name, cursor) if name else -1
+            end = _arguments_end(trained_text, arguments, at + len(name)) if at >= 0 else -1
+            if end < 0:
+                missing.append(f"{name} {arguments}"[:160])
+            else:
+                cursor = end
+    return missing
+
+
+def _arguments_end(text: str, arguments: Any, start: int) -> int:
+    """Where the arguments end in ``text`` after ``start``, or -1 when they are not there."""
+    if isinstance(arguments, str):
+        at = text.find(arguments, start)
+        if at >= 0:
+            return at + len(arguments)
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return -1
+    decoder = json.JSONDecoder()
+    at = text.find("{", start)
+    while at >= 0:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except ValueError:
+            value, end = None, -1
+        if value == arguments:
+            return end
+        at = text.find("{", at + 1)
+    return -1
