@@ -16,8 +16,8 @@ from hermes_envgen.runtime.chat_template import (
 )
 from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
 from hermes_envgen.runtime.trajectory import (
-    MASKED,
     tokenize_conversation,
+    trained_runs,
     untrained_tool_calls,
 )
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
@@ -82,15 +82,7 @@ def family_tokenizer(tmp_path: Path, family: str):
 
 
 def trained_text(tokenizer, tokens: list[int], masks: list[int]) -> list[str]:
-    """The decoded runs of trained tokens."""
-    runs, current = [], []
-    for token, mask in [*zip(tokens, masks), (None, MASKED)]:
-        if mask != MASKED:
-            current.append(token)
-        elif current:
-            runs.append(tokenizer.decode(current))
-            current = []
-    return runs
+    return [tokenizer.decode(run) for run in trained_runs(tokens, masks)]
 
 
 @pytest.mark.parametrize(

@@ -120,6 +120,7 @@ class Endpoint:
     model: str | None = None
     server_type: str | None = None
     tokenizer: str | None = None
+    chat_template: str | None = None
 
 
 def run_checks(
@@ -149,7 +150,8 @@ def run_checks(
     if results[1].status == FAIL:
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
         skipped = "not run: fix config_init first"
-        names = ("process", "evaluate", "reward range", "gold solutions", "no-op")
+        names = ("process", TOOL_CALLS_ROW, "evaluate", "reward range", "gold solutions")
+        names += ("no-op",)
         names += ("sandbox cleanup",)
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
@@ -178,6 +180,8 @@ def run_checks(
                 flags["openai.server_type"] = endpoint.server_type
             if endpoint.tokenizer:
                 flags["env.tokenizer_name"] = endpoint.tokenizer
+            if endpoint.chat_template:
+                flags["env.chat_template"] = endpoint.chat_template
         flags["env.sandbox_root"] = sandboxes
 
         def run(mode: str, extra: dict) -> None:
@@ -200,8 +204,11 @@ def run_checks(
             results.append(
                 CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
             )
+            tokenizer = flags.get("env.tokenizer_name") or info.get("tokenizer_name")
+            results.append(trained_tool_calls_check(groups, str(tokenizer)))
         except (EnvRunFailed, AssertionError, OSError) as exc:
             results.append(CheckResult("process", FAIL, _first_line(exc)))
+            results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
 
         progress("running evaluate")
         eval_dir = work / "eval"
@@ -236,6 +243,37 @@ def run_checks(
         if stub is not None:
             stub.stop()
     return results
+
+
+TOOL_CALLS_ROW = "tool calls in training data"
+
+
+def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckResult:
+    """Decode the trained tokens of each sequence: every tool call must be in them, whole."""
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.runtime.trajectory import trained_runs, untrained_tool_calls
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    except (OSError, ValueError) as exc:
+        return CheckResult(TOOL_CALLS_ROW, FAIL, f"cannot load the tokenizer: {_first_line(exc)}")
+    calls, missing = 0, []
+    for group in groups:
+        for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
+            trained = "\n".join(tokenizer.decode(run) for run in trained_runs(tokens, masks))
+            calls += sum(len(m.get("tool_calls") or []) for m in messages)
+            missing += untrained_tool_calls(messages, trained)
+    if not calls:
+        return CheckResult(TOOL_CALLS_ROW, WARN, "no rollout made a tool call: nothing to verify")
+    if missing:
+        return CheckResult(
+            TOOL_CALLS_ROW,
+            FAIL,
+            f"{len(missing)} of {calls} tool calls are not in the trained tokens, e.g. "
+            f"{missing[0]}: set chat_template to a template that renders tool calls",
+        )
+    return CheckResult(TOOL_CALLS_ROW, PASS, f"all {calls} tool calls trained (name and arguments)")
 
 
 def _config_init_check(info: dict) -> CheckResult:

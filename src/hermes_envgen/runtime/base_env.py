@@ -181,12 +181,16 @@ class HermesAgentBaseEnv(BaseEnv):
             except UnknownParserError as exc:
                 raise EnvConfigError(str(exc)) from None
         # A template that drops tool calls or results stops the env here, in one line.
-        prepare_chat_template(
-            self.tokenizer,
-            config.chat_template,
-            config.tokenizer_name,
-            exact_tokens=self._token_server,
-        )
+        try:
+            prepare_chat_template(
+                self.tokenizer,
+                config.chat_template,
+                config.tokenizer_name,
+                exact_tokens=self._token_server,
+            )
+        except EnvConfigError:
+            self._discard_empty_output()
+            raise
         self.sandboxes = SandboxManager(
             SandboxSettings(
                 backend=config.terminal_backend,
@@ -205,6 +209,16 @@ class HermesAgentBaseEnv(BaseEnv):
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
+
+    def _discard_empty_output(self) -> None:
+        """Close and remove the JSONL that process mode opened, while it is still empty."""
+        writer = getattr(self, "jsonl_writer", None)
+        if writer is None:
+            return
+        writer.close()
+        path = Path(self.config.data_path_to_save_groups or "")
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
 
     @classmethod
     def cli(cls) -> None:

@@ -128,6 +128,21 @@ def _encode(tokenizer: Any, pieces: list[tuple[str, bool]]) -> TokenizedConversa
     return TokenizedConversation(tokens=tokens, masks=masks, trained_spans=spans)
 
 
+def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
+    """The runs of consecutive trained tokens of a sequence (one per assistant turn)."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for token, mask in zip(tokens, masks):
+        if mask != MASKED:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
 def untrained_tool_calls(messages: list[dict], trained_text: str) -> list[str]:
     """The tool calls of the assistant turns whose name or arguments ``trained_text`` lacks.
 
