@@ -197,3 +197,24 @@ def test_untrained_tool_calls_needs_name_and_arguments_in_order():
         'read_file { "path": "notes.txt" }'
     ]
     assert len(untrained_tool_calls(CONVERSATION[:4], text)) == 1  # write_file is missing
+
+
+@pytest.mark.parametrize(
+    ("family", "refused"),
+    [("hermes (built-in)", False), ("qwen2.5", False), ("llama3.1", False), ("mistral v0.3", True)],
+)
+def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, refused):
+    # Mistral's template puts the system prompt into the last user turn only: the rendering of
+    # the conversation so far is then no prefix of the next one, so earlier turns (the tool
+    # calls) could not be trained, only the final answer.
+    tokenizer = family_tokenizer(tmp_path, family)
+    system = "You are a careful agent."
+    if not refused:
+        check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
+        return
+    with pytest.raises(ChatTemplateDropsToolCalls, match="renders earlier turns differently"):
+        check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
+    check_tool_calls_rendered(tokenizer, family, exact_tokens=True, system_prompt=system)
+    conversation = [{"role": "system", "content": system}, *CONVERSATION]
+    trained = "\n".join(tokenize_conversation(tokenizer, conversation, TOOLS).trained_spans)
+    assert len(untrained_tool_calls(conversation, trained)) == 2  # what the refusal prevents

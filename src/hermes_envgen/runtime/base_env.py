@@ -187,6 +187,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 config.chat_template,
                 config.tokenizer_name,
                 exact_tokens=self._token_server,
+                system_prompt=config.system_prompt,
             )
         except EnvConfigError:
             self._discard_empty_output()

@@ -184,27 +184,35 @@ def renders_raw_arguments(tokenizer: Any) -> bool:
     return known
 
 
-def _assistant_turn(tokenizer: Any, raw: bool) -> str:
-    """The text the template adds for the probe's assistant turn."""
-    messages = with_arguments(_PROBE_MESSAGES, raw=raw)
-    before = render(tokenizer, messages[:1], _PROBE_TOOLS, True)
-    after = render(tokenizer, messages[:2], _PROBE_TOOLS, False)
+def _assistant_turn(tokenizer: Any, messages: list[dict]) -> str:
+    """The text the template adds for the probe's tool-call turn (``messages[-1]``)."""
+    before = render(tokenizer, messages[:-1], _PROBE_TOOLS, True)
+    after = render(tokenizer, messages, _PROBE_TOOLS, False)
     return after[len(before) :] if after.startswith(before) else after
 
 
-def check_tool_calls_rendered(tokenizer: Any, name: str, *, exact_tokens: bool) -> None:
+def check_tool_calls_rendered(
+    tokenizer: Any, name: str, *, exact_tokens: bool, system_prompt: str | None = None
+) -> None:
     """Refuse, in one line, a chat template that drops tool calls or tool results.
 
-    With ``exact_tokens`` (Phase 2) the trained tokens are the model's own, so only the tool
-    results (which the template renders into the next prompt) must appear.
+    The probe conversation (with the env's system prompt, if any) is turned into training data
+    as a rollout would be: its tool call must be among the trained tokens. With
+    ``exact_tokens`` (Phase 2) the trained tokens are the model's own, so only the tool results
+    (which the template renders into the next prompt) must appear.
     """
+    from hermes_envgen.runtime.trajectory import tokenize_conversation, untrained_tool_calls
+
     where = f"the chat template of {name!r}"
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    probe = [*system, *_PROBE_MESSAGES, {"role": "assistant", "content": "Done."}]
     try:
         raw = renders_raw_arguments(tokenizer)
-        full = render(tokenizer, with_arguments(_PROBE_MESSAGES, raw=raw), _PROBE_TOOLS, False)
-        turn = _assistant_turn(tokenizer, raw)
+        full = render(tokenizer, with_arguments(probe, raw=raw), _PROBE_TOOLS, False)
+        trained = "\n".join(tokenize_conversation(tokenizer, probe, _PROBE_TOOLS).trained_spans)
+        turn = _assistant_turn(tokenizer, with_arguments(probe[: len(system) + 2], raw=raw))
     except Exception as exc:  # Jinja errors, and templates that raise on purpose
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ChatTemplateDropsToolCalls(
             f"{where} fails on a conversation with a tool call ({reason}): no training data "
             f"could be built from tool-using rollouts. {_FIX}"
@@ -214,20 +222,29 @@ def check_tool_calls_rendered(tokenizer: Any, name: str, *, exact_tokens: bool) 
             f"{where} drops tool results (role 'tool'): the training data and the model's "
             f"prompts would lack what its tools returned. {_FIX}"
         )
-    if exact_tokens:
+    if exact_tokens or not untrained_tool_calls(probe, trained):
         return
-    missing = [what for what in (_PROBE_NAME, _PROBE_KEY, _PROBE_VALUE) if what not in turn]
-    if missing:
+    phase2 = "; or train on the exact tokens the model generated (server_type vllm or sglang)"
+    if untrained_tool_calls(probe, turn):
         raise ChatTemplateDropsToolCalls(
             f"{where} drops the assistant's tool calls (their name or arguments are not "
             "rendered): every tool-call turn would train as an empty turn, teaching the model "
-            f"to stop calling tools. {_FIX}; or train on the exact tokens the model generated "
-            "(server_type vllm or sglang)"
+            f"to stop calling tools. {_FIX}{phase2}"
         )
+    raise ChatTemplateDropsToolCalls(
+        f"{where} renders earlier turns differently once the conversation goes on (e.g. the "
+        "system prompt moves to the last user turn), so only the final answer could be "
+        f"trained and the tool calls before it would be lost. {_FIX}{phase2}"
+    )
 
 
 def prepare_chat_template(
-    tokenizer: Any, setting: str | None, name: str, *, exact_tokens: bool
+    tokenizer: Any,
+    setting: str | None,
+    name: str,
+    *,
+    exact_tokens: bool,
+    system_prompt: str | None = None,
 ) -> None:
     """Apply the ``chat_template`` setting to ``tokenizer``, then probe the template."""
     if setting:
@@ -238,4 +255,6 @@ def prepare_chat_template(
             f"the tokenizer {name!r} has no chat template: training data cannot be rendered. "
             + _FIX
         )
-    check_tool_calls_rendered(tokenizer, name, exact_tokens=exact_tokens)
+    check_tool_calls_rendered(
+        tokenizer, name, exact_tokens=exact_tokens, system_prompt=system_prompt
+    )
