@@ -218,3 +218,13 @@ def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, re
     conversation = [{"role": "system", "content": system}, *CONVERSATION]
     trained = "\n".join(tokenize_conversation(tokenizer, conversation, TOOLS).trained_spans)
     assert len(untrained_tool_calls(conversation, trained)) == 2  # what the refusal prevents
+
+
+def test_a_template_without_tool_definitions_is_named_in_the_log(tmp_path, caplog):
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    with caplog.at_level("WARNING"):
+        check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=True)
+    assert "does not render the tool definitions" in caplog.text
+    caplog.clear()
+    prepare_chat_template(tokenizer, "chatml-tools", "smollm2", exact_tokens=True)
+    assert "tool definitions" not in caplog.text

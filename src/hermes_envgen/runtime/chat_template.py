@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from hermes_envgen.runtime.errors import EnvConfigError
+
+logger = logging.getLogger(__name__)
 
 _ASSISTANT_AND_SYSTEM = """\
 {%- if tools %}
@@ -83,12 +86,13 @@ BUILTIN_TEMPLATES = {
 # The probe: values that appear nowhere else, and a 9-character call id (Mistral needs one).
 _PROBE_NAME = "probe_lookup"
 _PROBE_KEY, _PROBE_VALUE, _PROBE_RESULT = "probe_key", "probe-value-7x3", "probe-result-k9w"
+_PROBE_DESCRIPTION = "Look a key up."
 _PROBE_TOOLS = [
     {
         "type": "function",
         "function": {
             "name": _PROBE_NAME,
-            "description": "Look a key up.",
+            "description": _PROBE_DESCRIPTION,
             "parameters": {
                 "type": "object",
                 "properties": {_PROBE_KEY: {"type": "string"}},
@@ -221,6 +225,12 @@ def check_tool_calls_rendered(
         raise ChatTemplateDropsToolCalls(
             f"{where} drops tool results (role 'tool'): the training data and the model's "
             f"prompts would lack what its tools returned. {_FIX}"
+        )
+    if _PROBE_DESCRIPTION not in full:
+        logger.warning(
+            "%s does not render the tool definitions (tools=): the model learns of its tools "
+            "only from what the prompts say about them",
+            where,
         )
     if exact_tokens or not untrained_tool_calls(probe, trained):
         return
