@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,27 @@ def test_a_template_without_tool_definitions_is_named_in_the_log(tmp_path, caplo
     caplog.clear()
     prepare_chat_template(tokenizer, "chatml-tools", "smollm2", exact_tokens=True)
     assert "tool definitions" not in caplog.text
+
+
+def test_a_rollout_the_template_refuses_is_left_out_with_an_error(stub_server, tmp_path, caplog):
+    # Llama 3.1's template refuses two calls in one turn: the run goes on, the rollout is not
+    # trained, and the log says why.
+    from test_base_env import GREETING, make_env
+
+    two_calls = [{"name": "terminal", "arguments": {"command": "true"}}] * 2
+    server = stub_server(
+        {"conversations": [{"turns": [{"tool_calls": two_calls}, {"content": "Done."}]}]}
+    )
+    family_tokenizer(tmp_path, "llama3.1")
+    env = make_env(server.base_url, tmp_path / "tok", tmp_path)
+
+    async def main():
+        await env.setup()
+        return await env.collect_trajectories(GREETING)
+
+    with caplog.at_level("ERROR"):
+        assert asyncio.run(asyncio.wait_for(main(), 120)) == (None, [])
+    assert "a rollout is left out of the training data: the chat template cannot render" in (
+        caplog.text
+    )
+    assert "only supports single tool-calls at once" in caplog.text
