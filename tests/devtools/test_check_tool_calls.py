@@ -140,9 +140,15 @@ def test_smollm2_with_the_override_trains_the_calls_as_returned(
 def test_check_shows_the_row_against_a_real_endpoint(stub_server, smollm2_tokenizer):
     stub = stub_server(SCRIPT)
     base = [sys.executable, "-m", "hermes_envgen", "check", str(ENV_FILE)]
-    base += ["--base-url", stub.base_url, "--tokenizer", str(smollm2_tokenizer)]
+    # A tokenizer path relative to where check is started (its modes run elsewhere).
+    base += ["--base-url", stub.base_url, "--tokenizer", smollm2_tokenizer.name]
     refused = subprocess.run(
-        base, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL
+        base,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+        cwd=smollm2_tokenizer.parent,
     )
     assert refused.returncode == 1
     table = refused.stdout
@@ -154,5 +160,6 @@ def test_check_shows_the_row_against_a_real_endpoint(stub_server, smollm2_tokeni
         text=True,
         timeout=900,
         stdin=subprocess.DEVNULL,
+        cwd=smollm2_tokenizer.parent,
     )
     assert "PASS  tool calls in training data  all " in fixed.stdout, fixed.stdout + fixed.stderr

@@ -178,10 +178,11 @@ def run_checks(
                 flags["openai.model_name"] = endpoint.model
             if endpoint.server_type:
                 flags["openai.server_type"] = endpoint.server_type
+            # The modes run in a work directory of their own: local paths must be absolute.
             if endpoint.tokenizer:
-                flags["env.tokenizer_name"] = endpoint.tokenizer
+                flags["env.tokenizer_name"] = _absolute_if_local(endpoint.tokenizer)
             if endpoint.chat_template:
-                flags["env.chat_template"] = endpoint.chat_template
+                flags["env.chat_template"] = _absolute_if_local(endpoint.chat_template)
         flags["env.sandbox_root"] = sandboxes
 
         def run(mode: str, extra: dict) -> None:
@@ -274,6 +275,11 @@ def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckRe
             f"{missing[0]}: set chat_template to a template that renders tool calls",
         )
     return CheckResult(TOOL_CALLS_ROW, PASS, f"all {calls} tool calls trained (name and arguments)")
+
+
+def _absolute_if_local(name: str) -> str:
+    """A path that exists here, made absolute; anything else (a hub id, a name) as it is."""
+    return str(Path(name).resolve()) if Path(name).exists() else name
 
 
 def _config_init_check(info: dict) -> CheckResult:
