@@ -115,9 +115,10 @@ _PROBE_MESSAGES = [
 ]
 
 _FIX = (
-    "Fix: set chat_template to a template in the model's tool-call format "
-    "(--env.chat_template hermes, qwen or chatml-tools, or a path to a Jinja file)"
+    "Fix: --env.chat_template hermes (or qwen, chatml-tools, or a Jinja file in the model's "
+    "tool-call format)"
 )
+_OR_EXACT_TOKENS = ", or exact tokens (server_type vllm or sglang)"
 
 
 class ChatTemplateDropsToolCalls(EnvConfigError):
@@ -218,13 +219,13 @@ def check_tool_calls_rendered(
     except Exception as exc:  # Jinja errors, and templates that raise on purpose
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ChatTemplateDropsToolCalls(
-            f"{where} fails on a conversation with a tool call ({reason}): no training data "
-            f"could be built from tool-using rollouts. {_FIX}"
+            f"{where} fails on a tool call ({reason}): tool-using rollouts cannot become "
+            f"training data. {_FIX}"
         ) from None
     if _PROBE_RESULT not in full:
         raise ChatTemplateDropsToolCalls(
-            f"{where} drops tool results (role 'tool'): the training data and the model's "
-            f"prompts would lack what its tools returned. {_FIX}"
+            f"{where} drops tool results: the training data and the prompts would lack what "
+            f"the tools returned. {_FIX}"
         )
     if _PROBE_DESCRIPTION not in full:
         logger.warning(
@@ -234,17 +235,15 @@ def check_tool_calls_rendered(
         )
     if exact_tokens or not untrained_tool_calls(probe, trained):
         return
-    phase2 = "; or train on the exact tokens the model generated (server_type vllm or sglang)"
     if untrained_tool_calls(probe, turn):
         raise ChatTemplateDropsToolCalls(
-            f"{where} drops the assistant's tool calls (their name or arguments are not "
-            "rendered): every tool-call turn would train as an empty turn, teaching the model "
-            f"to stop calling tools. {_FIX}{phase2}"
+            f"{where} drops tool calls: tool-call turns would train as empty turns, teaching "
+            f"the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
         )
     raise ChatTemplateDropsToolCalls(
-        f"{where} renders earlier turns differently once the conversation goes on (e.g. the "
-        "system prompt moves to the last user turn), so only the final answer could be "
-        f"trained and the tool calls before it would be lost. {_FIX}{phase2}"
+        f"{where} re-renders earlier turns (e.g. moves the system prompt to the last user "
+        "turn): only the final answer would train, not the tool calls before it. "
+        f"{_FIX}{_OR_EXACT_TOKENS}"
     )
 
 
