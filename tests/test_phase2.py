@@ -19,6 +19,7 @@ from terminal_env import TASKS, TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.agent_loop import UNPARSED_TOOL, HermesAgentLoop
+from hermes_envgen.runtime.chat_template import with_arguments
 from hermes_envgen.runtime.managed import (
     MASKED_LOGPROB,
     ManagedServerBackend,
@@ -28,7 +29,7 @@ from hermes_envgen.runtime.managed import (
 from hermes_envgen.runtime.parsers import get_parser
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
-from hermes_envgen.runtime.trajectory import MASKED, _for_template
+from hermes_envgen.runtime.trajectory import MASKED
 from hermes_envgen.testing.envs import build_env, validate_groups
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
 from hermes_envgen.testing.script import Script
@@ -249,7 +250,7 @@ def test_backend_keeps_every_turn_exactly_as_generated(
     # With a template that renders turns as the model wrote them, the trace is the template's
     # rendering of the whole conversation (up to the newline after the final end token).
     rendered = tokenizer.apply_chat_template(
-        _for_template(result.messages), tools=SCHEMAS, tokenize=False
+        with_arguments(result.messages, raw=False), tools=SCHEMAS, tokenize=False
     )
     assert tokenizer.decode(trace.tokens) + "\n" == rendered
 

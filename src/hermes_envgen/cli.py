@@ -252,6 +252,10 @@ def check(
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer for --base-url runs (repo id or directory).")
     ] = None,
+    chat_template: Annotated[
+        str | None,
+        typer.Option(help="For --base-url runs: the env's chat_template (built-in name or file)."),
+    ] = None,
     port: Annotated[int, typer.Option(help="Port of the stub model (0 = any free port).")] = 0,
     timeout: Annotated[float, typer.Option(help="Seconds each env mode may run.")] = 300,
     gold_threshold: Annotated[
@@ -264,7 +268,9 @@ def check(
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
     from hermes_envgen.devtools.check import FAIL, Endpoint, format_table, run_checks
 
-    endpoint = Endpoint(base_url, model, server_type, tokenizer) if base_url else None
+    endpoint = (
+        Endpoint(base_url, model, server_type, tokenizer, chat_template) if base_url else None
+    )
     results = run_checks(
         path,
         endpoint=endpoint,

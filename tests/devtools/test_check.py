@@ -50,7 +50,8 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 9 and "ready to train" in result.stdout
+    assert len(rows(result)) == 10 and "ready to train" in result.stdout
+    assert rows(result)["tool calls in training data"] == "PASS"
     assert "all 24 samples earn >= 0.9" in result.stdout
 
 

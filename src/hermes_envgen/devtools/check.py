@@ -120,6 +120,7 @@ class Endpoint:
     model: str | None = None
     server_type: str | None = None
     tokenizer: str | None = None
+    chat_template: str | None = None
 
 
 def run_checks(
@@ -151,7 +152,8 @@ def run_checks(
     if results[1].status == FAIL:
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
         skipped = "not run: fix config_init first"
-        names = ("process", "evaluate", "reward range", "gold solutions", "no-op")
+        names = ("process", TOOL_CALLS_ROW, "evaluate", "reward range", "gold solutions")
+        names += ("no-op",)
         names += ("sandbox cleanup",)
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
@@ -176,14 +178,17 @@ def run_checks(
             )
         else:
             server = {"model_name": endpoint.model, "server_type": endpoint.server_type}
+            # The modes run in a work directory of their own: local paths must be absolute.
+            env = {"chat_template": endpoint.chat_template}
             run = OfflineRun(
                 target.entry,
                 endpoint.base_url,
-                endpoint.tokenizer,
+                _absolute_if_local(endpoint.tokenizer) if endpoint.tokenizer else None,
                 work,
                 timeout=timeout,
                 health_check=None,
                 server_flags={name: value for name, value in server.items() if value},
+                env_flags={name: _absolute_if_local(value) for name, value in env.items() if value},
                 extra_env=target.environment(),
             )
 
@@ -195,8 +200,11 @@ def run_checks(
             results.append(
                 CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
             )
+            tokenizer = run.tokenizer or info.get("tokenizer_name")
+            results.append(trained_tool_calls_check(groups, str(tokenizer)))
         except (EnvRunFailed, AssertionError, OSError) as exc:
             results.append(CheckResult("process", FAIL, _first_line(exc)))
+            results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
 
         progress("running evaluate")
         try:
@@ -229,6 +237,42 @@ def run_checks(
         if stub is not None:
             stub.stop()
     return results
+
+
+TOOL_CALLS_ROW = "tool calls in training data"
+
+
+def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckResult:
+    """Decode the trained tokens of each sequence: every tool call must be in them, whole."""
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.runtime.trajectory import trained_runs, untrained_tool_calls
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    except (OSError, ValueError) as exc:
+        return CheckResult(TOOL_CALLS_ROW, FAIL, f"cannot load the tokenizer: {_first_line(exc)}")
+    calls, missing = 0, []
+    for group in groups:
+        for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
+            trained = "\n".join(tokenizer.decode(run) for run in trained_runs(tokens, masks))
+            calls += sum(len(m.get("tool_calls") or []) for m in messages)
+            missing += untrained_tool_calls(messages, trained)
+    if not calls:
+        return CheckResult(TOOL_CALLS_ROW, WARN, "no rollout made a tool call: nothing to verify")
+    if missing:
+        return CheckResult(
+            TOOL_CALLS_ROW,
+            FAIL,
+            f"{len(missing)} of {calls} tool calls are not in the trained tokens, e.g. "
+            f"{missing[0]}: set chat_template to a template that renders tool calls",
+        )
+    return CheckResult(TOOL_CALLS_ROW, PASS, f"all {calls} tool calls trained (name and arguments)")
+
+
+def _absolute_if_local(name: str) -> str:
+    """A path that exists here, made absolute; anything else (a hub id, a name) as it is."""
+    return str(Path(name).resolve()) if Path(name).exists() else name
 
 
 def _config_init_check(info: dict) -> CheckResult:

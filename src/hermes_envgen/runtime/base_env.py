@@ -23,8 +23,9 @@ from typing import Any
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
+from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
-from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
 from hermes_envgen.runtime.evaluation import (
     EvalTask,
     ResumeError,
@@ -180,6 +181,18 @@ class HermesAgentBaseEnv(BaseEnv):
                 get_parser(config.tool_call_parser)  # an unknown parser fails here, at startup
             except UnknownParserError as exc:
                 raise EnvConfigError(str(exc)) from None
+        # A template that drops tool calls or results stops the env here, in one line.
+        try:
+            prepare_chat_template(
+                self.tokenizer,
+                config.chat_template,
+                config.tokenizer_name,
+                exact_tokens=self._token_server,
+                system_prompt=config.system_prompt,
+            )
+        except EnvConfigError:
+            self._discard_empty_output()
+            raise
         self.sandboxes = SandboxManager(
             SandboxSettings(
                 backend=config.terminal_backend,
@@ -198,6 +211,16 @@ class HermesAgentBaseEnv(BaseEnv):
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
+
+    def _discard_empty_output(self) -> None:
+        """Close and remove the JSONL that process mode opened, while it is still empty."""
+        writer = getattr(self, "jsonl_writer", None)
+        if writer is None:
+            return
+        writer.close()
+        path = Path(self.config.data_path_to_save_groups or "")
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
 
     @classmethod
     def cli(cls) -> None:
@@ -342,7 +365,13 @@ class HermesAgentBaseEnv(BaseEnv):
                 tokens, masks = rollout.sequence.tokens, rollout.sequence.masks
                 logprobs.append(rollout.sequence.logprobs)
             else:  # Phase 1: rebuilt from the conversation with the chat template
-                sequence = tokenize_conversation(self.tokenizer, rollout.result.messages, tools[0])
+                try:
+                    sequence = tokenize_conversation(
+                        self.tokenizer, rollout.result.messages, tools[0]
+                    )
+                except ChatTemplateError as exc:
+                    logger.error("a rollout is left out of the training data: %s", exc)
+                    continue
                 tokens, masks = sequence.tokens, sequence.masks
             group["tokens"].append(tokens)
             group["masks"].append(masks)

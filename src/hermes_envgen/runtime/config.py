@@ -72,6 +72,13 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None,
         description="Directory that holds the rollouts' workspaces (default: the temp dir).",
     )
+    chat_template: str | None = Field(
+        default=None,
+        description="Chat template that renders the training data (and Phase 2 prompts) in "
+        "place of the tokenizer's: a built-in ('hermes', 'qwen': Hermes/Qwen <tool_call> tags; "
+        "'chatml-tools': the same calls, results in 'tool' turns) or a path to a Jinja file. "
+        "Needed when the tokenizer's template drops tool calls, as plain ChatML does.",
+    )
     tool_call_parser: str = Field(
         default="hermes",
         description="How tool calls are read from raw model text (vllm/sglang servers).",

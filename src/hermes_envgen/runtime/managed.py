@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
+from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
-from hermes_envgen.runtime.trajectory import MASKED, _for_template
+from hermes_envgen.runtime.trajectory import MASKED
 
 logger = logging.getLogger(__name__)
 
@@ -243,13 +244,11 @@ class ManagedServerBackend:
     def _render(
         self, messages: list[dict], tools: list[dict] | None, generation_prompt: bool
     ) -> str:
-        """The messages as chat-template text (``tokenize=False`` behaves alike on 4.x and 5.x)."""
+        """The messages as chat-template text, tool-call arguments as the template prints them."""
         if not messages:
             return ""
-        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": generation_prompt}
-        if tools:
-            kwargs["tools"] = tools
-        return self.tokenizer.apply_chat_template(_for_template(messages, self.tokenizer), **kwargs)
+        shaped = with_arguments(messages, raw=renders_raw_arguments(self.tokenizer))
+        return render(self.tokenizer, shaped, tools, generation_prompt)
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of template text; the template writes any BOS itself."""
