@@ -128,11 +128,11 @@ def test_fifos_and_swapped_links_do_not_trap_the_host(manager, tmp_path):
         elapsed = time.monotonic() - start
         # A command swaps d for a link to the host between resolution and opening: emulate
         # the race by resolving first, then swapping, then opening with the stale answer.
-        stale = sandbox._resolve("d/secret")
+        stale = sandbox.files.resolve("d/secret")
         (sandbox.workspace / "d" / "secret").unlink()
         (sandbox.workspace / "d").rmdir()
         (sandbox.workspace / "d").symlink_to(outside)
-        sandbox._resolve = lambda path: stale
+        sandbox.files.resolve = lambda path: stale
         with pytest.raises(PathOutsideWorkspace, match="changed into a link"):
             await sandbox.read_bytes("d/secret")
         with pytest.raises(PathOutsideWorkspace, match="changed into a link"):

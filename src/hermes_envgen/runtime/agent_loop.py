@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools.registry import printable
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +253,7 @@ class HermesAgentLoop:
         raw_arguments = call["function"]["arguments"]
 
         def refuse(error: str) -> str:
+            error = printable(error)  # it may quote names the agent made
             message = f"Error: {error}"
             errors.append(ToolError(turn, name, raw_arguments, error, message))
             return message

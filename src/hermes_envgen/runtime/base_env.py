@@ -287,6 +287,8 @@ class HermesAgentBaseEnv(BaseEnv):
         try:
             await self.prepare_sandbox(item, ctx)
             result = await loop.run(self.build_messages(item))
+            # Nothing the agent started may run on while its work is scored.
+            await self.sandboxes.stop_agent_processes(task_id)
             reward, reward_error = await self._score(item, result, ctx)
         finally:
             await ctx.cleanup()

@@ -84,6 +84,12 @@ class SandboxManager:
         sandbox.touch()
         return sandbox
 
+    async def stop_agent_processes(self, task_id: str) -> None:
+        """End the task's rollout: kill what it started, if it has a sandbox."""
+        sandbox = self._sandboxes.get(task_id)
+        if sandbox is not None:
+            await sandbox.stop_agent_processes()
+
     async def release(self, task_id: str) -> None:
         """Close the task's sandbox, if it has one."""
         sandbox = self._sandboxes.pop(task_id, None)
