@@ -39,6 +39,7 @@ from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace, serv
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry, UnknownToolError
 from hermes_envgen.runtime.trajectory import tokenize_conversation
@@ -204,6 +205,7 @@ class HermesAgentBaseEnv(BaseEnv):
     @classmethod
     def cli(cls) -> None:
         """Atropos's serve / process / evaluate CLI, with user mistakes reported in one line."""
+        exit_on_termination()  # SIGTERM exits normally: the run's sandboxes are removed
         try:
             super().cli()
         except (EnvConfigError, UnknownToolError) as exc:

@@ -183,7 +183,8 @@ class HostDirectorySandbox(Sandbox):
             os.chown(self.workspace, *owner)
         self.files = WorkspaceFiles(self.workspace, self.workdir, owner)
         self._process_groups: set[int] = set()
-        self._tag_prefix = f"{uuid.uuid4().hex[:16]}."
+        # run directory name first: a later run finds what this one left by it (see runs)
+        self._tag_prefix = f"{self.workspace.parent.name}.{uuid.uuid4().hex[:16]}."
         self._commands_started = 0
 
     def host_path(self, path: str) -> Path:
