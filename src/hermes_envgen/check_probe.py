@@ -106,6 +106,7 @@ def reward_report(env_cls: type, tokenizer: str, workdir: str, gold: str, noop: 
     return report.as_dict() | {
         "gold_failures": report.gold_failures,
         "noop_failures": report.noop_failures,
+        "tamper_failures": report.tamper_failures,
     }
 
 
