@@ -193,6 +193,8 @@ class HermesAgentBaseEnv(BaseEnv):
                 memory_mb=config.sandbox_memory_mb,
                 max_processes=config.sandbox_max_processes,
                 max_file_mb=config.sandbox_max_file_mb,
+                workspace_mb=config.sandbox_workspace_mb,
+                cpus=config.sandbox_cpus,
                 docker_image=config.sandbox_image,
             ),
             lifetime=config.terminal_lifetime,

@@ -47,6 +47,8 @@ class SandboxSettings:
     memory_mb: int | None = None
     max_processes: int | None = None
     max_file_mb: int | None = None
+    workspace_mb: int | None = None  # the workspace's size (and 64 files per MiB)
+    cpus: float | None = None  # CPUs the sandbox's processes may use together
     docker_image: str = "python:3.11-slim"  # the docker backend's image
 
 
@@ -269,7 +271,11 @@ class HostDirectorySandbox(Sandbox):
         try:
             await self._kill_everything()
         finally:
-            await asyncio.to_thread(remove_tree, self.workspace)
+            await asyncio.to_thread(self._remove_workspace)
+
+    def _remove_workspace(self) -> None:
+        """Delete the workspace (and whatever else the sandbox keeps on the host)."""
+        remove_tree(self.workspace)
 
 
 def kill_processes(pgid: int | None, tag: str) -> None:

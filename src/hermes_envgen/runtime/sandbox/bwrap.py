@@ -58,6 +58,11 @@ from hermes_envgen.runtime.sandbox.base import (
     SandboxSettings,
     check_file_name,
 )
+from hermes_envgen.runtime.sandbox.host_limits import (
+    SandboxCgroup,
+    mount_workspace,
+    unmount_below,
+)
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
@@ -70,6 +75,7 @@ TMP_SIZE_MB = 512  # /tmp and /dev/shm are memory-backed: capped so they cannot 
 SHM_SIZE_MB = 64
 PATH_INSIDE = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ANCHOR_START_TIMEOUT = 20.0
+PROCESS_SLACK = 8  # the cgroup's process cap: the limit plus bwrap's and nsenter's own
 
 # /etc entries programs commonly read (users, name resolution, the dynamic linker, TLS roots,
 # time zone, Debian's alternatives); bound read-only when present, the rest of /etc stays out.
@@ -185,6 +191,17 @@ class BwrapSandbox(HostDirectorySandbox):
         # install_checks), kept beside the workspace and removed with it.
         self._checks_root = self.workspace.with_name(f"{self.workspace.name}.checks")
         self._check_binds: list[tuple[str, str]] = []
+        limits = self.limits
+        self._cgroup = SandboxCgroup.create(
+            self.workspace.parent.name,
+            self.workspace.name,
+            limits.memory_mb,
+            None if limits.max_processes is None else limits.max_processes + PROCESS_SLACK,
+            limits.cpus,
+        )
+        self._mounted = limits.workspace_mb is not None and mount_workspace(
+            self.workspace, limits.workspace_mb, self._owner
+        )
         self._anchor: _Anchor | None = None
         self._anchor_lock = asyncio.Lock()
         self._enter: list[str] = []
@@ -237,7 +254,8 @@ class BwrapSandbox(HostDirectorySandbox):
             ]  # fmt: skip
         # The anchor runs under the commands' limits: a command that takes it over with
         # ptrace (it is the same uid) gains nothing.
-        return [*args, "bash", "-c", f"{self.limits.ulimit_commands()}; exec sleep infinity"]
+        args += ["bash", "-c", f"{self.limits.ulimit_commands()}; exec sleep infinity"]
+        return self._cgroup.enter_argv(args) if self._cgroup is not None else args
 
     async def _ensure_anchor(self) -> None:
         """Start the sandbox if it is not running (first command, or its anchor was killed)."""
@@ -273,7 +291,8 @@ class BwrapSandbox(HostDirectorySandbox):
         setup = (
             f"export PATH={PATH_INSIDE}; {self.limits.ulimit_commands()}; cd {WORKDIR} || exit 1"
         )
-        return [*self._enter, "bash", "-c", f"{setup}\n{command}"]
+        argv = [*self._enter, "bash", "-c", f"{setup}\n{command}"]
+        return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
 
     async def _kill_everything(self) -> None:
         # Under the lock: a start under way finishes first. The next command starts a fresh
@@ -281,6 +300,8 @@ class BwrapSandbox(HostDirectorySandbox):
         async with self._anchor_lock:
             await self._stop_anchor()
             await super()._kill_everything()
+            if self._cgroup is not None:
+                self._cgroup.kill_all()
 
     async def _stop_anchor(self) -> None:
         """Kill the sandbox's namespaces: the PID namespace's init dies, so all inside it."""
@@ -312,13 +333,13 @@ class BwrapSandbox(HostDirectorySandbox):
             await self._stop_anchor()  # the next command's sandbox has the bind
         return f"/{name}"
 
-    async def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            await super().close()
-        finally:
-            await asyncio.to_thread(remove_tree, self._checks_root)
+    def _remove_workspace(self) -> None:
+        if self._mounted:  # the tmpfs goes with its files, however many
+            unmount_below(self.workspace)
+        super()._remove_workspace()
+        remove_tree(self._checks_root)
+        if self._cgroup is not None:
+            self._cgroup.remove()
 
 
 class _Anchor:

@@ -22,6 +22,7 @@ import weakref
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.base import kill_processes
+from hermes_envgen.runtime.sandbox.host_limits import remove_run_cgroups, unmount_below
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ def reap(parent: Path, name: str) -> None:
             os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    unmount_below(parent / name)  # size-limited workspaces (bwrap as root)
+    remove_run_cgroups(name)
     remove_tree(parent / name)
 
 
