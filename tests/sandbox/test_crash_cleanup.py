@@ -17,6 +17,7 @@ import pytest
 from sandbox_helpers import BWRAP, LOCAL, eventually, processes_running
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.host_limits import cgroup_parents
 from hermes_envgen.testing.runner import offline_environment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -78,3 +79,9 @@ def test_a_killed_run_leaves_no_sandbox_behind(
     assert not processes_running(needle)
     assert not list(root.rglob("started"))
     assert [path.name for path in (root / "hermes-envgen").iterdir()] == []
+    assert not run_cgroups(run.pid), "the run's cgroups were not removed"
+
+
+def run_cgroups(pid: int) -> list[Path]:
+    """The cgroup directories (bwrap as root) of the run of process ``pid``."""
+    return [path for parent in cgroup_parents() for path in parent.glob(f"{pid}-*")]

@@ -151,13 +151,16 @@ def remove_cgroups(directories: list[Path]) -> None:
                 os.sched_yield()
 
 
+def cgroup_parents() -> list[Path]:
+    """The directories that hold each run's cgroups, one per hierarchy (that exists here)."""
+    bases = (_own_cgroup(controller) for controller in ("memory", "pids", "cpu"))
+    return [base / CGROUP_DIRECTORY for base in bases if base is not None]
+
+
 def remove_run_cgroups(run: str) -> None:
-    """Remove the cgroups of run ``run``'s sandboxes (a run that died without doing it)."""
-    for controller in ("memory", "pids", "cpu"):
-        base = _own_cgroup(controller)
-        if base is None:
-            continue
-        directory = base / CGROUP_DIRECTORY / run
+    """Remove the cgroups of run ``run``'s sandboxes, and the run's own cgroup directory."""
+    for parent in cgroup_parents():
+        directory = parent / run
         try:
             children = [child for child in directory.iterdir() if child.is_dir()]
         except OSError:

@@ -54,6 +54,7 @@ class RunDirectory:
         """The run closed all its sandboxes: remove the empty directory and drop the lock."""
         with contextlib.suppress(OSError):
             self.path.rmdir()
+        remove_run_cgroups(self.name)  # the run's cgroup directories, emptied by each close
         self._unlock()
 
     def remove(self) -> None:
