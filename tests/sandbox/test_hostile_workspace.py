@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
 from sandbox_helpers import BWRAP, LOCAL, make_manager
 
+from hermes_envgen.runtime.sandbox import SandboxError
 from hermes_envgen.runtime.tool_context import ToolContext
 
 BOTH = [LOCAL, BWRAP]
@@ -118,3 +120,30 @@ def test_a_huge_sparse_file_is_read_in_bounded_pieces(backend, tmp_path):
         assert "only its start was read" in output or "cut at" in output
     assert "small.txt:1: line" in found
     assert "1 binary or larger than" in found
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_link_swapped_while_the_host_reads_never_leads_outside(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host secret")
+    swap = (
+        f"while :; do rm -rf d; mkdir d; echo inside > d/secret; rm -rf d; ln -s {outside} d; done"
+    )
+
+    async def main():
+        ctx = ToolContext("swap", manager)
+        sandbox = ctx.sandbox
+        await ctx.terminal(f"(setsid bash -c '{swap}' > /dev/null 2>&1 &); sleep 0.2")
+        leaked = 0
+        for _ in range(3000):
+            with contextlib.suppress(SandboxError):
+                leaked += (await sandbox.read_bytes("d/secret")) == b"host secret"
+            with contextlib.suppress(SandboxError):
+                await sandbox.write_bytes("d/planted", b"x")
+        await manager.close_all()
+        return leaked
+
+    assert asyncio.run(main()) == 0
+    assert not (outside / "planted").exists()
