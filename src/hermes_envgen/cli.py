@@ -105,6 +105,23 @@ def parsers() -> None:
         typer.echo(f"{name.ljust(width)}  {fmt}")
 
 
+@app.command()
+def cleanup(
+    sandbox_root: Annotated[
+        Path | None,
+        typer.Option(help="The env's sandbox_root (default: the temp directory)."),
+    ] = None,
+) -> None:
+    """Remove the sandboxes that runs killed without cleaning up left (their processes too)."""
+    import tempfile
+
+    from hermes_envgen.runtime.sandbox.runs import reap_stale_runs
+
+    parent = (sandbox_root or Path(tempfile.gettempdir())) / "hermes-envgen"
+    reaped = reap_stale_runs(parent)
+    typer.echo(f"removed {len(reaped)} stale run(s) under {parent}")
+
+
 def _generator_call(call: Callable[[], T], aborted: str) -> T:
     """Run a generator function; its errors become one-line messages and exit codes."""
     from hermes_envgen.generator import GeneratorError

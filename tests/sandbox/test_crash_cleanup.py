@@ -85,3 +85,33 @@ def test_a_killed_run_leaves_no_sandbox_behind(
 def run_cgroups(pid: int) -> list[Path]:
     """The cgroup directories (bwrap as root) of the run of process ``pid``."""
     return [path for parent in cgroup_parents() for path in parent.glob(f"{pid}-*")]
+
+
+def test_the_cleanup_command_removes_what_a_killed_run_left(tmp_path):
+    mark = f"{random.randrange(7000, 8000)}.{random.randrange(10**6)}"
+    needle = f"sleep\0{mark}\0".encode()
+    root = tmp_path / "sandboxes"
+    # a run that starts a daemon in a local sandbox, then dies without any cleanup
+    dies = f"""
+import asyncio, os
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+
+async def main():
+    manager = SandboxManager(SandboxSettings(backend="local", root={str(root)!r}))
+    await manager.get("task").run("(setsid sleep {mark} > /dev/null 2>&1 &); sleep 0.2")
+    os._exit(9)
+
+asyncio.run(main())
+"""
+    subprocess.run([sys.executable, "-c", dies], timeout=60, check=False)
+    assert processes_running(needle) and list((root / "hermes-envgen").iterdir())
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_envgen", "cleanup", "--sandbox-root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "removed 1 stale run(s)" in done.stdout
+    assert not processes_running(needle)
+    assert list((root / "hermes-envgen").iterdir()) == []
