@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import time
-import weakref
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.base import kill_processes
@@ -38,7 +37,6 @@ class RunDirectory:
         self.name = f"{os.getpid()}-{int(time.time() * 1000)}"
         self.path = parent / self.name
         self._lock: int | None = None
-        _LIVE.add(self)
 
     def claim(self) -> None:
         """Take the run's lock (once): from now on, no other run reaps this directory."""
@@ -49,6 +47,7 @@ class RunDirectory:
         fd = os.open(self.parent / (self.name + LOCK_SUFFIX), flags, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._lock = fd
+        _LIVE.add(self)  # held until the run is released: removed at exit at the latest
 
     def release(self) -> None:
         """The run closed all its sandboxes: remove the empty directory and drop the lock."""
@@ -68,9 +67,7 @@ class RunDirectory:
                 os.unlink(self.parent / (self.name + LOCK_SUFFIX))
             os.close(self._lock)
             self._lock = None
-
-    def __del__(self) -> None:
-        self._unlock()
+        _LIVE.discard(self)
 
 
 def reap_stale_runs(parent: Path) -> list[str]:
@@ -147,16 +144,16 @@ def _processes_naming(directory: str) -> list[int]:
     return found
 
 
-_LIVE: weakref.WeakSet[RunDirectory] = weakref.WeakSet()
+# The runs of this process that hold their lock, whether or not their manager still exists.
+_LIVE: set[RunDirectory] = set()
 
 
 @atexit.register
 def _remove_live_runs() -> None:
     """At interpreter exit, remove what this process's runs left (closed or not)."""
     for run in list(_LIVE):
-        if run._lock is not None:
-            with contextlib.suppress(Exception):
-                run.remove()
+        with contextlib.suppress(Exception):
+            run.remove()
 
 
 def exit_on_termination() -> None:
