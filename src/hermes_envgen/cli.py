@@ -139,6 +139,23 @@ def parsers() -> None:
         typer.echo(f"{name.ljust(width)}  {fmt}")
 
 
+@command()
+def cleanup(
+    sandbox_root: Annotated[
+        Path | None,
+        typer.Option(help="The env's sandbox_root (default: the temp directory)."),
+    ] = None,
+) -> None:
+    """Remove the sandboxes that runs killed without cleaning up left (their processes too)."""
+    import tempfile
+
+    from hermes_envgen.runtime.sandbox.runs import reap_stale_runs
+
+    parent = (sandbox_root or Path(tempfile.gettempdir())) / "hermes-envgen"
+    reaped = reap_stale_runs(parent)
+    typer.echo(f"removed {len(reaped)} stale run(s) under {parent}")
+
+
 class ConflictMode(str, Enum):
     """Where an update leaves what it could not merge."""
 

@@ -153,7 +153,7 @@ def run_checks(
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
         skipped = "not run: fix config_init first"
         names = ("process", TOOL_CALLS_ROW, "evaluate", "reward range", "gold solutions")
-        names += ("no-op",)
+        names += ("no-op", "reward tampering")
         names += ("sandbox cleanup",)
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
@@ -356,14 +356,19 @@ def _gold_and_noop_checks(
     )
     if "skipped" in report:
         return [
-            CheckResult("gold solutions", WARN, report["skipped"]),
-            CheckResult("no-op", WARN, report["skipped"]),
+            CheckResult(name, WARN, report["skipped"])
+            for name in ("gold solutions", "no-op", "reward tampering")
         ]
     n = len(report["outcomes"])
     rows = []
     for name, failures, passing in (
         ("gold solutions", report["gold_failures"], f"all {n} samples earn >= {gold:g}"),
         ("no-op", report["noop_failures"], f"answering without tools earns <= {noop:g} on all {n}"),
+        (
+            "reward tampering",
+            report["tamper_failures"],
+            f"rewritten checks, a planted user site and PATH earn <= {noop:g} on all {n}",
+        ),
     ):
         if failures:
             more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""

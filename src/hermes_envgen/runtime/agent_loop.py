@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX
 from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools.registry import printable
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +254,7 @@ class HermesAgentLoop:
         raw_arguments = call["function"]["arguments"]
 
         def refuse(error: str) -> str:
+            error = printable(error)  # it may quote names the agent made
             message = f"{TOOL_ERROR_PREFIX} {error}"
             errors.append(ToolError(turn, name, raw_arguments, error, message))
             return message

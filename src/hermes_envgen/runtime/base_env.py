@@ -42,6 +42,7 @@ from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry, UnknownToolError
 from hermes_envgen.runtime.trajectory import tokenize_conversation
@@ -203,6 +204,8 @@ class HermesAgentBaseEnv(BaseEnv):
                 memory_mb=config.sandbox_memory_mb,
                 max_processes=config.sandbox_max_processes,
                 max_file_mb=config.sandbox_max_file_mb,
+                workspace_mb=config.sandbox_workspace_mb,
+                cpus=config.sandbox_cpus,
                 docker_image=config.sandbox_image,
             ),
             lifetime=config.terminal_lifetime,
@@ -225,6 +228,7 @@ class HermesAgentBaseEnv(BaseEnv):
     @classmethod
     def cli(cls) -> None:
         """Atropos's serve / process / evaluate CLI, with user mistakes reported in one line."""
+        exit_on_termination()  # SIGTERM exits normally: the run's sandboxes are removed
         try:
             super().cli()
         except (EnvConfigError, UnknownToolError) as exc:
@@ -308,6 +312,8 @@ class HermesAgentBaseEnv(BaseEnv):
         try:
             await self.prepare_sandbox(item, ctx)
             result = await loop.run(self.build_messages(item))
+            # Nothing the agent started may run on while its work is scored.
+            await self.sandboxes.stop_agent_processes(task_id)
             reward, reward_error = await self._score(item, result, ctx)
         finally:
             await ctx.cleanup()

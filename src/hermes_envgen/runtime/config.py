@@ -60,6 +60,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     sandbox_max_file_mb: int | None = Field(
         default=None, ge=1, description="Largest file a command may write, in MiB."
     )
+    sandbox_workspace_mb: int | None = Field(
+        default=None,
+        ge=1,
+        description="Size of a sandbox's workspace in MiB, 64 files per MiB (bwrap as root: "
+        "a tmpfs, 1024 by default).",
+    )
+    sandbox_cpus: float | None = Field(
+        default=None,
+        gt=0,
+        description="CPUs a sandbox's processes may use together (bwrap as root: a cgroup, "
+        "1.0 by default).",
+    )
     terminal_timeout: float = Field(
         default=60.0, gt=0, description="Seconds before a tool command is killed (exit 124)."
     )
