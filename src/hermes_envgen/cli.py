@@ -7,6 +7,7 @@ starts fast.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
 from enum import Enum
@@ -88,8 +89,15 @@ def stub_server(
     seed: Annotated[int, typer.Option(help="Seed of the fault injection.")] = 0,
     tokenizer: Annotated[
         Path | None,
-        typer.Option(help="The env's tokenizer for POST /generate (default: the offline one)."),
+        typer.Option(help="The env's tokenizer for token-id prompts (default: the offline one)."),
     ] = None,
+    generate: Annotated[
+        bool,
+        typer.Option(
+            help="Serve POST /generate (off: like stock `vllm serve`, tokens only "
+            "through /v1/completions)."
+        ),
+    ] = True,
 ) -> None:
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
     from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
@@ -99,7 +107,13 @@ def stub_server(
     except ValueError as exc:
         fail(str(exc))
     server = StubServer(
-        script, host=host, port=port, faults=faults, announce=True, tokenizer=tokenizer
+        script,
+        host=host,
+        port=port,
+        faults=faults,
+        announce=True,
+        tokenizer=tokenizer,
+        generate=generate,
     )
     try:
         serve_forever(server)
@@ -241,6 +255,17 @@ def check(
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer for --base-url runs (repo id or directory).")
     ] = None,
+    inference_api: Annotated[
+        str | None,
+        typer.Option(help="How --base-url is sampled: auto, chat, completions or generate."),
+    ] = None,
+    extra_body: Annotated[
+        str | None,
+        typer.Option(help="Extra JSON fields for every model request, e.g. '{\"top_k\": 20}'."),
+    ] = None,
+    tool_choice: Annotated[
+        str | None, typer.Option(help="tool_choice sent with chat requests (e.g. auto).")
+    ] = None,
     port: Annotated[int, typer.Option(help="Port of the stub model (0 = any free port).")] = 0,
     timeout: Annotated[float, typer.Option(help="Seconds each env mode may run.")] = 300,
     gold_threshold: Annotated[
@@ -253,7 +278,26 @@ def check(
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
     from hermes_envgen.devtools.check import FAIL, Endpoint, format_table, run_checks
 
-    endpoint = Endpoint(base_url, model, server_type, tokenizer) if base_url else None
+    if extra_body is not None:
+        try:
+            parsed = json.loads(extra_body)
+        except ValueError as exc:
+            fail(f"--extra-body is not valid JSON ({exc.msg}): {extra_body!r}")
+        if not isinstance(parsed, dict):
+            fail(f"--extra-body must be a JSON object, not {extra_body!r}")
+    endpoint = (
+        Endpoint(
+            base_url,
+            model,
+            server_type,
+            tokenizer,
+            inference_api=inference_api,
+            extra_body=extra_body,
+            tool_choice=tool_choice,
+        )
+        if base_url
+        else None
+    )
     results = run_checks(
         path,
         endpoint=endpoint,

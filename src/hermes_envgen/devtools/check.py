@@ -120,6 +120,22 @@ class Endpoint:
     model: str | None = None
     server_type: str | None = None
     tokenizer: str | None = None
+    inference_api: str | None = None
+    extra_body: str | None = None  # JSON, passed on as --env.extra_body
+    tool_choice: str | None = None
+
+    def flags(self) -> dict[str, object]:
+        """The env flags that point a run at this endpoint."""
+        values = {
+            "openai.base_url": self.base_url,
+            "openai.model_name": self.model,
+            "openai.server_type": self.server_type,
+            "env.tokenizer_name": self.tokenizer,
+            "env.inference_api": self.inference_api,
+            "env.extra_body": self.extra_body,
+            "env.tool_choice": self.tool_choice,
+        }
+        return {name: value for name, value in values.items() if value}
 
 
 def run_checks(
@@ -134,7 +150,7 @@ def run_checks(
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[CheckResult]:
     """Run the checklist on the env at ``path``; CheckError when it cannot run at all."""
-    from hermes_envgen.testing.envs import read_eval_results, validate_groups
+    from hermes_envgen.testing.envs import validate_groups
     from hermes_envgen.testing.policy import scripted_policy
     from hermes_envgen.testing.runner import EnvRunFailed, run_env_mode
     from hermes_envgen.testing.stub_server import StubServer
@@ -171,13 +187,7 @@ def run_checks(
                 "env.tokenizer_name": build_offline_tokenizer(work / "tokenizer"),
             }
         else:
-            flags = {"openai.base_url": endpoint.base_url}
-            if endpoint.model:
-                flags["openai.model_name"] = endpoint.model
-            if endpoint.server_type:
-                flags["openai.server_type"] = endpoint.server_type
-            if endpoint.tokenizer:
-                flags["env.tokenizer_name"] = endpoint.tokenizer
+            flags = endpoint.flags()
         flags["env.sandbox_root"] = sandboxes
 
         def run(mode: str, extra: dict) -> None:
@@ -207,26 +217,19 @@ def run_checks(
         eval_dir = work / "eval"
         try:
             run("evaluate", {"env.data_dir_to_save_evals": eval_dir})
-            _, eval_samples = read_eval_results(eval_dir)
-            scores += [s["reward"] for s in eval_samples if "reward" in s]
-            with_tools = sum(1 for s in eval_samples if s.get("tools_used"))
-            if with_tools:
-                results.append(
-                    CheckResult(
-                        "evaluate",
-                        PASS,
-                        f"{len(eval_samples)} rollouts, {with_tools} used tools; "
-                        "metrics.json and samples.jsonl written",
-                    )
-                )
-            else:
-                results.append(
-                    CheckResult("evaluate", FAIL, "no rollout made a tool call that ran")
-                )
-        except (EnvRunFailed, AssertionError, OSError, KeyError, ValueError) as exc:
-            results.append(CheckResult("evaluate", FAIL, _first_line(exc)))
+            eval_failure = None
+        except EnvRunFailed as exc:
+            eval_failure = _first_line(exc)
+        try:
+            row, eval_scores = _evaluate_row(eval_dir, eval_failure)
+        except (OSError, KeyError, ValueError) as exc:
+            row, eval_scores = CheckResult("evaluate", FAIL, _first_line(exc)), []
+        results.append(row)
+        scores += eval_scores
 
-        results.append(_reward_range_check(scores, scripted=endpoint is None and solvable))
+        results.append(
+            _reward_range_check(scores, scripted=endpoint is None and solvable, real=bool(endpoint))
+        )
         progress("replaying each sample's gold solution, and a no-op")
         results += _gold_and_noop_checks(
             target, work, gold_threshold, noop_threshold, timeout=timeout
@@ -280,19 +283,59 @@ def _key_check(root: Path, info: dict) -> CheckResult:
     return CheckResult("no API key in code", PASS, "keys come from the environment")
 
 
-def _reward_range_check(scores: list[float], scripted: bool) -> CheckResult:
+def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, list[float]]:
+    """The evaluate row from what the run saved: scored rollouts, failures and their cause."""
+    samples = _jsonl(eval_dir / "samples.jsonl")
+    failures = _jsonl(eval_dir / "failures.jsonl")
+    scores = [s["reward"] for s in samples if s.get("reward") is not None]
+    cause = failures[0].get("failure") if failures else None
+    if not samples:
+        why = f"every rollout failed ({len(failures)}): {cause}" if failures else run_error
+        return CheckResult("evaluate", FAIL, why or "no rollout was saved"), scores
+    failed = f", {len(failures)} failed (first: {cause})" if failures else ""
+    if run_error is not None:
+        return CheckResult("evaluate", FAIL, f"{run_error}{failed}"), scores
+    with_tools = sum(1 for s in samples if s.get("tools_used"))
+    if not with_tools:
+        row = CheckResult("evaluate", FAIL, f"no rollout made a tool call that ran{failed}")
+        return row, scores
+    status = WARN if failures else PASS
+    return (
+        CheckResult(
+            "evaluate",
+            status,
+            f"{len(samples)} rollouts scored, {with_tools} used tools{failed}; "
+            "metrics.json and samples.jsonl written",
+        ),
+        scores,
+    )
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _reward_range_check(scores: list[float], scripted: bool, real: bool = False) -> CheckResult:
     if not scores:
         return CheckResult("reward range", FAIL, "no rollout was scored")
     outside = [s for s in scores if not 0.0 <= s <= 1.0]
     if outside:
         return CheckResult("reward range", FAIL, f"rewards outside [0, 1]: {outside[:5]}")
     if len(set(scores)) == 1:
-        why = (
-            "the scripted policy solves and fails tasks, yet every reward is the same"
-            if scripted
-            else "every reward is the same; the scripted policy cannot tell (no samples with "
-            "gold solutions)"
-        )
+        if scripted:
+            why = "the scripted policy solves and fails tasks, yet every reward is the same"
+        elif real:
+            why = (
+                "every reward of the real model is the same (the gold and no-op rows check the "
+                "reward itself)"
+            )
+        else:
+            why = (
+                "every reward is the same; the scripted policy cannot tell (no samples with "
+                "gold solutions)"
+            )
         return CheckResult(
             "reward range", FAIL if scripted else WARN, f"{scores[0]} for all: {why}"
         )

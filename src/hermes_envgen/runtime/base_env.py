@@ -22,9 +22,10 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
+from hermes_envgen.errors import HermesEnvgenError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
-from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.errors import EnvConfigError, ModelServerError, NothingMeasured
 from hermes_envgen.runtime.evaluation import (
     EvalTask,
     ResumeError,
@@ -35,7 +36,8 @@ from hermes_envgen.runtime.evaluation import (
     run_record,
     summarize,
 )
-from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace, serves_tokens
+from hermes_envgen.runtime.inference import ModelClient, check_model_server, same_server
+from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.rewards import Reward
@@ -160,6 +162,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 "repo id (or local directory) of the model's tokenizer"
             )
         for server_config in server_configs if isinstance(server_configs, list) else []:
+            _check_not_rollout_server(server_config, config.rollout_server_url)
             _check_api_key(server_config)
             if getattr(server_config, "tokenizer_name", None) == "none":
                 # vllm/sglang servers load a tokenizer too: the env's is the model's.
@@ -173,7 +176,13 @@ class HermesAgentBaseEnv(BaseEnv):
             ) from None
         self.config: HermesAgentEnvConfig = config
         self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
-        self._token_server = serves_tokens(self.server)  # Phase 2: exact tokens from /generate
+        # Every request to the model goes through one client: its retries, its errors.
+        self.model = ModelClient.of(
+            [s.config for s in self.server.servers],
+            api=config.inference_api,
+            retries=config.request_retries,
+        )
+        self._token_server = self.model.token_level  # Phase 2: exact tokens and logprobs
         if self._token_server:
             try:
                 get_parser(config.tool_call_parser)  # an unknown parser fails here, at startup
@@ -201,11 +210,49 @@ class HermesAgentBaseEnv(BaseEnv):
     @classmethod
     def cli(cls) -> None:
         """Atropos's serve / process / evaluate CLI, with user mistakes reported in one line."""
+        from pydantic import ValidationError
+
         try:
             super().cli()
         except (EnvConfigError, UnknownToolError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)
+        except HermesEnvgenError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except ValidationError as exc:
+            print(f"error: {_validation_line(exc)}", file=sys.stderr)
+            sys.exit(2)
+
+    # -- the model server -----------------------------------------------------------------------
+
+    async def check_model_server(self) -> None:
+        """Stop the run in one line (exit 2) when the model server cannot serve it.
+
+        One small request per server, as the rollouts will make it (same API, tools and
+        tool_choice), retried for ``startup_wait`` seconds while the server may be starting.
+        """
+        schemas, _ = self._resolve_tools_for_group()
+        await check_model_server(
+            self.model,
+            tools=schemas,
+            tool_choice=self.config.tool_choice,
+            extra_body=self.config.extra_body,
+            startup_wait=self.config.startup_wait,
+            rollout_server_url=self.config.rollout_server_url,
+        )
+
+    async def env_manager(self) -> None:
+        await self.check_model_server()
+        await super().env_manager()
+
+    async def process_manager(self) -> None:
+        await self.check_model_server()
+        await super().process_manager()
+
+    async def _run_evaluate(self) -> None:
+        await self.check_model_server()
+        await super()._run_evaluate()
 
     # -- what a subclass writes ---------------------------------------------------------------
 
@@ -260,13 +307,13 @@ class HermesAgentBaseEnv(BaseEnv):
         backend = None
         if self._token_server:  # vllm/sglang: token ids in and out, tool calls parsed here
             backend = ManagedServerBackend(
-                self.server,
+                self.model,
                 self.tokenizer,
                 self.config.tool_call_parser,
                 default_max_tokens=self.config.max_token_length,
             )
         loop = HermesAgentLoop(
-            self.server,
+            self.model,
             schemas,
             names,
             max_turns=self.config.max_agent_turns,
@@ -278,8 +325,9 @@ class HermesAgentBaseEnv(BaseEnv):
             max_tool_output_chars=self.config.max_tool_output_chars,
             max_parallel_tools=self.config.max_parallel_tools,
             split=split,
-            request_retries=0,  # atroposlib's server manager already retries with backoff
+            request_retries=0,  # the model client retries, by kind of failure
             backend=backend,
+            tool_choice=self.config.tool_choice,
         )
         try:
             await self.prepare_sandbox(item, ctx)
@@ -348,6 +396,9 @@ class HermesAgentBaseEnv(BaseEnv):
             group["scores"].append(rollout.reward)
             group["messages"].append(rollout.result.messages)
         self._report_group(rollouts, kept=len(group["tokens"]) >= self.config.group_size)
+        if not group["tokens"] and self.model.hopeless():
+            # Every rollout failed on a request that cannot succeed: asking again will not help.
+            raise ModelServerError(f"every request fails: {self.model.last_fatal}")
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs  # aligned with tokens; 1.0 where masked
         if len(group["tokens"]) < self.config.group_size:
@@ -426,6 +477,12 @@ class HermesAgentBaseEnv(BaseEnv):
         )
         if config.data_dir_to_save_evals is not None:
             record_run(Path(config.data_dir_to_save_evals) / "metrics.json", run_record(self))
+        failed = [r for r in records if r.get("failure")]
+        if records and len(failed) == len(records):
+            raise NothingMeasured(
+                f"no rollout could be measured: all {len(records)} failed; the first: "
+                f"{failed[0]['failure']}"
+            )
         return metrics
 
     def _report_group(self, rollouts: list[Rollout], kept: bool) -> None:
@@ -453,6 +510,29 @@ class HermesAgentBaseEnv(BaseEnv):
 
 
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
+
+
+def _check_not_rollout_server(server_config: Any, rollout_server_url: str | None) -> None:
+    """Refuse a model URL that is the rollout server's (run-api): it answers 404 to every turn."""
+    base_url = getattr(server_config, "base_url", None)
+    if base_url and rollout_server_url and same_server(base_url, rollout_server_url):
+        raise EnvConfigError(
+            f"the model server URL {base_url} is the rollout server's (run-api, "
+            f"{rollout_server_url}): point --openai.base_url at the inference server "
+            "(Atropos's convention: http://localhost:9001/v1)"
+        )
+
+
+def _validation_line(exc: Any) -> str:
+    """A pydantic ValidationError in one line: the field and what is wrong with it."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc).splitlines()[0]
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or exc.title
+    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {message}{more}"
 
 
 def _check_api_key(server_config: Any) -> None:
