@@ -87,6 +87,12 @@ def stub_server(
     ] = 0.0,
     hang_rate: Annotated[float, typer.Option(help="Share of requests never answered.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the fault injection.")] = 0,
+    status: Annotated[
+        int, typer.Option(help="Answer every request with this HTTP error status (0: off).")
+    ] = 0,
+    status_after: Annotated[
+        int, typer.Option(help="... after answering this many requests normally.")
+    ] = 0,
     tokenizer: Annotated[
         Path | None,
         typer.Option(help="The env's tokenizer for token-id prompts (default: the offline one)."),
@@ -103,7 +109,9 @@ def stub_server(
     from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
 
     try:
-        faults = Faults(error_rate, latency, malformed_rate, drop_rate, hang_rate, seed)
+        faults = Faults(
+            error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
+        )
     except ValueError as exc:
         fail(str(exc))
     server = StubServer(

@@ -162,7 +162,6 @@ class HermesAgentBaseEnv(BaseEnv):
                 "repo id (or local directory) of the model's tokenizer"
             )
         for server_config in server_configs if isinstance(server_configs, list) else []:
-            _check_not_rollout_server(server_config, config.rollout_server_url)
             _check_api_key(server_config)
             if getattr(server_config, "tokenizer_name", None) == "none":
                 # vllm/sglang servers load a tokenizer too: the env's is the model's.
@@ -243,6 +242,8 @@ class HermesAgentBaseEnv(BaseEnv):
         )
 
     async def env_manager(self) -> None:
+        for server in self.server.servers:  # serve mode runs beside run-api
+            _check_not_rollout_server(server.config, self.config.rollout_server_url)
         await self.check_model_server()
         await super().env_manager()
 
@@ -524,14 +525,23 @@ def _check_not_rollout_server(server_config: Any, rollout_server_url: str | None
 
 
 def _validation_line(exc: Any) -> str:
-    """A pydantic ValidationError in one line: the field and what is wrong with it."""
-    errors = exc.errors()
-    if not errors:
+    """A pydantic ValidationError in one line: the field and what is wrong with it.
+
+    A field of several types fails once per type; the most telling failure is kept (a JSON
+    string's parse error rather than 'not a dictionary').
+    """
+    by_field: dict[str, list[dict]] = {}
+    for error in exc.errors():
+        # Union members show up in the location as type names: leave them out.
+        parts = [str(p) for p in error.get("loc", ()) if not any(c in str(p) for c in "[]-")]
+        by_field.setdefault(".".join(parts) or exc.title, []).append(error)
+    if not by_field:
         return str(exc).splitlines()[0]
-    first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or exc.title
+    where, errors = next(iter(by_field.items()))
+    plain_type = ("dict_type", "model_type", "string_type", "none_required")
+    first = next((e for e in errors if e.get("type") not in plain_type), errors[0])
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    more = f" (+{len(by_field) - 1} more)" if len(by_field) > 1 else ""
     return f"{where}: {message}{more}"
 
 

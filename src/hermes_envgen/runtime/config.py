@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import Field, field_validator
+from pydantic import Field, Json
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):
@@ -113,7 +112,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         ge=0,
         description="Items held out for evaluation: at least this many, or a tenth of the data.",
     )
-    extra_body: dict[str, Any] | None = Field(
+    # Json: the command line hands over a string (atroposlib's CLI model keeps no validators).
+    extra_body: dict[str, Any] | Json[dict[str, Any]] | None = Field(
         default=None,
         description="Extra JSON fields sent with every model request (provider-specific); "
         "on the command line as JSON: --env.extra_body '{\"top_k\": 20}'.",
@@ -135,19 +135,3 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "rollouts its samples.jsonl and failures.jsonl already hold. Off: start afresh (the "
         "old files are kept as *.bak).",
     )
-
-    @field_validator("extra_body", mode="before")
-    @classmethod
-    def _json_object(cls, value: Any) -> Any:
-        """The command line gives a string: read it as a JSON object."""
-        if not isinstance(value, str):
-            return value
-        if value.strip() in ("", "null", "None"):
-            return None
-        try:
-            parsed = json.loads(value)
-        except ValueError as exc:
-            raise ValueError(f"extra_body is not valid JSON ({exc.msg}): {value!r}") from None
-        if not isinstance(parsed, dict):
-            raise ValueError(f"extra_body must be a JSON object, not {value!r}")
-        return parsed

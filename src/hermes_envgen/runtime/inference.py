@@ -26,10 +26,12 @@ Which API the policy is sampled through (``inference_api``):
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
 import random
+import socket
 import time
 import weakref
 from dataclasses import dataclass
@@ -410,16 +412,20 @@ def describe_failure(exc: BaseException, url: str) -> InferenceError:
 
 
 def _root_cause(exc: BaseException) -> str:
-    """The innermost cause's words: 'Connection refused', 'Name or service not known', ..."""
-    seen = exc
-    while seen.__cause__ is not None or seen.__context__ is not None:
-        seen = seen.__cause__ or seen.__context__
-    text = str(seen) or type(seen).__name__
-    for known in ("Connection refused", "Name or service not known", "nodename nor servname"):
-        if known in text:
-            return known.lower()
-    if "Temporary failure in name resolution" in text:
-        return "the host name does not resolve"
+    """What the connection failure was: 'connection refused', the host does not resolve, ..."""
+    chain = [exc]
+    while (chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    for error in chain:
+        if isinstance(error, socket.gaierror) or "Name or service not known" in str(error):
+            return "the host name does not resolve"
+        if isinstance(error, ConnectionRefusedError) or getattr(error, "errno", None) == (
+            errno.ECONNREFUSED
+        ):
+            return "connection refused"
+    text = str(chain[-1]) or type(chain[-1]).__name__
+    if "Connection refused" in text or "Connect call failed" in text:
+        return "connection refused"
     return " ".join(text.split())[:200]
 
 

@@ -62,8 +62,12 @@ class Faults:
     drop_rate: float = 0.0
     hang_rate: float = 0.0
     seed: int = 0
+    status: int = 0  # answer requests with this HTTP status (and an error body), if set
+    status_after: int = 0  # ... once this many requests have been answered normally
 
     def __post_init__(self) -> None:
+        if self.status and not 400 <= self.status <= 599:
+            raise ValueError(f"status must be an HTTP error status (400-599), got {self.status}")
         for name in ("error_rate", "malformed_rate", "drop_rate", "hang_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -436,6 +440,8 @@ class StubServer:
         if len(self.requests) < 100_000:
             self.requests.append(body)
         faults = self.faults
+        if faults.status and len(self.requests) > faults.status_after:
+            return body, _error(faults.status, f"injected HTTP {faults.status}")
         if faults.latency:
             await asyncio.sleep(faults.latency)
         if faults.hang_rate and self._rng.random() < faults.hang_rate:
