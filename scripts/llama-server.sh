@@ -94,7 +94,8 @@ start() {
     --n_ctx 4096 --n_threads "$(nproc)" --seed 0 >>"$state/log" 2>&1 &
   echo $! >"$state/pid"
   for _ in $(seq 1 300); do
-    if curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1; then
+    if "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
+      "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1; then
       echo "http://127.0.0.1:$port/v1" >"$state/url"
       echo "model=$model" >"$state/model"
       log "serving on http://127.0.0.1:$port/v1 ($((SECONDS - started)) s after start)"

@@ -96,7 +96,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "timeout, HTTP 408/429/5xx); a request that cannot succeed (other 4xx) is not retried.",
     )
     startup_wait: float = Field(
-        default=45.0,
+        default=30.0,
         ge=0,
         description="Seconds the start-up check waits for a model server that refuses or "
         "times out (it may be loading) before the run stops with exit code 2.",

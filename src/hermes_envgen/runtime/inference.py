@@ -438,7 +438,7 @@ async def check_model_server(
     tools: list[dict] | None = None,
     tool_choice: str | None = None,
     extra_body: dict | None = None,
-    startup_wait: float = 45.0,
+    startup_wait: float = 30.0,
     rollout_server_url: str | None = None,
 ) -> None:
     """Send each endpoint one small request; ModelServerError (one line) when it cannot succeed.
