@@ -17,18 +17,19 @@ from transformers import AutoTokenizer
 
 from hermes_envgen.devtools.check import FAIL, PASS, WARN, _evaluate_row, _reward_range_check
 from hermes_envgen.runtime.agent_loop import _reasoning_of
-from hermes_envgen.runtime.errors import EnvConfigError, InferenceError
+from hermes_envgen.runtime.errors import EnvConfigError, InferenceError, ModelServerError
 from hermes_envgen.runtime.inference import (
     Endpoint,
     ModelClient,
     _parse_completions,
+    check_model_server,
     judge_client,
     same_server,
 )
 from hermes_envgen.runtime.managed import MASKED_LOGPROB
 from hermes_envgen.runtime.rewards import ask_judge
 from hermes_envgen.runtime.trajectory import MASKED
-from hermes_envgen.testing.envs import build_env
+from hermes_envgen.testing.envs import build_env, trained_runs
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.script import Script
 from hermes_envgen.testing.stub_server import FAKE_LOGPROB, Faults, generated_text
@@ -54,18 +55,6 @@ SCRIPT = {
 @pytest.fixture(scope="module")
 def tokenizer(offline_tokenizer):
     return AutoTokenizer.from_pretrained(offline_tokenizer)
-
-
-def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    previous = MASKED
-    for token, mask in zip(tokens, masks):
-        if mask != MASKED:
-            if previous == MASKED:
-                runs.append([])
-            runs[-1].append(token)
-        previous = mask
-    return runs
 
 
 def free_port() -> int:
@@ -244,6 +233,15 @@ def test_serve_refuses_a_model_url_that_is_the_rollout_server(offline_tokenizer,
     assert completed.returncode == 2, completed.stderr[-3000:]
     line = last_line(completed)
     assert "is the rollout server's (run-api" in line and "9001" in line, line
+
+
+def test_a_rollout_server_where_the_model_should_be_is_named(stub_server):
+    stub = stub_server(SCRIPT)  # stands in for run-api: no chat endpoint under this path
+    root = stub.base_url.removesuffix("/v1")
+    client = ModelClient([Endpoint(f"{root}/v1/nothing", "m")], api="chat")
+    expected = r"HTTP 404 .*that is the rollout server \(run-api\)"
+    with pytest.raises(ModelServerError, match=expected):
+        asyncio.run(check_model_server(client, startup_wait=1, rollout_server_url=root))
 
 
 def test_same_server_treats_every_local_name_alike():

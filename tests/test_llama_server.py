@@ -20,16 +20,16 @@ import pytest
 from conftest import REPO, render_template
 from transformers import AutoTokenizer
 
-from hermes_envgen.runtime.trajectory import MASKED
-from hermes_envgen.testing.envs import read_eval_results, validate_groups
+from hermes_envgen.testing.envs import read_eval_results, trained_runs, validate_groups
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
-
-pytestmark = pytest.mark.llama_server
 
 SCRIPT = REPO / "scripts" / "llama-server.sh"
 END = "<|im_end|>"  # SmolLM2's end of turn
 # The first build takes minutes on 2 cores (longer on a busy machine); later runs reuse it.
 READY_TIMEOUT = float(os.environ.get("HERMES_ENVGEN_LLAMA_TIMEOUT", 3600))
+MODE_TIMEOUT = 1800  # one process or evaluate run: a few short turns of a 135M model on CPU
+
+pytestmark = [pytest.mark.llama_server, pytest.mark.timeout(READY_TIMEOUT + MODE_TIMEOUT)]
 
 
 def wait_for(state: Path, deadline: float) -> str:
@@ -111,21 +111,9 @@ def run_mode(root: Path, tokenizer: Path, mode: str, flags: dict) -> None:
             **flags,
         },
         cwd=root,
-        timeout=1800,
+        timeout=MODE_TIMEOUT,
         extra_env={"PYTHONPATH": f"{root / 'src'}:{offline_environment().get('PYTHONPATH', '')}"},
     )
-
-
-def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    previous = MASKED
-    for token, mask in zip(tokens, masks):
-        if mask != MASKED:
-            if previous == MASKED:
-                runs.append([])
-            runs[-1].append(token)
-        previous = mask
-    return runs
 
 
 def test_process_against_llama_cpp_writes_groups_whose_trained_spans_are_the_replies(project):
@@ -165,7 +153,8 @@ def test_evaluate_against_llama_cpp_measures_every_rollout(project):
     metrics, samples = read_eval_results(eval_dir)
     assert samples and metrics["eval/rollouts"] == len(samples)
     assert metrics["eval/failures"] == 0
-    assert not (eval_dir / "failures.jsonl").exists() or not (
-        eval_dir / "failures.jsonl"
-    ).read_text().strip()
+    assert (
+        not (eval_dir / "failures.jsonl").exists()
+        or not (eval_dir / "failures.jsonl").read_text().strip()
+    )
     assert all(s["final_response"] or s["tool_calls"] for s in samples), json.dumps(samples)[:500]

@@ -29,7 +29,7 @@ from hermes_envgen.runtime.parsers import get_parser
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.trajectory import MASKED, _for_template
-from hermes_envgen.testing.envs import build_env, validate_groups
+from hermes_envgen.testing.envs import build_env, trained_runs, validate_groups
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
 from hermes_envgen.testing.script import Script
 from hermes_envgen.testing.stub_server import FAKE_LOGPROB, StubServer, generated_text
@@ -101,19 +101,6 @@ def expected_turns(script: dict, conversation: int) -> list[str]:
     """What the scripted model generates in each turn of a conversation, end token included."""
     parsed = Script.load(script).conversations[conversation]
     return [generated_text(turn) + END for turn in parsed.turns]
-
-
-def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
-    """The maximal runs of trained (unmasked) tokens, in order."""
-    runs: list[list[int]] = []
-    previous = MASKED
-    for token, mask in zip(tokens, masks):
-        if mask != MASKED:
-            if previous == MASKED:
-                runs.append([])
-            runs[-1].append(token)
-        previous = mask
-    return runs
 
 
 def run_loop(server, tokenizer, sandboxes, prompt, parser="hermes", **kwargs):

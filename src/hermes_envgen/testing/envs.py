@@ -63,6 +63,21 @@ def validate_groups(path: str | Path, group_size: int | None = None) -> list[dic
     return groups
 
 
+def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
+    """The maximal runs of trained (unmasked) tokens of a sequence, in order: one per turn."""
+    from hermes_envgen.runtime.trajectory import MASKED
+
+    runs: list[list[int]] = []
+    previous = MASKED
+    for token, mask in zip(tokens, masks):
+        if mask != MASKED:
+            if previous == MASKED:
+                runs.append([])
+            runs[-1].append(token)
+        previous = mask
+    return runs
+
+
 def read_eval_results(directory: str | Path) -> tuple[dict, list[dict]]:
     """The metrics and samples an ``evaluate`` run saved into ``directory``."""
     directory = Path(directory)
