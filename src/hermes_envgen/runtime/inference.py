@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 INFERENCE_APIS = ("auto", "chat", "completions", "generate")
 
+# The one message of the start-up check's chat request (a real request, answered in a token).
+STARTUP_PROMPT = "Say OK."
+
 # HTTP statuses that may succeed when asked again.
 _RETRYABLE_STATUS = {408, 429}
 
@@ -479,7 +482,7 @@ async def _probe(
         await probe.tokens_and_logprobs_completion(input_ids=[0], max_tokens=1, temperature=0.0)
         return
     kwargs: dict[str, Any] = {
-        "messages": [{"role": "user", "content": "Say OK."}],
+        "messages": [{"role": "user", "content": STARTUP_PROMPT}],
         "max_tokens": 1,
         "temperature": 0.0,
     }
