@@ -1,7 +1,14 @@
 """An example env: small file tasks in a terminal, checked in the agent's sandbox.
 
-Run it offline against the stub server (``python examples/run_example.py``), or against a real
-model: ``python examples/terminal_env.py process --openai.base_url URL --openai.model_name M``.
+Run it offline against the scripted stub model that solves these tasks::
+
+    hermes-envgen stub-server --script examples/stub_script.yaml --port 8000 &
+    hermes-envgen offline-tokenizer /tmp/tok
+    python examples/terminal_env.py process --openai.base_url http://127.0.0.1:8000/v1 \
+        --env.tokenizer_name /tmp/tok --env.total_steps 2 --env.use_wandb false
+
+or against a real model: ``python examples/terminal_env.py process --openai.base_url URL
+--openai.model_name M``.
 """
 
 from __future__ import annotations

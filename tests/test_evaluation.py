@@ -34,6 +34,7 @@ from hermes_envgen.runtime import (
 )
 from hermes_envgen.runtime.base_env import EnvConfigError
 from hermes_envgen.runtime.evaluation import (
+    SampleJournal,
     normal_interval,
     pass_at_k,
     pass_hat_k,
@@ -298,6 +299,39 @@ def test_a_fresh_run_moves_the_old_files_aside(stub_server, offline_tokenizer, t
         len(read_jsonl(eval_dir / "samples.jsonl")) + len(read_jsonl(eval_dir / "failures.jsonl"))
         == len(ITEMS) * K
     ), "the new run's files hold the new run only"
+
+
+def _journal_record(key: str, text: str = "plain") -> dict:
+    return {"key": key, "item_key": key, "sample_index": 0, "reward": 1.0, "note": text}
+
+
+def test_resume_terminates_a_last_record_that_has_no_newline(tmp_path):
+    (tmp_path / "samples.jsonl").write_text(json.dumps(_journal_record("a")))  # killed before \n
+    journal = SampleJournal(tmp_path, {}, resume=True)
+    journal.append(_journal_record("b"))
+    journal.close()
+    assert [r["key"] for r in read_jsonl(tmp_path / "samples.jsonl")] == ["a", "b"]
+    reread = SampleJournal(tmp_path, {}, resume=True)
+    assert set(reread.records) == {"a", "b"}
+
+
+def test_resume_drops_a_record_cut_inside_a_utf8_character(tmp_path):
+    whole = json.dumps(_journal_record("a", "ok"), ensure_ascii=False).encode() + b"\n"
+    cut = json.dumps(_journal_record("b", "caf\u00e9 \U0001f600"), ensure_ascii=False).encode()
+    (tmp_path / "samples.jsonl").write_bytes(whole + cut[: cut.index("\U0001f600".encode()) + 2])
+    journal = SampleJournal(tmp_path, {}, resume=True)
+    assert set(journal.records) == {"a"}
+    journal.append(_journal_record("c"))
+    journal.close()
+    assert [r["key"] for r in read_jsonl(tmp_path / "samples.jsonl")] == ["a", "c"]
+
+
+def test_a_line_separator_inside_a_record_does_not_split_it(tmp_path):
+    journal = SampleJournal(tmp_path, {}, resume=False)
+    journal.append(_journal_record("a", "one\u2028two\u2029three"))
+    journal.close()
+    reread = SampleJournal(tmp_path, {}, resume=True)
+    assert reread.records["a"]["note"] == "one\u2028two\u2029three"
 
 
 def test_resuming_a_finished_run_runs_nothing(stub_server, offline_tokenizer, tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -10,7 +9,7 @@ from conftest import EXAMPLES
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.trajectory import MASKED
-from hermes_envgen.testing.runner import run_env_mode
+from hermes_envgen.testing import OfflineRun
 
 ENV_FILE = EXAMPLES / "terminal_env.py"
 SCRIPT = EXAMPLES / "stub_script.yaml"
@@ -29,25 +28,8 @@ SCRIPT = EXAMPLES / "stub_script.yaml"
 def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path, backend):
     server = stub_server(SCRIPT)
     out = tmp_path / "data" / "groups.jsonl"
-    run_env_mode(
-        ENV_FILE,
-        "process",
-        "--openai.base_url",
-        server.base_url,
-        "--env.tokenizer_name",
-        str(offline_tokenizer),
-        "--env.data_path_to_save_groups",
-        str(out),
-        "--env.sandbox_root",
-        str(tmp_path / "sandboxes"),
-        "--env.total_steps",
-        "3",
-        "--env.terminal_backend",
-        backend,
-        cwd=tmp_path,
-        timeout=180,
-    )
-    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    run = OfflineRun(ENV_FILE, server.base_url, offline_tokenizer, tmp_path, health_check=None)
+    groups = run.process(groups=3, output=out, env__terminal_backend=backend)
     assert len(groups) == 3
     tokenizer = AutoTokenizer.from_pretrained(offline_tokenizer)
     all_scores = []
@@ -68,23 +50,8 @@ def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path, b
 
 def test_evaluate_writes_metrics_and_samples(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(SCRIPT)
-    eval_dir = tmp_path / "evals"
-    run_env_mode(
-        ENV_FILE,
-        "evaluate",
-        "--openai.base_url",
-        server.base_url,
-        "--env.tokenizer_name",
-        str(offline_tokenizer),
-        "--env.data_dir_to_save_evals",
-        str(eval_dir),
-        "--env.sandbox_root",
-        str(tmp_path / "sandboxes"),
-        cwd=tmp_path,
-        timeout=180,
-    )
-    metrics = json.loads((eval_dir / "metrics.json").read_text())["results"]["all"]
-    samples = [json.loads(line) for line in (eval_dir / "samples.jsonl").read_text().splitlines()]
+    run = OfflineRun(ENV_FILE, server.base_url, offline_tokenizer, tmp_path, health_check=None)
+    metrics, samples = run.evaluate()
     assert len(samples) == 3 and metrics["eval/rollouts"] == 3.0
     assert 0.0 <= metrics["eval/mean_reward"] <= 1.0
     assert metrics["eval/tool_calls_per_rollout"] >= 1.0

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import render_template
+from conftest import imported_modules, render_template
+
+# What generated code may import from hermes-envgen: anything deeper may move between releases.
+DECLARED_API = {"hermes_envgen.runtime", "hermes_envgen.testing"}
 
 PROVIDERS = {
     "atropos": {},
@@ -73,6 +76,13 @@ def test_every_combination_is_ruff_clean(tmp_path, provider, pattern, ci, use_da
     ]
     assert leftovers == [], f"Jinja left in {leftovers}"
     assert (project / ".github/workflows/tests.yml").exists() == ci
+    deep = sorted(
+        f"{path.relative_to(project)}: {module}"
+        for path in project.rglob("*.py")
+        for module in imported_modules(path)
+        if module.startswith("hermes_envgen") and module not in DECLARED_API
+    )
+    assert deep == [], f"generated code imports beyond the declared API: {deep}"
 
 
 # Each provider x pattern runs its own tests once; the booleans rotate so that every pattern

@@ -139,6 +139,17 @@ def offline_tokenizer(
     typer.echo(build_offline_tokenizer(directory))
 
 
+@command("tokenizer-from-gguf")
+def tokenizer_from_gguf(
+    gguf_file: Annotated[Path, typer.Argument(help="The model's .gguf file.")],
+    directory: Annotated[Path, typer.Argument(help="Directory to write the tokenizer into.")],
+) -> None:
+    """Write a GGUF model's tokenizer and chat template as a directory AutoTokenizer loads."""
+    from hermes_envgen.devtools.gguf_tokenizer import tokenizer_from_gguf as build
+
+    typer.echo(build(gguf_file, directory))
+
+
 @command()
 def parsers() -> None:
     """List the tool-call parsers for raw-text models and the format each reads."""

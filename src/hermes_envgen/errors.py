@@ -63,6 +63,10 @@ class ScriptError(UsageError, ValueError):
     """A stub-server script that cannot be used; the message names the place."""
 
 
+class GGUFTokenizerError(UsageError):
+    """A GGUF file that yields no tokenizer: missing, not GGUF, or of a kind not supported."""
+
+
 class EnvRunFailed(HermesEnvgenError, AssertionError):
     """An env mode exited non-zero or ran past its timeout; the message carries its output.
 

@@ -43,9 +43,21 @@ SAMPLES = {
 }
 
 
+# The schema the samples' tool is offered with: raw-text formats type "a" by it.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+        },
+    }
+]
+
+
 @pytest.mark.parametrize("fmt", sorted(SAMPLES))
 def test_auto_reads_every_format(fmt: str) -> None:
-    content, calls = AUTO.parse(SAMPLES[fmt])
+    content, calls = AUTO.parse(SAMPLES[fmt], TOOLS)
     assert summary(calls) == [("f", {"a": 1})]
     assert content == (None if fmt == "llama3_json" else "Hi")
 
@@ -54,6 +66,9 @@ def test_auto_reads_every_format(fmt: str) -> None:
 def test_auto_matches_the_specific_parser(fmt: str) -> None:
     specific = get_parser(fmt.removesuffix("_v11"))
     assert summary(AUTO.parse(SAMPLES[fmt])[1]) == summary(specific.parse(SAMPLES[fmt])[1])
+    assert summary(AUTO.parse(SAMPLES[fmt], TOOLS)[1]) == summary(
+        specific.parse(SAMPLES[fmt], TOOLS)[1]
+    )
 
 
 def test_detection_order_is_most_specific_first() -> None:
@@ -113,3 +128,12 @@ def test_markup_quoted_in_arguments_does_not_fool_detection(fmt: str, quoted: st
     sample = SAMPLES[fmt].replace('{"a": 1}', json.dumps(args))
     assert summary(AUTO.parse(sample)[1]) == [("f", args)]
     assert detect_formats(sample)[0] == fmt
+
+
+def test_mixed_formats_give_no_phantom_call() -> None:
+    # Read as GLM, "x" would be a call and the Qwen3-Coder call "f" left as text.
+    text = "<tool_call>x</tool_call><tool_call><function=f></function></tool_call>"
+    assert AUTO.parse(text) == (text, None)
+    outcome = AUTO.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == "<tool_call> is not followed by a function name (read as glm47)"

@@ -55,15 +55,25 @@ def test_several_calls_between_prose(parser) -> None:
 def test_multiline_value_with_braces_and_quotes(parser) -> None:
     code = 'def f():\n    return {"}": "{"}\n'
     text = call45("write", path="a.py", content="\n" + code + "\n")
-    assert summary(parser.parse(text)[1]) == [("write", {"path": "a.py", "content": code})]
+    # GLM's template adds no layout inside <arg_value>: the value is exactly what was written.
+    assert summary(parser.parse(text)[1]) == [
+        ("write", {"path": "a.py", "content": "\n" + code + "\n"})
+    ]
 
 
-def test_no_arguments_and_unclosed_last_call(parser) -> None:
+def test_no_arguments(parser) -> None:
+    assert summary(parser.parse("<tool_call>list_files</tool_call>")[1]) == [("list_files", {})]
+
+
+def test_a_call_without_its_closing_tag_is_cut_off(parser) -> None:
+    # The template always writes </tool_call>: without it more arguments may have followed.
     text = (
         "<tool_call>list_files</tool_call>\n"
         "<tool_call>read\n<arg_key>p</arg_key>\n<arg_value>x</arg_value>"
     )
-    assert summary(parser.parse(text)[1]) == [("list_files", {}), ("read", {"p": "x"})]
+    outcome = parser.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == "the call to read is cut off before </tool_call>"
 
 
 def test_string_that_is_quoted_json_stays_verbatim(parser) -> None:
@@ -89,8 +99,20 @@ def test_malformed_returns_text_unchanged(parser, text: str) -> None:
     assert parser.parse(text) == (text, None)
 
 
-def test_malformed_call_skipped_good_one_kept(parser) -> None:
+def test_a_call_after_an_unreadable_one_is_not_run(parser) -> None:
     bad = "<tool_call>f\n<arg_key>a</arg_key>\n</tool_call>"
-    content, calls = parser.parse(bad + call45("g", k="v"))
-    assert summary(calls) == [("g", {"k": "v"})]
-    assert content == bad
+    outcome = parser.read(bad + call45("g", k="v"))
+    assert (outcome.content, outcome.tool_calls) == (bad + call45("g", k="v"), None)
+    assert outcome.error == "the argument a of f has no <arg_value>"
+
+
+def test_a_call_written_inside_a_value_is_not_run(parser) -> None:
+    text = (
+        "<tool_call>w<arg_key>c</arg_key><arg_value><tool_call>b</tool_call></arg_value>"
+        "</tool_call>"
+    )
+    assert summary(parser.parse(text)[1]) == [("w", {"c": "<tool_call>b</tool_call>"})]
+    quoted = "<tool_call>rm\n<arg_key>p</arg_key>\n<arg_value>/</arg_value>\n</tool_call>"
+    assert summary(parser.parse(call45("write", content=quoted))[1]) == [
+        ("write", {"content": quoted})
+    ]

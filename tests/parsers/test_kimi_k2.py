@@ -30,7 +30,8 @@ def test_one_call() -> None:
     content, calls = P.parse(text)
     assert content is None
     assert summary(calls) == [("get_weather", {"city": "Tokyo"})]
-    assert calls is not None and calls[0]["id"].startswith("call_")
+    # Kimi's template prints the id back as the call's header: it is what the model wrote.
+    assert calls is not None and calls[0]["id"] == "functions.get_weather:0"
 
 
 def test_several_calls_prose_and_tricky_args() -> None:
@@ -93,11 +94,13 @@ def test_malformed_returns_text_unchanged(text: str) -> None:
     assert P.parse(text) == (text, None)
 
 
-def test_malformed_call_skipped() -> None:
+def test_a_call_after_a_malformed_one_is_not_run() -> None:
     text = BEGIN + call("functions.a:0", "{bad}") + call("functions.b:1", '{"ok": true}') + END
-    content, calls = P.parse(text)
-    assert summary(calls) == [("b", {"ok": True})]
-    assert content == call("functions.a:0", "{bad}")
+    outcome = P.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == (
+        f"the call opened by <|tool_call_begin|> at character {len(BEGIN)} could not be read"
+    )
 
 
 def test_markers_quoted_inside_arguments() -> None:

@@ -58,10 +58,11 @@ def test_missing_parameters(parser) -> None:
     assert calls is not None and calls[0]["function"]["arguments"] == "{}"
 
 
-def test_broken_second_call_keeps_first(parser) -> None:
-    content, calls = parser.parse('{"name": "a", "parameters": {}}; {"name": "b", "para')
-    assert summary(calls) == [("a", {})]
-    assert content == '{"name": "b", "para'
+def test_a_cut_off_second_call_makes_the_message_unreadable(parser) -> None:
+    text = '{"name": "a", "parameters": {}}; {"name": "b", "para'
+    outcome = parser.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == "the JSON call is cut off or is not valid JSON"
 
 
 @pytest.mark.parametrize(

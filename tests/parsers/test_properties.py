@@ -8,26 +8,35 @@ from collections.abc import Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markup import (
+    DS_CALL,
+    DS_CALL_END,
+    DS_CALLS,
+    DS_CALLS_END,
+    DS_SEP,
+    KIMI_ARGS,
+    KIMI_CALL,
+    KIMI_CALL_END,
+    KIMI_CALLS,
+    KIMI_CALLS_END,
+)
 
 from hermes_envgen.runtime.parsers import ToolCallParser, get_parser, list_parsers
 from hermes_envgen.runtime.parsers import base as parsers_base
 
 NAMES = [name for name, _ in list_parsers()]  # aliases included
 PARSERS = [get_parser(name) for name in NAMES]
-ID = re.compile(r"call_[0-9a-f]{24}")
+# The ids each format's chat template expects; auto gives any of them.
+IDS = {
+    "mistral": re.compile(r"[A-Za-z0-9]{9}"),
+    "kimi_k2": re.compile(r"\S(?:.*\S)?", re.DOTALL),  # as the model wrote it
+}
+OPENAI_ID = re.compile(r"call_[0-9a-f]{24}")
 FAST = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-DS_BEGIN, DS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-DS_CALL, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-KIMI_BEGIN, KIMI_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-KIMI_CALL, KIMI_ARG, KIMI_CALL_END = (
-    "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>",
-    "<|tool_call_end|>",
-)
 
 # What each parser looks for: no parser may find a call in text containing none of these.
 ALL_MARKERS = sorted({marker for parser in PARSERS for marker in parser.markers})
@@ -49,18 +58,18 @@ MARKUP = [
     "[ARGS]",
     "[CALL_ID]",
     "<|python_tag|>",
-    DS_BEGIN,
-    DS_END,
+    DS_CALLS,
+    DS_CALLS_END,
     DS_CALL,
     DS_CALL_END,
     DS_SEP,
     "function",
     "```json",
     "```",
-    KIMI_BEGIN,
-    KIMI_END,
+    KIMI_CALLS,
+    KIMI_CALLS_END,
     KIMI_CALL,
-    KIMI_ARG,
+    KIMI_ARGS,
     KIMI_CALL_END,
     "functions.f:0",
 ]
@@ -69,11 +78,13 @@ JSON_BITS += ['"', ":", ",", ";", "\n", " ", "f", ">", "1", "null", "\\", "\\u12
 FRAGMENTS = MARKUP + ALL_MARKERS + JSON_BITS
 
 
-def run(parser: ToolCallParser, text: str) -> tuple[str | None, list[dict] | None]:
+def run(
+    parser: ToolCallParser, text: str, tools: list[dict] | None = None
+) -> tuple[str | None, list[dict] | None]:
     """Parse with internal errors surfacing, and check the result's contract."""
     parsers_base._RAISE_INTERNAL_ERRORS = True
     try:
-        result = parser.parse(text)
+        result = parser.parse(text, tools)
     finally:
         parsers_base._RAISE_INTERNAL_ERRORS = False
     assert isinstance(result, tuple) and len(result) == 2
@@ -85,7 +96,9 @@ def run(parser: ToolCallParser, text: str) -> tuple[str | None, list[dict] | Non
     assert content is None or (isinstance(content, str) and content and content == content.strip())
     for call in calls:
         assert set(call) == {"id", "type", "function"}
-        assert isinstance(call["id"], str) and ID.fullmatch(call["id"])
+        forms = [*IDS.values(), OPENAI_ID] if parser.name == "auto" else []
+        forms = forms or [IDS.get(parser.name, OPENAI_ID)]
+        assert isinstance(call["id"], str) and any(f.fullmatch(call["id"]) for f in forms)
         assert call["type"] == "function"
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         assert isinstance(name, str) and name and name == name.strip()
@@ -161,13 +174,18 @@ json_args = st.dictionaries(st.text(max_size=8), json_values, max_size=4)
 raw_strings = st.text(
     alphabet=st.characters(blacklist_characters="<\r", blacklist_categories=("Cs",)), max_size=20
 ).map(lambda s: "s" + s)
+# Each key ends in its JSON type, so the tool schema the loop would offer follows from it.
 raw_args = st.dictionaries(
     st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
     st.one_of(
-        st.none(), st.booleans(), st.integers(), raw_strings, st.lists(st.integers(), max_size=3)
+        st.tuples(st.just("null"), st.none()),
+        st.tuples(st.just("boolean"), st.booleans()),
+        st.tuples(st.just("integer"), st.integers()),
+        st.tuples(st.just("string"), raw_strings),
+        st.tuples(st.just("array"), st.lists(st.integers(), max_size=3)),
     ),
     max_size=4,
-)
+).map(lambda args: {f"{key}_{kind}": value for key, (kind, value) in args.items()})
 prose = st.text(max_size=40).filter(lambda s: not has_marker(s) and "{" not in s)
 
 Call = tuple[str, dict]
@@ -279,21 +297,23 @@ RENDERERS: dict[str, tuple[Callable, bool]] = {
     "glm47": (render_glm(False), True),
     "deepseek_v3": (
         render_section(
-            DS_BEGIN,
-            DS_END,
+            DS_CALLS,
+            DS_CALLS_END,
             lambda n, a: f"{DS_CALL}function{DS_SEP}{n}\n```json\n{a}\n```{DS_CALL_END}",
         ),
         False,
     ),
     "deepseek_v3_1": (
-        render_section(DS_BEGIN, DS_END, lambda n, a: f"{DS_CALL}{n}{DS_SEP}{a}{DS_CALL_END}"),
+        render_section(
+            DS_CALLS, DS_CALLS_END, lambda n, a: f"{DS_CALL}{n}{DS_SEP}{a}{DS_CALL_END}"
+        ),
         False,
     ),
     "kimi_k2": (
         render_section(
-            KIMI_BEGIN,
-            KIMI_END,
-            lambda n, a: f"{KIMI_CALL}functions.{n}:0{KIMI_ARG}{a}{KIMI_CALL_END}",
+            KIMI_CALLS,
+            KIMI_CALLS_END,
+            lambda n, a: f"{KIMI_CALL}functions.{n}:0{KIMI_ARGS}{a}{KIMI_CALL_END}",
         ),
         False,
     ),
@@ -312,6 +332,18 @@ def rendered(draw) -> tuple[str, str, list[Call], str | None]:
     return fmt, text, expected, content
 
 
+def tools_for(calls: list[Call]) -> list[dict]:
+    """The tool definitions of the called functions, typed by the keys' type suffixes."""
+    properties: dict[str, dict] = {}
+    for name, args in calls:
+        props = properties.setdefault(name, {})
+        props.update({key: {"type": key.rsplit("_", 1)[-1]} for key in args})
+    return [
+        {"type": "function", "function": {"name": n, "parameters": {"properties": p}}}
+        for n, p in properties.items()
+    ]
+
+
 def decoded(calls: list[dict]) -> list[Call]:
     """(name, arguments object) per call."""
     return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
@@ -322,7 +354,7 @@ def decoded(calls: list[dict]) -> list[Call]:
 def test_valid_output_round_trips(case: tuple[str, str, list[Call], str | None]) -> None:
     fmt, text, expected, content = case
     for parser in (get_parser(fmt), get_parser("auto")):
-        got_content, calls = run(parser, text)
+        got_content, calls = run(parser, text, tools_for(expected))
         assert calls is not None, (parser.name, text)
         assert decoded(calls) == [(n, a) for n, a in expected]
         if parser.name == fmt:
@@ -354,3 +386,49 @@ def mutated(draw) -> str:
 @given(mutated())
 def test_mutated_valid_output(text: str) -> None:
     run_all(text)
+
+
+# --- a call nested inside another call's value is never run --------------------------------
+
+VICTIM = "nested_victim"
+WRITE_TOOL = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "parameters": {"properties": {"content_string": {"type": "string"}}},
+        },
+    }
+]
+
+
+@st.composite
+def nested_call(draw) -> tuple[str, str, str]:
+    """(outer format, text, the outer call's value or None when cut): a call inside a value.
+
+    The text may be cut anywhere, as output that hit the token limit is.
+    """
+    inner_fmt, outer_fmt = (
+        draw(st.sampled_from(sorted(RENDERERS))),
+        draw(st.sampled_from(sorted(RENDERERS))),
+    )
+    inner, _, _ = RENDERERS[inner_fmt][0]([(VICTIM, {})], draw)
+    value = "s" + draw(prose) + inner + draw(prose)
+    text, _, _ = RENDERERS[outer_fmt][0]([("write_file", {"content_string": value})], draw)
+    if draw(st.booleans()):
+        cut = draw(st.integers(0, len(text) - 1))
+        return outer_fmt, text[:cut], None
+    return outer_fmt, text, value
+
+
+@settings(FAST, max_examples=1500)
+@given(nested_call())
+def test_a_call_nested_in_a_value_never_runs(case: tuple[str, str, str | None]) -> None:
+    fmt, text, value = case
+    for parser in (get_parser(fmt), get_parser("auto")):
+        _, calls = run(parser, text, WRITE_TOOL)
+        names = [call["function"]["name"] for call in calls or []]
+        assert VICTIM not in names, (parser.name, text)
+        if value is not None:  # read whole: the nested call is text of the outer call's value
+            assert names == ["write_file"]
+            assert json.loads(calls[0]["function"]["arguments"]) == {"content_string": value}

@@ -23,18 +23,44 @@ def call(name: str, **params: str) -> str:
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
 
 
+def tools(name: str, **types: str | list[str]) -> list[dict]:
+    """One OpenAI tool definition whose parameters have the given JSON types."""
+    properties = {key: {"type": kind} for key, kind in types.items()}
+    return [
+        {
+            "type": "function",
+            "function": {"name": name, "parameters": {"type": "object", "properties": properties}},
+        }
+    ]
+
+
 def test_one_call_typed_values() -> None:
     text = call("f", city="Paris", days="3", ratio="0.5", ok="true", none="null", xs="[1, 2]")
-    content, calls = P.parse(text)
+    schema = tools(
+        "f",
+        city="string",
+        days="integer",
+        ratio="number",
+        ok="boolean",
+        none=["integer", "null"],
+        xs="array",
+    )
+    content, calls = P.parse(text, schema)
     assert content is None
     assert summary(calls) == [
         ("f", {"city": "Paris", "days": 3, "ratio": 0.5, "ok": True, "none": None, "xs": [1, 2]})
     ]
 
 
+def test_without_a_schema_every_value_stays_text() -> None:
+    text = call("f", days="3", ok="true", none="null")
+    assert summary(P.parse(text)[1]) == [("f", {"days": "3", "ok": "true", "none": "null"})]
+
+
 def test_object_value_and_strings_that_look_almost_like_json() -> None:
     text = call("f", obj='{"a": {"b": [1]}}', quoted='"hi"', zip="02134", nan="NaN", big="1e999")
-    assert summary(P.parse(text)[1]) == [
+    schema = tools("f", obj="object", quoted="string", zip="string", nan="number", big="number")
+    assert summary(P.parse(text, schema)[1]) == [
         (
             "f",
             {
@@ -69,14 +95,17 @@ def test_unclosed_tool_call_tag_counts_when_function_is_closed() -> None:
         call("a", x="1")
         + "\n<tool_call>\n<function=b>\n<parameter=y>\n2\n</parameter>\n</function>"
     )
-    assert summary(P.parse(text)[1]) == [("a", {"x": 1}), ("b", {"y": 2})]
+    assert summary(P.parse(text)[1]) == [("a", {"x": "1"}), ("b", {"y": "2"})]
 
 
-def test_missing_parameter_close_ends_at_next_parameter() -> None:
+def test_missing_parameter_close_is_an_unreadable_call() -> None:
+    # Upstream ends "a" at the next <parameter=; but "a" may as well hold that markup.
     text = (
         "<tool_call><function=f><parameter=a>1<parameter=b>x\n</parameter></function></tool_call>"
     )
-    assert summary(P.parse(text)[1]) == [("f", {"a": 1, "b": "x"})]
+    outcome = P.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == "the value of a in the call to f has no matching </parameter>"
 
 
 def test_compact_form_without_newlines() -> None:
@@ -103,8 +132,28 @@ def test_malformed_or_absent_returns_text_unchanged(text: str) -> None:
     assert P.parse(text) == (text, None)
 
 
-def test_malformed_call_skipped_next_one_kept() -> None:
+def test_a_call_after_an_unreadable_one_is_not_run() -> None:
+    # What follows an unreadable opening may be inside its value: nothing after it is a call.
     text = "<tool_call><function=bad name></function></tool_call>" + call("good", v="1")
-    content, calls = P.parse(text)
-    assert summary(calls) == [("good", {"v": 1})]
-    assert content == "<tool_call><function=bad name></function></tool_call>"
+    outcome = P.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == "a function name is missing or is not a name"
+
+
+def test_a_call_written_inside_a_value_is_not_run() -> None:
+    text = (
+        "<tool_call><function=a><parameter=p><tool_call><function=b></function></tool_call>"
+        "</parameter></function></tool_call>"
+    )
+    assert summary(P.parse(text)[1]) == [
+        ("a", {"p": "<tool_call><function=b></function></tool_call>"})
+    ]
+
+
+def test_a_nested_literal_in_a_second_call_neither_repeats_nor_loses_calls() -> None:
+    quoted = call("foo", x="1")
+    text = call("foo", x="1") + "\n" + call("write_file", path="a.md", content=quoted)
+    assert summary(P.parse(text)[1]) == [
+        ("foo", {"x": "1"}),
+        ("write_file", {"path": "a.md", "content": quoted}),
+    ]

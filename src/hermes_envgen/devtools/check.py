@@ -124,16 +124,17 @@ class Endpoint:
     extra_body: str | None = None  # JSON, passed on as --env.extra_body
     tool_choice: str | None = None
 
-    def flags(self) -> dict[str, object]:
-        """The env flags that point a run at this endpoint."""
+    def server_flags(self) -> dict[str, object]:
+        """The ``openai.*`` settings this endpoint sets."""
+        values = {"model_name": self.model, "server_type": self.server_type}
+        return {name: value for name, value in values.items() if value}
+
+    def env_flags(self) -> dict[str, object]:
+        """The ``env.*`` settings this endpoint sets (how requests are made)."""
         values = {
-            "openai.base_url": self.base_url,
-            "openai.model_name": self.model,
-            "openai.server_type": self.server_type,
-            "env.tokenizer_name": self.tokenizer,
-            "env.inference_api": self.inference_api,
-            "env.extra_body": self.extra_body,
-            "env.tool_choice": self.tool_choice,
+            "inference_api": self.inference_api,
+            "extra_body": self.extra_body,
+            "tool_choice": self.tool_choice,
         }
         return {name: value for name, value in values.items() if value}
 
@@ -150,11 +151,13 @@ def run_checks(
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[CheckResult]:
     """Run the checklist on the env at ``path``; CheckError when it cannot run at all."""
-    from hermes_envgen.testing.envs import validate_groups
-    from hermes_envgen.testing.policy import scripted_policy
-    from hermes_envgen.testing.runner import EnvRunFailed, run_env_mode
-    from hermes_envgen.testing.stub_server import StubServer
-    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+    from hermes_envgen.testing import (
+        EnvRunFailed,
+        OfflineRun,
+        StubServer,
+        build_offline_tokenizer,
+        scripted_policy,
+    )
 
     target = find_env(path)
     progress("importing the env")
@@ -173,7 +176,6 @@ def run_checks(
     solvable = bool(samples) and all("prompt" in s and "solution" in s for s in samples)
     script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
     work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
-    sandboxes = work / "sandboxes"
     stub = None
     try:
         if endpoint is None:
@@ -181,31 +183,31 @@ def run_checks(
                 stub = StubServer(script, port=port).start()
             except OSError as exc:
                 raise CheckError(str(exc)) from None
-            flags = {
-                "openai.base_url": stub.base_url,
-                "openai.health_check": False,
-                "env.tokenizer_name": build_offline_tokenizer(work / "tokenizer"),
-            }
-        else:
-            flags = endpoint.flags()
-        flags["env.sandbox_root"] = sandboxes
-
-        def run(mode: str, extra: dict) -> None:
-            run_env_mode(
+            run = OfflineRun(
                 target.entry,
-                mode,
-                flags=flags | extra,
-                cwd=work,
+                stub.base_url,
+                build_offline_tokenizer(work / "tokenizer"),
+                work,
                 timeout=timeout,
+                extra_env=target.environment(),
+            )
+        else:
+            run = OfflineRun(
+                target.entry,
+                endpoint.base_url,
+                endpoint.tokenizer,
+                work,
+                timeout=timeout,
+                health_check=None,
+                server_flags=endpoint.server_flags(),
+                env_flags=endpoint.env_flags(),
                 extra_env=target.environment(),
             )
 
         scores: list[float] = []
         progress("running process (one group)")
-        groups_file = work / "groups.jsonl"
         try:
-            run("process", {"env.total_steps": 1, "env.data_path_to_save_groups": groups_file})
-            groups = validate_groups(groups_file)
+            groups = run.process()
             scores += [s for g in groups for s in g["scores"]]
             results.append(
                 CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
@@ -216,7 +218,7 @@ def run_checks(
         progress("running evaluate")
         eval_dir = work / "eval"
         try:
-            run("evaluate", {"env.data_dir_to_save_evals": eval_dir})
+            run.run("evaluate", env__data_dir_to_save_evals=eval_dir)
             eval_failure = None
         except EnvRunFailed as exc:
             eval_failure = _first_line(exc)
@@ -234,7 +236,7 @@ def run_checks(
         results += _gold_and_noop_checks(
             target, work, gold_threshold, noop_threshold, timeout=timeout
         )
-        results.append(_cleanup_check(sandboxes, work / "replays"))
+        results.append(_cleanup_check(run.sandbox_root, work / "replays"))
     finally:
         if stub is not None:
             stub.stop()

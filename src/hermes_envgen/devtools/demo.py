@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.errors import EnvRunFailed, Interrupted
+from hermes_envgen.runtime.records import EVAL, Metric, metric
 
 DEMO_NAME = "demo-env"
 
@@ -67,11 +68,12 @@ def run_demo(
     """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
     from hermes_envgen.devtools.check import find_env, probe
     from hermes_envgen.generate import new_project
-    from hermes_envgen.testing.envs import read_eval_results, validate_groups
-    from hermes_envgen.testing.policy import scripted_policy
-    from hermes_envgen.testing.runner import run_env_mode
-    from hermes_envgen.testing.stub_server import StubServer
-    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+    from hermes_envgen.testing import (
+        OfflineRun,
+        StubServer,
+        build_offline_tokenizer,
+        scripted_policy,
+    )
 
     base = Path(directory or tempfile.mkdtemp(prefix="hermes-envgen-demo-")).absolute()
     base.mkdir(parents=True, exist_ok=True)
@@ -80,51 +82,32 @@ def run_demo(
     target = find_env(project)
     samples = probe(target)["samples"]
     outputs = base / "demo-output"  # beside the project, so its git tree stays clean
-    sandboxes = outputs / "sandboxes"
-    flags = {
-        "env.tokenizer_name": build_offline_tokenizer(outputs / "tokenizer"),
-        "env.sandbox_root": sandboxes,
-        "openai.health_check": False,
-    }
     groups_file = outputs / "data" / "rollouts.jsonl"
     eval_dir = outputs / "eval"
     try:
         with StubServer(scripted_policy(samples, judge=True)) as stub:
-            flags["openai.base_url"] = stub.base_url
+            run = OfflineRun(
+                target.entry,
+                stub.base_url,
+                build_offline_tokenizer(outputs / "tokenizer"),
+                outputs,
+                cwd=project,
+                timeout=timeout,
+                extra_env=target.environment(),
+            )
             progress(f"process: {groups} groups of {group_size} against the stub model")
-            run_env_mode(
-                target.entry,
-                "process",
-                flags=flags
-                | {
-                    "env.total_steps": groups,
-                    "env.group_size": group_size,
-                    "env.data_path_to_save_groups": groups_file,
-                },
-                cwd=project,
-                timeout=timeout,
-                extra_env=target.environment(),
-            )
+            written = run.process(groups=groups, group_size=group_size, output=groups_file)
             progress("evaluate: every held-out task once, at temperature 0")
-            run_env_mode(
-                target.entry,
-                "evaluate",
-                flags=flags | {"env.data_dir_to_save_evals": eval_dir},
-                cwd=project,
-                timeout=timeout,
-                extra_env=target.environment(),
-            )
+            metrics, _ = run.evaluate(directory=eval_dir)
     except EnvRunFailed as exc:
         raise EnvRunFailed(f"the demo env failed: {exc}") from None
     except KeyboardInterrupt:
         raise Interrupted("demo interrupted; every process it started was stopped") from None
     finally:
         # An interrupted env may not have removed its sandboxes: they are ours to remove.
-        shutil.rmtree(sandboxes, ignore_errors=True)
+        shutil.rmtree(outputs / "sandboxes", ignore_errors=True)
 
-    written = validate_groups(groups_file, group_size)
     scores = [s for g in written for s in g["scores"]]
-    metrics, _ = read_eval_results(eval_dir)
     return DemoResult(
         project=project,
         groups_file=groups_file,
@@ -133,8 +116,8 @@ def run_demo(
         groups=len(written),
         rollouts=len(scores),
         mean_reward=statistics.mean(scores),
-        eval_rollouts=int(metrics["eval/rollouts"]),
-        eval_mean_reward=metrics["eval/mean_reward"],
-        eval_mean_turns=metrics["eval/mean_turns"],
-        eval_tool_errors=metrics["eval/tool_errors_per_rollout"],
+        eval_rollouts=int(metrics[metric(EVAL, Metric.ROLLOUTS)]),
+        eval_mean_reward=metrics[metric(EVAL, Metric.MEAN_REWARD)],
+        eval_mean_turns=metrics[metric(EVAL, Metric.MEAN_TURNS)],
+        eval_tool_errors=metrics[metric(EVAL, Metric.TOOL_ERRORS_PER_ROLLOUT)],
     )

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.errors import ViewError
+from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX as ERROR_PREFIX
 
 # How the runtime words a tool result that reports a failed call (see agent_loop).
-ERROR_PREFIX = "Error:"
 
 
 @dataclass

@@ -6,8 +6,9 @@ are loaded on first use: the wheel's build hook imports ``generate.bundle`` with
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermes_envgen._lazy import lazy_exports
 
 _EXPORTS = {
     "NewProject": "new",
@@ -20,11 +21,7 @@ _EXPORTS = {
 __all__ = ["NewProject", "UpdateResult", "new_project", "parse_data_pairs", "update_project"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:

@@ -1,43 +1,86 @@
-"""The runtime generated environments import.
+"""The runtime generated environments import: their one declared API.
 
-Names are loaded on first use, so ``import hermes_envgen.runtime.parsers`` (or the CLI) does
-not pay for atroposlib and transformers.
+Everything an env author (and the template) needs is importable from here; deeper module paths
+are internal and may move. Names are loaded on first use, so ``import hermes_envgen.runtime``
+(or the CLI) does not pay for atroposlib and transformers.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hermes_envgen._lazy import lazy_exports
 
 _EXPORTS = {
+    # the agent loop and its result
     "AgentResult": "agent_loop",
     "HermesAgentLoop": "agent_loop",
     "ToolError": "agent_loop",
+    # the base env and its settings
     "HermesAgentBaseEnv": "base_env",
-    "EnvConfigError": "errors",
-    "Reward": "rewards",
     "Rollout": "base_env",
     "HermesAgentEnvConfig": "config",
+    # errors
+    "EnvConfigError": "errors",
+    "DatasetError": "errors",
+    "SandboxError": "errors",
+    "ToolExecutionError": "errors",
+    "InferenceError": "errors",
+    "ModelServerError": "errors",
+    # the model server
+    "ModelClient": "inference",
+    "judge_client": "inference",
+    # tasks
+    "load_items": "datasets",
+    "split_train_eval": "datasets",
+    # rewards
+    "Reward": "rewards",
+    "JudgeVerdict": "rewards",
+    "answer_matches": "rewards",
+    "ask_judge": "rewards",
+    "efficiency_score": "rewards",
+    "keyword_overlap": "rewards",
+    "normalize_answer": "rewards",
+    "tool_usage_score": "rewards",
+    "verify_in_sandbox": "rewards",
+    "weighted_score": "rewards",
+    # records and metric names
+    "Metric": "records",
+    "RolloutRecord": "records",
+    "metric": "records",
+    "EVAL": "records",
+    "TRAIN": "records",
+    # tools and sandboxes
     "ToolContext": "tool_context",
     "tool": "tools",
     "Tool": "tools",
-    "ToolExecutionError": "tools",
     "ToolRegistry": "tools",
     "REGISTRY": "tools",
-    "tokenize_conversation": "trajectory",
     "SandboxManager": "sandbox",
     "SandboxSettings": "sandbox",
+    # training data
+    "tokenize_conversation": "trajectory",
 }
 
 __all__ = [
+    "EVAL",
     "REGISTRY",
+    "TRAIN",
     "AgentResult",
+    "DatasetError",
     "EnvConfigError",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
+    "InferenceError",
+    "JudgeVerdict",
+    "Metric",
+    "ModelClient",
+    "ModelServerError",
     "Reward",
     "Rollout",
+    "RolloutRecord",
+    "SandboxError",
     "SandboxManager",
     "SandboxSettings",
     "Tool",
@@ -45,32 +88,54 @@ __all__ = [
     "ToolError",
     "ToolExecutionError",
     "ToolRegistry",
+    "answer_matches",
+    "ask_judge",
+    "efficiency_score",
+    "judge_client",
+    "keyword_overlap",
+    "load_items",
+    "metric",
+    "normalize_answer",
+    "split_train_eval",
     "tokenize_conversation",
     "tool",
+    "tool_usage_score",
+    "verify_in_sandbox",
+    "weighted_score",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
     from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, ToolError
-    from hermes_envgen.runtime.base_env import EnvConfigError, HermesAgentBaseEnv, Rollout
+    from hermes_envgen.runtime.base_env import HermesAgentBaseEnv, Rollout
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
-    from hermes_envgen.runtime.rewards import Reward
+    from hermes_envgen.runtime.datasets import load_items, split_train_eval
+    from hermes_envgen.runtime.errors import (
+        DatasetError,
+        EnvConfigError,
+        InferenceError,
+        ModelServerError,
+        SandboxError,
+        ToolExecutionError,
+    )
+    from hermes_envgen.runtime.inference import ModelClient, judge_client
+    from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, RolloutRecord, metric
+    from hermes_envgen.runtime.rewards import (
+        JudgeVerdict,
+        Reward,
+        answer_matches,
+        ask_judge,
+        efficiency_score,
+        keyword_overlap,
+        normalize_answer,
+        tool_usage_score,
+        verify_in_sandbox,
+        weighted_score,
+    )
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
     from hermes_envgen.runtime.tool_context import ToolContext
-    from hermes_envgen.runtime.tools import (
-        REGISTRY,
-        Tool,
-        ToolExecutionError,
-        ToolRegistry,
-        tool,
-    )
+    from hermes_envgen.runtime.tools import REGISTRY, Tool, ToolRegistry, tool
     from hermes_envgen.runtime.trajectory import tokenize_conversation

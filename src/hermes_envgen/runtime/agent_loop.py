@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.errors import InferenceError
+from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX
 from hermes_envgen.runtime.tool_context import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -228,7 +229,7 @@ class HermesAgentLoop:
             if reply.parse_error and not reply.tool_calls:
                 # The model meant to call a tool: tell it the call did not parse, and go on.
                 # A user message, as there is no call id to answer and every template has one.
-                message = f"Error: {reply.parse_error}"
+                message = f"{TOOL_ERROR_PREFIX} {reply.parse_error}"
                 result.tool_errors.append(
                     ToolError(turn, UNPARSED_TOOL, reply.content, reply.parse_error, message)
                 )
@@ -277,7 +278,7 @@ class HermesAgentLoop:
         raw_arguments = call["function"]["arguments"]
 
         def refuse(error: str) -> str:
-            message = f"Error: {error}"
+            message = f"{TOOL_ERROR_PREFIX} {error}"
             errors.append(ToolError(turn, name, raw_arguments, error, message))
             return message
 

@@ -40,6 +40,7 @@ from hermes_envgen.runtime.inference import ModelClient, check_model_server, sam
 from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
+from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
@@ -63,7 +64,7 @@ class Rollout:
     sequence: TokenTrace | None = None  # Phase 2 (vllm/sglang): the exact tokens and logprobs
     failure: str | None = None  # why the score was not measured: evaluation leaves it out
 
-    def sample(self) -> dict:
+    def sample(self) -> RolloutRecord:
         """A JSON-ready record of the rollout, as evaluation saves it."""
         return {
             "item": _jsonable(self.item),
@@ -74,7 +75,7 @@ class Rollout:
             "finished_naturally": self.result.finished_naturally,
             "tool_calls": len(self.result.tool_calls),
             "tools_used": self.result.tools_used,
-            "tool_errors": [vars(e) for e in self.result.tool_errors],
+            "tool_errors": [ToolErrorRecord(**vars(e)) for e in self.result.tool_errors],
             "reward_error": self.reward_error,
             "reward_counts": self.counts,
             "reward_signals": self.signals,
@@ -115,24 +116,24 @@ class RolloutStats:
         n = len(self.rewards)
         if n == 0:
             return {}
-        reward_metrics = {f"{prefix}/{name}": value for name, value in self.counts.items()}
+        reward_metrics = {metric(prefix, name): value for name, value in self.counts.items()}
         reward_metrics.update(
-            {f"{prefix}/{name}": sum(v) / len(v) for name, v in self.signals.items()}
+            {metric(prefix, name): sum(v) / len(v) for name, v in self.signals.items()}
         )
-        return reward_metrics | {
-            f"{prefix}/mean_reward": sum(self.rewards) / n,
-            f"{prefix}/mean_turns": sum(self.turns) / n,
-            f"{prefix}/tool_calls_per_rollout": self.tool_calls / n,
-            f"{prefix}/tool_errors_per_rollout": self.tool_errors / n,
-            f"{prefix}/tool_error_rate": self.tool_errors / self.tool_calls
-            if self.tool_calls
-            else 0.0,
-            f"{prefix}/finished_naturally_rate": self.finished_naturally / n,
-            f"{prefix}/reward_errors": self.counts.get("reward_errors", 0.0),
-            f"{prefix}/rollout_errors": float(self.rollout_errors),
-            f"{prefix}/failures": float(self.failures),
-            f"{prefix}/rollouts": float(n),
+        calls = self.tool_calls
+        values = {
+            Metric.MEAN_REWARD: sum(self.rewards) / n,
+            Metric.MEAN_TURNS: sum(self.turns) / n,
+            Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
+            Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,
+            Metric.TOOL_ERROR_RATE: self.tool_errors / calls if calls else 0.0,
+            Metric.FINISHED_NATURALLY_RATE: self.finished_naturally / n,
+            Metric.REWARD_ERRORS: self.counts.get(Metric.REWARD_ERRORS, 0.0),
+            Metric.ROLLOUT_ERRORS: float(self.rollout_errors),
+            Metric.FAILURES: float(self.failures),
+            Metric.ROLLOUTS: float(n),
         }
+        return reward_metrics | {metric(prefix, name): value for name, value in values.items()}
 
 
 class HermesAgentBaseEnv(BaseEnv):

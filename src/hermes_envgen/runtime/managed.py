@@ -86,19 +86,22 @@ class TokenServer(Protocol):
     ) -> tuple[list, list, list, list]: ...
 
 
-def parse_failure(parser: ToolCallParser, text: str) -> str | None:
+def parse_failure(parser: ToolCallParser, text: str, reason: str | None = None) -> str | None:
     """Why ``text`` (which gave no call) looks like a failed call of the parser's format, or None.
 
     A parser answers ``(text, None)`` both for prose and for a call it cannot read; the
-    format's markers tell them apart. ``detect_formats`` is structural where markers are
-    not (a Llama JSON call must start the message, a mere ``{`` in prose does not count).
+    parser's own ``reason`` or else the format's markers tell them apart. ``detect_formats``
+    is structural where markers are not (a Llama JSON call must start the message, a mere
+    ``{`` in prose does not count).
     """
-    if not parser.markers or not any(marker in text for marker in parser.markers):
-        return None
-    if not detect_formats(text):
-        return None
+    if reason is None:
+        if not parser.markers or not any(marker in text for marker in parser.markers):
+            return None
+        if not detect_formats(text):
+            return None
+    because = f" ({reason})" if reason else ""
     return (
-        "your tool call could not be parsed, so nothing was run. "
+        f"your tool call could not be parsed{because}, so nothing was run. "
         f"The format of a call: {parser.format}"
     )
 
@@ -168,17 +171,23 @@ class ManagedServerBackend:
         self.trace.add_prompt(new_ids)
         self.trace.add_generated(output_ids, list(logprobs[0]) if logprobs else [])
         self._assistant_at = len(messages)
-        return self._turn(output_ids, _finish_reason(finish_reasons))
+        return self._turn(output_ids, _finish_reason(finish_reasons), tools)
 
-    def _turn(self, output_ids: list[int], finish_reason: str | None) -> AssistantTurn:
-        """The assistant turn in generated tokens: reasoning, content, parsed tool calls."""
+    def _turn(
+        self, output_ids: list[int], finish_reason: str | None, tools: list[dict] | None = None
+    ) -> AssistantTurn:
+        """The assistant turn in generated tokens: reasoning, content, parsed tool calls.
+
+        ``tools`` are the definitions offered this turn: raw-text formats type values by them.
+        """
         text_ids = output_ids
         if output_ids and output_ids[-1] in self._special_ids:
             text_ids = output_ids[:-1]  # the end-of-turn token is no part of the text
         raw = self.tokenizer.decode(text_ids, skip_special_tokens=False)
         reasoning, body = split_reasoning(raw)
-        content, calls = self.parser.parse(body)
-        error = None if calls else parse_failure(self.parser, body)
+        outcome = self.parser.read(body, tools)
+        content, calls = outcome.content, outcome.tool_calls
+        error = None if calls else parse_failure(self.parser, body, outcome.error)
         if calls and finish_reason in (None, "stop"):
             finish_reason = "tool_calls"
         return AssistantTurn(
@@ -233,7 +242,7 @@ class ManagedServerBackend:
         kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": generation_prompt}
         if tools:
             kwargs["tools"] = tools
-        return self.tokenizer.apply_chat_template(_for_template(messages), **kwargs)
+        return self.tokenizer.apply_chat_template(_for_template(messages, self.tokenizer), **kwargs)
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of template text; the template writes any BOS itself."""

@@ -39,14 +39,58 @@ def _render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen:
     return tokenizer.apply_chat_template(messages, **kwargs)
 
 
-def _for_template(messages: list[dict]) -> list[dict]:
-    """Copy messages into the shape chat templates expect: tool-call arguments as objects."""
+# A tool call's arguments as a model might write them, spaced unlike any JSON serialiser.
+_PROBE_ARGUMENTS = '{"probe":[1 ,2]}'
+_PROBE = [
+    {"role": "user", "content": "."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                # 9 alphanumerics: Mistral's templates refuse other ids.
+                "id": "probe0001",
+                "type": "function",
+                "function": {"name": "probe", "arguments": _PROBE_ARGUMENTS},
+            }
+        ],
+    },
+]
+_PRINTS_TEXT: dict[str, bool] = {}
+
+
+def prints_argument_text(tokenizer: Any) -> bool:
+    """True when the tokenizer's chat template prints string tool-call arguments as they are.
+
+    Such templates (Qwen3, Mistral v11+, Kimi K2, DeepSeek) re-render the model's own argument
+    text when it is kept; the others (Qwen3-Coder, GLM, Llama) need an object to walk or
+    serialise. Judged once per template by rendering a probe call.
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    key = repr(template)
+    if key not in _PRINTS_TEXT:
+        try:
+            text = _render(tokenizer, _PROBE, None, gen=False)
+        except Exception:  # the template needs an object (or refuses the probe)
+            text = ""
+        _PRINTS_TEXT[key] = isinstance(text, str) and _PROBE_ARGUMENTS in text
+    return _PRINTS_TEXT[key]
+
+
+def _for_template(messages: list[dict], tokenizer: Any = None) -> list[dict]:
+    """Copy messages into the shape the chat template expects.
+
+    Tool-call arguments stay the model's own text when the tokenizer's template prints it
+    as is (so a re-rendered turn is the text the model generated); otherwise, and without a
+    tokenizer, they become objects.
+    """
     out = copy.deepcopy(messages)
+    keep_text = tokenizer is not None and prints_argument_text(tokenizer)
     for message in out:
         for call in message.get("tool_calls") or []:
             function = call.get("function", call)
             arguments = function.get("arguments")
-            if isinstance(arguments, str):
+            if isinstance(arguments, str) and not keep_text:
                 try:
                     decoded = json.loads(arguments)
                 except ValueError:
@@ -72,7 +116,7 @@ def tokenize_conversation(
     tokenizer: Any, messages: list[dict], tools: list[dict] | None = None
 ) -> TokenizedConversation:
     """Tokens and masks for a whole conversation; only assistant turns are trained."""
-    messages = _for_template(messages)
+    messages = _for_template(messages, tokenizer)
     full = _render(tokenizer, messages, tools, gen=False)
 
     pieces: list[tuple[str, bool]] = []  # (text, trained)

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hermes_envgen.runtime.records import METRICS_FILE, SAMPLES_FILE, RolloutRecord
+
 
 def build_env(
     env_cls: type,
@@ -78,9 +80,10 @@ def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
     return runs
 
 
-def read_eval_results(directory: str | Path) -> tuple[dict, list[dict]]:
+def read_eval_results(directory: str | Path) -> tuple[dict, list[RolloutRecord]]:
     """The metrics and samples an ``evaluate`` run saved into ``directory``."""
     directory = Path(directory)
-    metrics = json.loads((directory / "metrics.json").read_text())["results"]["all"]
-    samples = [json.loads(line) for line in (directory / "samples.jsonl").read_text().splitlines()]
+    metrics = json.loads((directory / METRICS_FILE).read_text())["results"]["all"]
+    lines = (directory / SAMPLES_FILE).read_text().splitlines()
+    samples: list[RolloutRecord] = [json.loads(line) for line in lines]
     return metrics, samples

@@ -1,7 +1,11 @@
 """Client-side tool-call parsers for raw LLM output (Hermes, Mistral, Llama, DeepSeek, ...).
 
-``get_parser(name).parse(text)`` returns ``(content, tool_calls)`` with OpenAI-form calls, or
-``(text, None)`` when the text holds no valid call. Parsers never raise and run in linear time.
+``get_parser(name).parse(text, tools)`` returns ``(content, tool_calls)`` with OpenAI-form calls,
+or ``(text, None)`` when the text holds no valid call; ``read(text, tools)`` also says why a
+call the text opens could not be read. ``tools`` (the tool definitions offered to the model)
+type the values of raw-text formats. Ids are those the format's chat template expects and
+``function.arguments`` is the model's own JSON text where it wrote one. Parsers never raise and
+run in linear time.
 """
 
 from __future__ import annotations
@@ -9,9 +13,11 @@ from __future__ import annotations
 # Importing the format modules registers their parsers.
 from .auto import AutoParser, detect_formats
 from .base import (
+    ParseOutcome,
     ParseResult,
     ToolCallParser,
     UnknownParserError,
+    UnreadableCall,
     get_parser,
     list_parsers,
     make_tool_call,
@@ -39,11 +45,13 @@ __all__ = [
     "Llama4JsonParser",
     "LongcatParser",
     "MistralParser",
+    "ParseOutcome",
     "ParseResult",
     "Qwen3CoderParser",
     "QwenParser",
     "ToolCallParser",
     "UnknownParserError",
+    "UnreadableCall",
     "detect_formats",
     "get_parser",
     "list_parsers",

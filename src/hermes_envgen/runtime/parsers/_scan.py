@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import re
 from abc import abstractmethod
-from typing import Any, ClassVar
+from json.decoder import scanstring as _scanstring
+from typing import Any, ClassVar, NamedTuple
 
-from .base import JSON_DECODER, ParseResult, ToolCallParser, make_tool_call
+from ._json import JSON_DECODER
+from .base import ParseResult, ToolCallParser, UnreadableCall, make_tool_call, new_call_id
+from .schema import ToolSchemas
 
 # A single character class with `*`/`+`: cannot backtrack, so matching stays linear.
 _WS = re.compile(r"\s*")
 # A function name: starts with a word character, then no whitespace, quotes or brackets.
 _NAME = re.compile(r"\w[^\s<>{}\[\]\"'`]*")
 
-# (name, arguments, end of the consumed markup) as read from one call's body.
-BodyResult = tuple[str, Any, int]
+
+class BodyResult(NamedTuple):
+    """One call as read from its body."""
+
+    name: str
+    arguments: Any
+    stop: int  # end of the consumed markup
+    raw: str | None = None  # the argument object exactly as written, when the format has one
+    call_id: str | None = None  # the id the model wrote, when the format has one
 
 
 class _JsonDoc(str):
@@ -43,11 +53,12 @@ class TextScan:
     that moves forward never reads the same text twice for the same needle.
     """
 
-    __slots__ = ("_doc", "_memo", "text")
+    __slots__ = ("_doc", "_memo", "schemas", "text")
 
-    def __init__(self, text: str) -> None:
-        """Remember the text to search."""
+    def __init__(self, text: str, schemas: ToolSchemas | None = None) -> None:
+        """Remember the text to search and the offered tools' parameter schemas."""
         self.text = text
+        self.schemas: ToolSchemas = schemas or {}
         self._memo: dict[str, tuple[int, int]] = {}
         self._doc: _JsonDoc | None = None
 
@@ -77,8 +88,8 @@ class TextScan:
         except (ValueError, RecursionError):
             return None
 
-    def object_at(self, pos: int, end: int | None = None) -> tuple[dict[str, Any], int] | None:
-        """Decode a JSON object starting at ``pos`` after whitespace, ending by ``end`` if given.
+    def object_at(self, pos: int) -> tuple[dict[str, Any], int, int] | None:
+        """Decode a JSON object starting at ``pos`` after whitespace: ``(object, start, end)``.
 
         The object may run past markup inside its strings, so a tag quoted in an argument
         does not cut the call short.
@@ -91,9 +102,71 @@ class TextScan:
         result = self.value_at(start)
         if result is None or not isinstance(result[0], dict):
             return None
-        if end is not None and result[1] > end:
-            return None
-        return result
+        return result[0], start, result[1]
+
+    def member_text(self, start: int, keys: tuple[str, ...]) -> str | None:
+        """The text of the last of ``keys`` in the (already decoded) JSON object at ``start``.
+
+        Walks the object's top-level members again, so the argument object keeps exactly the
+        text the model wrote.
+        """
+        text, n = self.text, len(self.text)
+        pos, found = start + 1, None
+        while True:
+            pos = skip_ws(text, pos, n)
+            if pos >= n or text[pos] != '"':
+                return found
+            key, pos = _scanstring(text, pos + 1, False)
+            pos = skip_ws(text, pos, n)
+            if pos >= n or text[pos] != ":":
+                return found
+            pos = skip_ws(text, pos + 1, n)
+            decoded = self.value_at(pos)
+            if decoded is None:
+                return found
+            if key in keys:
+                found = text[pos : decoded[1]]
+            pos = skip_ws(text, decoded[1], n)
+            if pos >= n or text[pos] != ",":
+                return found
+            pos += 1
+
+    def closing_tag(self, start: int, open_tag: str, close_tag: str) -> int:
+        """Index of the ``close_tag`` that balances the tags from ``start`` on, or -1.
+
+        Raw-text values may quote markup, a whole call included: nested open/close pairs
+        are skipped, so a call written inside a value stays part of that value.
+        """
+        pattern = _TAG_PAIRS.get((open_tag, close_tag))
+        if pattern is None:
+            pattern = re.compile(f"{re.escape(open_tag)}|{re.escape(close_tag)}")
+            _TAG_PAIRS[(open_tag, close_tag)] = pattern
+        depth, pos = 0, start
+        while True:
+            match = pattern.search(self.text, pos)
+            if match is None:
+                return -1
+            if match.group() == close_tag:
+                if depth == 0:
+                    return match.start()
+                depth -= 1
+            else:
+                depth += 1
+            pos = match.end()
+
+
+_TAG_PAIRS: dict[tuple[str, str], re.Pattern[str]] = {}
+
+
+def object_body(
+    scan: TextScan, name: str, pos: int, call_id: str | None = None
+) -> BodyResult | None:
+    """A call whose arguments are the JSON object at ``pos``, its text kept as written."""
+    decoded = scan.object_at(pos)
+    if decoded is None:
+        return None
+    arguments, start, stop = decoded
+    return BodyResult(name, arguments, stop, scan.text[start:stop], call_id)
 
 
 def earliest(*positions: int) -> int:
@@ -124,14 +197,17 @@ def call_from_object(obj: Any) -> tuple[str, Any] | None:
     name = obj.get("name")
     if not isinstance(name, str):
         return None
-    # Llama writes "parameters"; some Hermes fine-tunes do too.
-    arguments = obj["arguments"] if "arguments" in obj else obj.get("parameters")
-    return name, arguments
+    return name, obj.get(arguments_key(obj))
 
 
-def convert_param_value(raw: str) -> Any:
-    """Convert a raw-text parameter value: JSON number/bool/null/object/array, else the string."""
-    # Strip exactly one leading and one trailing newline: the markup puts values on own lines.
+def arguments_key(obj: dict[str, Any]) -> str:
+    """The key holding a call object's arguments: Llama and some Hermes fine-tunes write
+    ``parameters``."""
+    return "arguments" if "arguments" in obj else "parameters"
+
+
+def strip_layout_newlines(raw: str) -> str:
+    """Drop exactly one leading and one trailing newline: markup that puts values on own lines."""
     if raw.startswith("\r\n"):
         raw = raw[2:]
     elif raw.startswith("\n"):
@@ -140,14 +216,7 @@ def convert_param_value(raw: str) -> Any:
         raw = raw[:-2]
     elif raw.endswith("\n"):
         raw = raw[:-1]
-    stripped = raw.strip()
-    if not stripped or stripped[0] == '"':  # JSON strings stay verbatim, quotes included
-        return raw
-    try:
-        value = JSON_DECODER.decode(stripped)
-    except (ValueError, RecursionError):
-        return raw
-    return value
+    return raw
 
 
 def assemble(text: str, spans: list[tuple[int, int]], calls: list[dict[str, Any]]) -> ParseResult:
@@ -174,12 +243,19 @@ class TaggedCallParser(ToolCallParser):
     its closing tag still counts when nothing but a later call or the end of text follows
     before the next closing tag: the text after it then stays content. After a call the scan
     resumes past it, so tags quoted inside its arguments are never mistaken for calls.
+
+    An opening tag whose call cannot be read makes the whole text an unreadable call
+    (``UnreadableCall``): whatever follows it may be inside the arguments it failed to read
+    (a call quoted in a value, then cut off), so no call further on is trusted. Common
+    serving stacks skip to the next opening tag and can run such a quoted call.
     """
 
     call_open: ClassVar[str] = ""
     call_close: ClassVar[str] = ""
     # Section markers end a call body and are dropped from content once a call is found.
     section_markers: ClassVar[tuple[str, ...]] = ()
+    # True where only the closing tag shows that the arguments are complete.
+    close_required: ClassVar[bool] = False
 
     @abstractmethod
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
@@ -204,9 +280,13 @@ class TaggedCallParser(ToolCallParser):
             for needle in (self.call_open, *self.section_markers)
         )
 
-    def _parse(self, text: str) -> ParseResult:
+    def _call_id(self, result: BodyResult) -> str:
+        """The id the format's chat template expects; by default a fresh OpenAI-style one."""
+        return new_call_id()
+
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
         """Scan every opening tag once, left to right."""
-        scan = TextScan(text)
+        scan = TextScan(text, schemas)
         call_open, call_close = self.call_open, self.call_close
         spans: list[tuple[int, int]] = []
         calls: list[dict[str, Any]] = []
@@ -214,17 +294,26 @@ class TaggedCallParser(ToolCallParser):
         while open_at >= 0:
             body = open_at + len(call_open)
             result = self._parse_body(scan, body)
-            call = make_tool_call(result[0], result[1]) if result is not None else None
+            call = None
+            if result is not None:
+                call_id = self._call_id(result)
+                call = make_tool_call(
+                    result.name, result.arguments, raw=result.raw, call_id=call_id
+                )
             if result is None or call is None:
-                open_at = scan.find(call_open, body)
-                continue
-            stop = result[2]
+                raise UnreadableCall(
+                    f"the call opened by {call_open} at character {open_at} could not be read"
+                )
+            stop = result.stop
             after = skip_ws(text, stop, len(text))
             if text.startswith(call_close, after):
                 stop = after + len(call_close)
+            elif self.close_required:
+                raise UnreadableCall(f"the call to {result.name} is cut off before {call_close}")
             elif self._junk_before_close(scan, stop):
-                open_at = scan.find(call_open, body)
-                continue
+                raise UnreadableCall(
+                    f"the call to {result.name} has stray text before its {call_close}"
+                )
             spans.append((open_at, stop))
             calls.append(call)
             open_at = scan.find(call_open, stop)

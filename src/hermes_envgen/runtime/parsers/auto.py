@@ -1,10 +1,16 @@
-"""Format detection: pick the parser whose markers occur, most specific first, and delegate."""
+"""Format detection: pick the parser whose markers occur, most specific first, and delegate.
+
+The first candidate that sees an unreadable call decides: later candidates are not tried, as
+their calls may be quoted inside the broken one (``<tool_call>x</tool_call>`` then a
+Qwen3-Coder call is unreadable, not a GLM call ``x``).
+"""
 
 from __future__ import annotations
 
 from . import deepseek, glm, hermes, kimi_k2, llama, mistral, qwen3_coder
 from ._scan import skip_ws
-from .base import ParseResult, ToolCallParser, register_parser
+from .base import ParseResult, ToolCallParser, UnreadableCall, register_parser
+from .schema import ToolSchemas
 
 __all__ = ["AutoParser", "detect_formats"]
 
@@ -83,10 +89,16 @@ class AutoParser(ToolCallParser):
         )
     )
 
-    def _parse(self, text: str) -> ParseResult:
-        """Try the candidate parsers in order; the first one that finds a call wins."""
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
+        """Try the candidate parsers in order; the first one that finds a call wins.
+
+        When a more specific candidate saw a call it could not read, a later candidate's
+        calls may be quoted inside that call's value: the text is an unreadable call then.
+        """
         for parser in _candidates(text):
-            content, calls = parser.parse(text)
-            if calls:
-                return content, calls
+            outcome = parser.read_with_schemas(text, schemas)
+            if outcome.tool_calls:
+                return outcome.content, outcome.tool_calls
+            if outcome.error is not None:
+                raise UnreadableCall(f"{outcome.error} (read as {parser.name})")
         return text, None

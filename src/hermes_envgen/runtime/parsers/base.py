@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import os
+import re
+import string
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from hermes_envgen.runtime.errors import UnknownParserError
 
+from ._json import JSON_DECODER, STRICT_JSON_DECODER, encode_json
+from .schema import ToolSchemas, tool_schemas
+
 __all__ = [
+    "ParseOutcome",
     "ParseResult",
     "ToolCallParser",
     "UnknownParserError",
+    "UnreadableCall",
     "get_parser",
     "list_parsers",
     "make_tool_call",
@@ -24,31 +31,26 @@ __all__ = [
 
 ParseResult = tuple[str | None, list[dict[str, Any]] | None]
 
+
+class UnreadableCall(Exception):
+    """Raised inside a parser: the text opens a call that cannot be read unambiguously."""
+
+
+@dataclass(frozen=True)
+class ParseOutcome:
+    """What a parser made of one text: content, calls, and why a call could not be read."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None
+    error: str | None = None  # one line for the model; set only when tool_calls is None
+
+
 # Tests flip this to see internal errors instead of the silent `(text, None)` fallback.
 _RAISE_INTERNAL_ERRORS = False
 
 
-def _reject_constant(token: str) -> Any:
-    """Refuse NaN/Infinity, which Python's json accepts but no other JSON reader does."""
-    raise ValueError(f"non-standard JSON constant {token}")
-
-
-def _finite_float(token: str) -> float:
-    """Parse a JSON float, refusing literals that overflow to infinity."""
-    value = float(token)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"float literal out of range: {token[:20]}")
-    return value
-
-
-# strict=False: models often put raw newlines/tabs inside JSON strings; they are unambiguous.
-JSON_DECODER = json.JSONDecoder(
-    strict=False, parse_constant=_reject_constant, parse_float=_finite_float
-)
-
-
-# One shared encoder: json.dumps(..., ensure_ascii=False) would build a new one per call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_ALNUM = string.ascii_letters + string.digits
+_CONTROL = re.compile(r"[\x00-\x1f]")
 
 
 def new_call_id() -> str:
@@ -56,12 +58,34 @@ def new_call_id() -> str:
     return "call_" + os.urandom(12).hex()
 
 
+def new_alnum_id(length: int = 9) -> str:
+    """Return a fresh alphanumeric id (Mistral's templates require exactly 9 characters)."""
+    return "".join(_ALNUM[byte % len(_ALNUM)] for byte in os.urandom(length))
+
+
+def verbatim_arguments(raw: str | None) -> str | None:
+    """``raw`` when it is strict JSON text of an object, else None (then re-serialise).
+
+    ``raw`` is text a parser already decoded into an object; strict JSON differs only in
+    refusing raw control characters inside strings, so only text holding one is decoded again.
+    """
+    if raw is None:
+        return None
+    if _CONTROL.search(raw) is None:
+        return raw if raw.startswith("{") else None
+    try:
+        decoded = STRICT_JSON_DECODER.decode(raw)
+    except (ValueError, RecursionError):
+        return None
+    return raw if isinstance(decoded, dict) else None
+
+
 def normalize_arguments(arguments: Any) -> str | None:
     """Turn model-given arguments into a JSON object string, or None when they are not an object."""
     if arguments is None:
         return "{}"
     if isinstance(arguments, dict):
-        return _ENCODER.encode(arguments) if arguments else "{}"
+        return encode_json(arguments) if arguments else "{}"
     if isinstance(arguments, str):
         if not arguments.strip():
             return "{}"
@@ -70,12 +94,20 @@ def normalize_arguments(arguments: Any) -> str | None:
         except (ValueError, RecursionError):
             return None
         if isinstance(decoded, dict):
-            return _ENCODER.encode(decoded) if decoded else "{}"
+            return encode_json(decoded) if decoded else "{}"
     return None
 
 
-def make_tool_call(name: Any, arguments: Any) -> dict[str, Any] | None:
-    """Build one OpenAI-form tool call, or None when the name or arguments are unusable."""
+def make_tool_call(
+    name: Any, arguments: Any, *, raw: str | None = None, call_id: str | None = None
+) -> dict[str, Any] | None:
+    """Build one OpenAI-form tool call, or None when the name or arguments are unusable.
+
+    ``raw`` is the text ``arguments`` was decoded from, exactly as the model wrote it: when it
+    is strict JSON it becomes ``function.arguments`` unchanged, so a chat template that prints
+    the arguments string re-renders the model's own text. ``call_id`` is the id the format's
+    template expects (default: ``call_`` plus 24 hex digits).
+    """
     if not isinstance(name, str):
         return None
     name = name.strip()
@@ -87,8 +119,10 @@ def make_tool_call(name: Any, arguments: Any) -> dict[str, Any] | None:
         return None
     if args is None:
         return None
+    if isinstance(arguments, dict):
+        args = verbatim_arguments(raw) or args
     return {
-        "id": new_call_id(),
+        "id": call_id or new_call_id(),
         "type": "function",
         "function": {"name": name, "arguments": args},
     }
@@ -102,26 +136,41 @@ class ToolCallParser(ABC):
     # At least one of these substrings must occur for the parser to find a call (fast exit).
     markers: ClassVar[tuple[str, ...]] = ()
 
-    def parse(self, text: str) -> ParseResult:
-        """Split ``text`` into ``(content, tool_calls)``; ``(text, None)`` when there is no call."""
+    def parse(self, text: str, tools: list[dict[str, Any]] | None = None) -> ParseResult:
+        """Split ``text`` into ``(content, tool_calls)``; ``(text, None)`` when there is no call.
+
+        ``tools`` are the OpenAI tool definitions offered to the model: formats that write
+        values as raw text (Qwen3-Coder, GLM) type them by these schemas.
+        """
+        outcome = self.read(text, tools)
+        return outcome.content, outcome.tool_calls
+
+    def read(self, text: str, tools: list[dict[str, Any]] | None = None) -> ParseOutcome:
+        """Like :meth:`parse`, also saying why a call the text opens could not be read."""
         if not isinstance(text, str):
             raise TypeError(f"parse() needs a str, got {type(text).__name__}")
+        return self.read_with_schemas(text, tool_schemas(tools))
+
+    def read_with_schemas(self, text: str, schemas: ToolSchemas) -> ParseOutcome:
+        """:meth:`read` with the tools' parameter schemas already looked up by name."""
         if self.markers and not any(marker in text for marker in self.markers):
-            return text, None
+            return ParseOutcome(text, None)
         try:
-            content, calls = self._parse(text)
+            content, calls = self._parse(text, schemas)
+        except UnreadableCall as exc:
+            return ParseOutcome(text, None, str(exc))
         except Exception:
             # The contract is "never raise": a parser bug must not crash a rollout.
             if _RAISE_INTERNAL_ERRORS:
                 raise
-            return text, None
+            return ParseOutcome(text, None)
         if not calls:
-            return text, None
-        return content, calls
+            return ParseOutcome(text, None)
+        return ParseOutcome(content, calls)
 
     @abstractmethod
-    def _parse(self, text: str) -> ParseResult:
-        """Format-specific parsing; may return ``(text, None)`` or an empty call list."""
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
+        """Format-specific parsing; may return ``(text, None)`` or raise UnreadableCall."""
 
     def __repr__(self) -> str:
         """Show the registered name, which is what users select parsers by."""

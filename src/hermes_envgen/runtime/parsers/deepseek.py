@@ -1,8 +1,21 @@
-"""DeepSeek V3 / V3.1 calls between full-width ``<｜tool▁call▁begin｜>`` markers."""
+"""DeepSeek V3 / V3.1 calls between full-width ``<｜tool▁call▁begin｜>`` markers.
+
+The templates concatenate ``function.arguments`` into the prompt as text, so it is kept
+exactly as the model wrote it. On purpose, unlike stacks that skip a broken call, one that
+does not read makes the text an unreadable call.
+"""
 
 from __future__ import annotations
 
-from ._scan import BodyResult, TaggedCallParser, TextScan, earliest, is_valid_name, skip_ws
+from ._scan import (
+    BodyResult,
+    TaggedCallParser,
+    TextScan,
+    earliest,
+    is_valid_name,
+    object_body,
+    skip_ws,
+)
 from .base import register_parser
 
 __all__ = ["DeepSeekV3Parser", "DeepSeekV31Parser"]
@@ -56,11 +69,12 @@ class DeepSeekV3Parser(_DeepSeekBase):
         decoded = scan.object_at(pos)
         if decoded is None:
             return None
-        arguments, stop = decoded
+        arguments, obj_start, stop = decoded
+        raw = text[obj_start:stop]
         after = skip_ws(text, stop, len(text))
         if text.startswith(FENCE, after):
             stop = after + len(FENCE)
-        return name, arguments, stop
+        return BodyResult(name, arguments, stop, raw)
 
 
 @register_parser("deepseek_v3_1", "deepseek_v31")
@@ -80,7 +94,4 @@ class DeepSeekV31Parser(_DeepSeekBase):
         name = scan.text[start:sep].strip()
         if not is_valid_name(name):
             return None
-        decoded = scan.object_at(sep + len(SEP))
-        if decoded is None:
-            return None
-        return name, decoded[0], decoded[1]
+        return object_body(scan, name, sep + len(SEP))

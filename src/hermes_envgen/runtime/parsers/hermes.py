@@ -1,8 +1,15 @@
-"""Hermes-style JSON tool calls in ``<tool_call>`` tags (Hermes, Qwen 2.5/3, LongCat)."""
+"""Hermes-style JSON tool calls in ``<tool_call>`` tags (Hermes, Qwen 2.5/3, LongCat).
+
+Differences from common serving stacks, on purpose: ``function.arguments`` is the argument
+object exactly as the model wrote it (Qwen3's template prints it back unchanged); an opening
+tag whose JSON does not read makes the text an unreadable call instead of being skipped, since
+a later tag may sit inside its cut-off strings. An unclosed last tag still counts: its JSON is
+complete.
+"""
 
 from __future__ import annotations
 
-from ._scan import BodyResult, TaggedCallParser, TextScan, call_from_object
+from ._scan import BodyResult, TaggedCallParser, TextScan, arguments_key, call_from_object
 from .base import register_parser
 
 __all__ = ["HermesParser", "LongcatParser", "QwenParser"]
@@ -13,9 +20,12 @@ def read_json_call(scan: TextScan, start: int) -> BodyResult | None:
     decoded = scan.object_at(start)
     if decoded is None:
         return None
-    obj, stop = decoded
+    obj, obj_start, stop = decoded
     call = call_from_object(obj)
-    return None if call is None else (*call, stop)
+    if call is None:
+        return None
+    raw = scan.member_text(obj_start, (arguments_key(obj),)) if isinstance(call[1], dict) else None
+    return BodyResult(call[0], call[1], stop, raw)
 
 
 @register_parser("hermes")

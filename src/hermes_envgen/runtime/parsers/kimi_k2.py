@@ -1,8 +1,13 @@
-"""Kimi K2 calls: ``<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}``."""
+"""Kimi K2 calls: ``<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}``.
+
+The call id is ``functions.NAME:IDX`` as the model wrote it: Kimi's template prints the id
+back as the call's header, and the argument JSON is kept as written. On purpose, unlike
+stacks that skip a broken call, one that does not read makes the text an unreadable call.
+"""
 
 from __future__ import annotations
 
-from ._scan import BodyResult, TaggedCallParser, TextScan, is_valid_name
+from ._scan import BodyResult, TaggedCallParser, TextScan, is_valid_name, object_body
 from .base import register_parser
 
 __all__ = ["KimiK2Parser"]
@@ -45,10 +50,12 @@ class KimiK2Parser(TaggedCallParser):
         arg_at = scan.find(ARGUMENT_BEGIN, start, self._bound(scan, start))
         if arg_at < 0:
             return None
-        name = name_from_call_id(scan.text[start:arg_at])
+        call_id = scan.text[start:arg_at].strip()
+        name = name_from_call_id(call_id)
         if not is_valid_name(name):
             return None
-        decoded = scan.object_at(arg_at + len(ARGUMENT_BEGIN))
-        if decoded is None:
-            return None
-        return name, decoded[0], decoded[1]
+        return object_body(scan, name, arg_at + len(ARGUMENT_BEGIN), call_id)
+
+    def _call_id(self, result: BodyResult) -> str:
+        """The id as the model wrote it (``functions.NAME:IDX``): the template prints it back."""
+        return result.call_id or f"functions.{result.name}:0"

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from ._scan import call_from_object, skip_ws
-from .base import JSON_DECODER, ParseResult, ToolCallParser, make_tool_call, register_parser
+from ._json import JSON_DECODER
+from ._scan import TextScan, arguments_key, call_from_object, skip_ws
+from .base import ParseResult, ToolCallParser, UnreadableCall, make_tool_call, register_parser
+from .schema import ToolSchemas
 
 __all__ = ["Llama3JsonParser", "Llama4JsonParser"]
 
 PYTHON_TAG = "<|python_tag|>"
+_CALL_START = re.compile(r'\{\s*"name"\s*:')
 
 
 @register_parser("llama3_json")
 class Llama3JsonParser(ToolCallParser):
-    """Llama 3.x JSON calls; prose that merely contains JSON is not a call."""
+    """Llama 3.x JSON calls; prose that merely contains JSON is not a call.
+
+    A message that opens with a call object but is cut off, broken, or followed by prose is
+    an unreadable call, not an answer: its strings may quote calls of other formats, which
+    ``auto`` must not read instead.
+    """
 
     format = (
         '[<|python_tag|>]{"name": ..., "arguments"|"parameters": {...}}[; {...}] '
@@ -22,7 +31,7 @@ class Llama3JsonParser(ToolCallParser):
     )
     markers = ("{",)
 
-    def _parse(self, text: str) -> ParseResult:
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
         """Read ``;``-separated objects; anything but whitespace around them means no call."""
         n = len(text)
         pos = skip_ws(text, 0, n)
@@ -33,22 +42,32 @@ class Llama3JsonParser(ToolCallParser):
         # Decode on the message itself: the first decode error ends the scan, so its
         # O(position) line/column bookkeeping happens at most once.
         calls: list[dict[str, Any]] = []
+        scan = TextScan(text)
+        looks_like_call = _CALL_START.match(text, pos) is not None
         while True:
+            start = pos
             try:
                 obj, pos = JSON_DECODER.raw_decode(text, pos)
             except (ValueError, RecursionError):
-                if not calls:
-                    return text, None
-                # A broken object after a valid call and ";": keep the calls, leave the rest.
-                return text[pos:].strip() or None, calls
+                if calls or looks_like_call:
+                    # Cut off or broken: its strings may quote calls of other formats.
+                    raise UnreadableCall("the JSON call is cut off or is not valid JSON") from None
+                return text, None
             parsed = call_from_object(obj)
-            call = make_tool_call(*parsed) if parsed else None
+            call = None
+            if parsed is not None:
+                raw = None
+                if isinstance(parsed[1], dict):
+                    raw = scan.member_text(start, (arguments_key(obj),))
+                call = make_tool_call(*parsed, raw=raw)
             if call is not None:
                 calls.append(call)
             pos = skip_ws(text, pos, n)
             if pos >= n:
                 break
             if text[pos] != ";":
+                if calls:
+                    raise UnreadableCall("a JSON call must be the whole message; text follows it")
                 return text, None  # JSON followed by prose: an answer, not a call
             pos = skip_ws(text, pos + 1, n)
             if pos >= n:

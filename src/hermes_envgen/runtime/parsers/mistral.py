@@ -1,17 +1,51 @@
-"""Mistral ``[TOOL_CALLS]`` calls: a JSON array (tokenizer < v11) or ``name{args}`` (v11+)."""
+"""Mistral ``[TOOL_CALLS]`` calls: a JSON array (tokenizer < v11) or ``name{args}`` (v11+).
+
+Ids are what Mistral's chat templates require (they raise on anything else): 9 alphanumeric
+characters, the model's own when it wrote one (``"id"`` in the array, ``[CALL_ID]`` in v13).
+The argument object keeps the text the model wrote, which v11+ templates print back. On
+purpose, unlike stacks that skip what they cannot read, a ``[TOOL_CALLS]`` segment or array
+that does not read makes the text an unreadable call: what follows may be inside its strings.
+Text after the calls is not content (the model ends its turn there).
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from ._scan import TextScan, call_from_object, earliest, is_valid_name, skip_ws
-from .base import ParseResult, ToolCallParser, make_tool_call, register_parser
+from ._scan import TextScan, arguments_key, call_from_object, earliest, is_valid_name, skip_ws
+from .base import (
+    ParseResult,
+    ToolCallParser,
+    UnreadableCall,
+    make_tool_call,
+    new_alnum_id,
+    register_parser,
+)
+from .schema import ToolSchemas
 
 __all__ = ["MistralParser"]
 
 MARKER = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
 CALL_ID = "[CALL_ID]"
+_MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
+
+
+def mistral_id(written: Any) -> str:
+    """The model's id when it is one Mistral's templates accept, else a fresh one."""
+    if isinstance(written, str) and _MISTRAL_ID.fullmatch(written):
+        return written
+    return new_alnum_id(9)
+
+
+def _object_call(scan: TextScan, obj: Any, start: int) -> dict[str, Any] | None:
+    """The call a decoded ``{"name", "arguments", "id"?}`` object at ``start`` makes, or None."""
+    parsed = call_from_object(obj)
+    if parsed is None:
+        return None
+    raw = scan.member_text(start, (arguments_key(obj),)) if isinstance(parsed[1], dict) else None
+    return make_tool_call(*parsed, raw=raw, call_id=mistral_id(obj.get("id")))
 
 
 def _array_calls(scan: TextScan, start: int, calls: list[dict[str, Any]]) -> int:
@@ -29,13 +63,12 @@ def _array_calls(scan: TextScan, start: int, calls: list[dict[str, Any]]) -> int
             return pos + 1
         decoded = scan.value_at(pos)
         if decoded is None:
-            return pos  # cannot resynchronise inside broken JSON
-        element, pos = decoded
-        parsed = call_from_object(element)
-        call = make_tool_call(*parsed) if parsed else None
+            # Broken JSON: a marker further on may sit inside one of its strings.
+            raise UnreadableCall(f"the {MARKER} array is not valid JSON")
+        call = _object_call(scan, decoded[0], pos)
         if call is not None:
             calls.append(call)
-        pos = skip_ws(text, pos, n)
+        pos = skip_ws(text, decoded[1], n)
         if pos >= n or text[pos] != ",":
             return pos
         pos += 1
@@ -56,16 +89,21 @@ def _named_call(scan: TextScan, start: int, end: int) -> tuple[dict[str, Any] | 
     if not is_valid_name(name):
         return None, start
     pos = name_end
+    written_id = None
     if text.startswith(CALL_ID, pos, end):
         # The id runs up to "[ARGS]" or the arguments' opening brace.
         args_at = text.find(ARGS, pos, end)
-        pos = args_at if args_at >= 0 else (brace if brace >= 0 else end)
+        id_end = args_at if args_at >= 0 else (brace if brace >= 0 else end)
+        written_id = text[pos + len(CALL_ID) : id_end].strip()
+        pos = id_end
     if text.startswith(ARGS, pos, end):
         pos += len(ARGS)
     decoded = scan.object_at(pos)
     if decoded is None:
         return None, start
-    return make_tool_call(name, decoded[0]), decoded[1]
+    arguments, obj_start, stop = decoded
+    raw = text[obj_start:stop]
+    return make_tool_call(name, arguments, raw=raw, call_id=mistral_id(written_id)), stop
 
 
 @register_parser("mistral")
@@ -75,7 +113,7 @@ class MistralParser(ToolCallParser):
     format = '[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] or [TOOL_CALLS]name{args}...'
     markers = (MARKER,)
 
-    def _parse(self, text: str) -> ParseResult:
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
         """Read the calls after each ``[TOOL_CALLS]``; markers inside read JSON are skipped."""
         scan = TextScan(text)
         n = len(text)
@@ -86,23 +124,22 @@ class MistralParser(ToolCallParser):
         at = first
         while at >= 0:
             pos = skip_ws(text, at + len(MARKER), n)
-            stop = pos
-            if pos >= n:
-                break
-            if text[pos] == "[":
+            if text.startswith("[", pos):
                 stop = _array_calls(scan, pos, calls)
-            elif text[pos] == "{":  # a bare object instead of a one-element array
+                at = scan.find(MARKER, stop)
+                continue
+            call = None
+            if text.startswith("{", pos):  # a bare object instead of a one-element array
                 decoded = scan.object_at(pos)
-                parsed = call_from_object(decoded[0]) if decoded else None
-                call = make_tool_call(*parsed) if parsed else None
-                if decoded is not None and call is not None:
-                    calls.append(call)
-                    stop = decoded[1]
-            else:
+                call = _object_call(scan, decoded[0], pos) if decoded else None
+                stop = decoded[2] if decoded else pos
+            elif pos < n:
                 next_marker = scan.find(MARKER, pos)
                 call, stop = _named_call(scan, pos, next_marker if next_marker >= 0 else n)
-                if call is not None:
-                    calls.append(call)
+            if call is None:
+                # Whatever follows may be inside the arguments it failed to read.
+                raise UnreadableCall(f"the call after {MARKER} at character {at} could not be read")
+            calls.append(call)
             at = scan.find(MARKER, stop)
         if not calls:
             return text, None

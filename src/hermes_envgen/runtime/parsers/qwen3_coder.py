@@ -1,4 +1,17 @@
-"""Qwen3-Coder XML-ish calls: ``<tool_call><function=NAME><parameter=KEY>VALUE</parameter>``."""
+"""Qwen3-Coder XML-ish calls: ``<tool_call><function=NAME><parameter=KEY>VALUE</parameter>``.
+
+Differences from common serving stacks, on purpose:
+
+- A value runs to the ``</parameter>`` that balances it, so a call the model quotes inside a
+  value (a coding agent writing a file about tool calls) stays text of that value and is never
+  run. Stacks that cut at the first tag run the quoted call instead.
+- A call that cannot be read (cut off, unbalanced markup in a value, a missing
+  ``</parameter>``) makes the whole text an unreadable call the model is told about; nothing
+  after its opening tag is read as another call, since it may be inside the broken value.
+  Stacks that end a value at the next ``<parameter=`` guess instead.
+- Values are typed by the offered tool's schema (see ``schema``); a parameter the schema does
+  not type stays text, as in the model's own parser.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +21,12 @@ from ._scan import (
     BodyResult,
     TaggedCallParser,
     TextScan,
-    convert_param_value,
     is_valid_name,
     skip_ws,
+    strip_layout_newlines,
 )
-from .base import register_parser
+from .base import UnreadableCall, register_parser
+from .schema import Untyped, param_types, typed_value
 
 __all__ = ["Qwen3CoderParser"]
 
@@ -22,9 +36,18 @@ PARAM_OPEN = "<parameter="
 PARAM_CLOSE = "</parameter>"
 
 
+def tag_name(scan: TextScan, start: int, what: str) -> tuple[str, int]:
+    """The name in ``<function=NAME>`` / ``<parameter=NAME>`` from ``start``; and past ``>``."""
+    end = scan.find(">", start)
+    name = scan.text[start:end].strip() if end >= 0 else ""
+    if not is_valid_name(name):
+        raise UnreadableCall(f"a {what} name is missing or is not a name")
+    return name, end + 1
+
+
 @register_parser("qwen3_coder")
 class Qwen3CoderParser(TaggedCallParser):
-    """Qwen3-Coder: raw-text parameter values, typed when they read as JSON non-strings."""
+    """Qwen3-Coder: raw-text parameter values, typed by the offered tool's schema."""
 
     format = "<tool_call><function=NAME><parameter=KEY>VALUE</parameter>...</function></tool_call>"
     markers = (FUNCTION_OPEN,)
@@ -33,44 +56,27 @@ class Qwen3CoderParser(TaggedCallParser):
 
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
         """A complete ``<function=...>...</function>`` block; ``</tool_call>`` may be missing."""
-        # Raw-text values cannot contain markup, so the body ends at the next tag.
-        text, end = scan.text, self._bound(scan, start)
-        pos = skip_ws(text, start, end)
-        if not text.startswith(FUNCTION_OPEN, pos, end):
-            return None
-        name_start = pos + len(FUNCTION_OPEN)
-        name_end = scan.find(">", name_start, end)
-        function_end = scan.find(FUNCTION_CLOSE, name_start, end)
-        if name_end < 0 or function_end < 0 or name_end > function_end:
-            return None  # no </function>: the call was cut off, its arguments may be partial
-        name = text[name_start:name_end].strip()
-        if not is_valid_name(name):
-            return None
+        text, n = scan.text, len(scan.text)
+        pos = skip_ws(text, start, n)
+        if not text.startswith(FUNCTION_OPEN, pos):
+            raise UnreadableCall("<tool_call> is not followed by <function=NAME>")
+        name, pos = tag_name(scan, pos + len(FUNCTION_OPEN), "function")
+        schema = scan.schemas.get(name, {})
         arguments: dict[str, Any] = {}
-        pos = name_end + 1
         while True:
-            pos = skip_ws(text, pos, function_end)
-            if pos >= function_end:
-                break
-            if not text.startswith(PARAM_OPEN, pos, function_end):
-                return None  # stray text inside the function block
-            key_start = pos + len(PARAM_OPEN)
-            key_end = scan.find(">", key_start, function_end)
-            if key_end < 0:
-                return None
-            key = text[key_start:key_end].strip()
-            if not key:
-                return None
-            value_start = key_end + 1
-            # Like upstream, a missing </parameter> ends at the next parameter or </function>.
-            value_end = function_end
-            closed = False
-            close_at = scan.find(PARAM_CLOSE, value_start, function_end)
-            if close_at >= 0:
-                value_end, closed = close_at, True
-            next_at = scan.find(PARAM_OPEN, value_start, value_end)
-            if next_at >= 0:
-                value_end, closed = next_at, False
-            arguments[key] = convert_param_value(text[value_start:value_end])
-            pos = value_end + len(PARAM_CLOSE) if closed else value_end
-        return name, arguments, function_end + len(FUNCTION_CLOSE)
+            pos = skip_ws(text, pos, n)
+            if text.startswith(FUNCTION_CLOSE, pos):
+                return BodyResult(name, arguments, pos + len(FUNCTION_CLOSE))
+            if not text.startswith(PARAM_OPEN, pos):
+                raise UnreadableCall(
+                    f"the call to {name} is cut off or has text outside its parameters"
+                )
+            key, value_start = tag_name(scan, pos + len(PARAM_OPEN), "parameter")
+            value_end = scan.closing_tag(value_start, PARAM_OPEN, PARAM_CLOSE)
+            if value_end < 0:
+                raise UnreadableCall(
+                    f"the value of {key} in the call to {name} has no matching {PARAM_CLOSE}"
+                )
+            raw = strip_layout_newlines(text[value_start:value_end])
+            arguments[key] = typed_value(raw, param_types(schema.get(key)), Untyped.TEXT)
+            pos = value_end + len(PARAM_CLOSE)

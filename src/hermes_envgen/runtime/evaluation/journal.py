@@ -1,0 +1,168 @@
+"""What an evaluation owes and what it has done: the planned rollouts and the journal of
+finished ones (samples.jsonl, failures.jsonl) that lets an interrupted run resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermes_envgen.runtime.errors import ResumeError
+from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE, SETTINGS_FILE
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalTask:
+    """One rollout an evaluation owes: the item, its stable key, and the sample's index."""
+
+    item: Any
+    item_key: str
+    index: int
+
+    @property
+    def key(self) -> str:
+        """The rollout's key in samples.jsonl: the same in every run of the same evaluation."""
+        return f"{self.item_key}#{self.index}"
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that tie a saved record to this rollout."""
+        return {"key": self.key, "item_key": self.item_key, "sample_index": self.index}
+
+
+def item_key(item: Any) -> str:
+    """A key of the item's content: unchanged across runs, seeds and orderings."""
+    try:
+        canonical = json.dumps(item, sort_keys=True, ensure_ascii=False, default=repr)
+    except TypeError:  # keys that cannot be sorted together (str and int)
+        canonical = repr(item)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def plan_eval(items: Iterable[Any], samples_per_item: int) -> list[EvalTask]:
+    """Every rollout of an evaluation, k per item; a repeated item gets keys of its own."""
+    seen: dict[str, int] = {}
+    tasks: list[EvalTask] = []
+    for item in items:
+        base = item_key(item)
+        seen[base] = seen.get(base, 0) + 1
+        key = base if seen[base] == 1 else f"{base}-{seen[base]}"
+        tasks += [EvalTask(item, key, index) for index in range(samples_per_item)]
+    return tasks
+
+
+class SampleJournal:
+    """samples.jsonl and failures.jsonl of one evaluation, appended to as rollouts finish.
+
+    Each line is flushed as soon as its rollout is scored, so a killed run loses only the
+    rollouts in flight. With ``resume`` the saved lines are read back and their rollouts are
+    not run again; without it, the files of an earlier run are moved to ``*.bak`` first, so
+    that a new run never mixes with an old one. ``settings`` (model, temperature, ...) are
+    saved beside them, and a resume with other settings is refused. With no ``directory``
+    the records are kept in memory only.
+    """
+
+    def __init__(
+        self, directory: str | Path | None, settings: dict[str, Any], *, resume: bool
+    ) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        self.records: dict[str, dict] = {}  # key -> record: earlier runs' and this run's
+        self._files: dict[str, Any] = {}
+        if self.directory is None:
+            if resume:
+                raise ResumeError(
+                    "resume needs the saved samples: set --env.data_dir_to_save_evals to the "
+                    "directory of the run to continue"
+                )
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self._check_settings(settings)
+            for name in (SAMPLES_FILE, FAILURES_FILE):
+                self._load(self.directory / name)
+        else:
+            self._move_aside()
+        (self.directory / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
+
+    def append(self, record: dict) -> None:
+        """Save one finished rollout: to failures.jsonl if it has a failure, else samples.jsonl."""
+        self.records[record["key"]] = record
+        if self.directory is None:
+            return
+        name = FAILURES_FILE if record.get("failure") else SAMPLES_FILE
+        if name not in self._files:
+            self._files[name] = (self.directory / name).open("a", encoding="utf-8")
+        stream = self._files[name]
+        stream.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        stream.flush()  # the line survives a kill of this process from now on
+
+    def close(self) -> None:
+        """Close the files (appending opens them again)."""
+        for stream in self._files.values():
+            stream.close()
+        self._files.clear()
+
+    def _check_settings(self, settings: dict[str, Any]) -> None:
+        path = self.directory / SETTINGS_FILE
+        try:
+            saved = json.loads(path.read_text())
+        except FileNotFoundError:
+            if (self.directory / SAMPLES_FILE).exists():
+                logger.warning("no %s: cannot check that the settings match", path)
+            return
+        except ValueError:
+            raise ResumeError(f"cannot resume: {path} is not valid JSON") from None
+        keys = settings.keys() | saved.keys()
+        changed = sorted(key for key in keys if settings.get(key) != saved.get(key))
+        if changed:
+            raise ResumeError(
+                f"cannot resume the evaluation in {self.directory}: it ran with other settings "
+                f"({', '.join(changed)}); run again without --env.resume true to start afresh"
+            )
+
+    def _load(self, path: Path) -> None:
+        """Read the records a file holds, repairing what a kill left: a line cut short (even
+        inside a UTF-8 character) is dropped, a last line with no newline gets one.
+        """
+        if not path.exists():
+            return
+        data = path.read_bytes()
+        lines = data.splitlines()
+        kept: list[bytes] = []
+        for line in lines:
+            try:
+                record = json.loads(line.decode("utf-8"))
+            except ValueError:  # also UnicodeDecodeError: cut inside a character
+                continue
+            if isinstance(record, dict) and isinstance(record.get("key"), str):
+                self.records[record["key"]] = record
+                kept.append(line)
+        if len(kept) < len(lines):
+            logger.warning("%s: %d unreadable line(s) dropped", path, len(lines) - len(kept))
+        if len(kept) < len(lines) or (data and not data.endswith(b"\n")):
+            # Rewritten whole (and atomically), so the next append starts on a line of its own.
+            partial = path.with_name(f".{path.name}.repair")
+            partial.write_bytes(b"".join(line + b"\n" for line in kept))
+            partial.replace(path)
+        logger.info("resuming: %d rollout(s) read from %s", len(kept), path)
+
+    def _move_aside(self) -> None:
+        moved = []
+        for name in (SAMPLES_FILE, FAILURES_FILE, METRICS_FILE):
+            path = self.directory / name
+            if path.exists():
+                path.replace(path.with_name(f"{name}.bak"))
+                moved.append(name)
+        if moved:
+            logger.warning(
+                "starting a fresh evaluation in %s: the earlier run's %s moved to *.bak (pass "
+                "--env.resume true to continue a run instead)",
+                self.directory,
+                ", ".join(moved),
+            )

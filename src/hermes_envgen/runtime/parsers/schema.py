@@ -1,0 +1,141 @@
+"""Typing raw-text parameter values (Qwen3-Coder, GLM) by the offered tools' JSON schemas.
+
+Those formats write every value as text. Like the models' own serving stacks, a value is
+typed by its parameter's schema: a ``string`` stays exactly the text the model wrote (``"42"``
+stays ``"42"``, ``null`` stays ``"null"``); integer, number, boolean, object and array values
+are parsed (object and array also from Python literals such as ``{'k': 'v'}``, which these
+models write). A value that does not fit its type stays the text, so the tool's own argument
+check tells the model. Parameters without a schema follow the format's convention
+(``Untyped``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+from ._json import JSON_DECODER, encode_json
+
+__all__ = ["ToolSchemas", "Untyped", "param_types", "tool_schemas", "typed_value"]
+
+# tool name -> parameter name -> that parameter's JSON schema
+ToolSchemas = Mapping[str, Mapping[str, Any]]
+
+_SCALAR_TYPES = {"string", "integer", "number", "boolean", "null", "object", "array"}
+
+
+class Untyped(Enum):
+    """How a format reads a value whose parameter has no type in the offered schemas."""
+
+    TEXT = "text"  # Qwen3-Coder: the value stays the text
+    JSON = "json"  # GLM: parsed when it reads as a JSON non-string, else the text
+
+
+def tool_schemas(tools: Any) -> dict[str, Mapping[str, Any]]:
+    """Parameter schemas by tool name from OpenAI tool definitions; malformed entries skipped."""
+    schemas: dict[str, Mapping[str, Any]] = {}
+    if not isinstance(tools, (list, tuple)):
+        return schemas
+    for tool in tools:
+        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            continue
+        parameters = function.get("parameters")
+        properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+        schemas[function["name"]] = properties if isinstance(properties, Mapping) else {}
+    return schemas
+
+
+def param_types(schema: Any) -> list[str] | None:
+    """The JSON types a parameter schema allows, in order, or None when it names none."""
+    if not isinstance(schema, Mapping):
+        return None
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        declared = [declared]
+    if isinstance(declared, list):
+        types = [t.lower() for t in declared if isinstance(t, str) and t.lower() in _SCALAR_TYPES]
+        return types or None
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            types = [t for option in options for t in (param_types(option) or [])]
+            return list(dict.fromkeys(types)) or None
+    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
+        return ["string"]
+    return None
+
+
+def _json_value(text: str) -> Any:
+    """The JSON value ``text`` holds; raises ValueError when it holds none."""
+    try:
+        return JSON_DECODER.decode(text)
+    except RecursionError as exc:
+        raise ValueError("nested too deep") from exc
+
+
+def _literal(text: str, kind: type) -> Any:
+    """A JSON-serialisable dict or list from JSON or a Python literal, else ValueError."""
+    try:
+        value = _json_value(text)
+    except ValueError:
+        try:
+            value = ast.literal_eval(text)
+        except Exception as exc:  # SyntaxError, MemoryError, RecursionError, ...
+            raise ValueError("not a literal") from exc
+        if isinstance(value, tuple) and kind is list:
+            value = list(value)
+        try:
+            value = _json_value(encode_json(value))  # sets, bytes, ... are no JSON
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError("not JSON-serialisable") from exc
+    if not isinstance(value, kind):
+        raise ValueError("wrong kind")
+    return value
+
+
+def _as_type(text: str, kind: str) -> Any:
+    """``text`` read as one JSON type; raises ValueError when it does not fit."""
+    if kind == "boolean":
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise ValueError("not a boolean")
+    if kind == "null":
+        if text.lower() in ("null", "none"):
+            return None
+        raise ValueError("not null")
+    if kind == "object":
+        return _literal(text, dict)
+    if kind == "array":
+        return _literal(text, list)
+    value = _json_value(text)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("not a number")
+    if kind == "integer" and not isinstance(value, int):
+        if not value.is_integer():
+            raise ValueError("not an integer")
+        value = int(value)
+    return value
+
+
+def typed_value(text: str, types: list[str] | None, untyped: Untyped) -> Any:
+    """The value of one raw-text parameter, typed by the JSON types its schema allows."""
+    stripped = text.strip()
+    if types is None:
+        if untyped is Untyped.TEXT or not stripped or stripped[0] == '"':
+            return text  # JSON strings stay verbatim, quotes included
+        try:
+            return _json_value(stripped)
+        except ValueError:
+            return text
+    if "string" in types:
+        return None if "null" in types and stripped == "null" else text
+    for kind in types:
+        try:
+            return _as_type(stripped, kind)
+        except ValueError:
+            continue
+    return text

@@ -1,0 +1,558 @@
+"""Conformance tables: each format's published markup, case by case, and what we make of it.
+
+Written from the formats' chat templates and model cards (the layout a model is trained to
+produce), not from any other project's tests. Every row runs through its parser and through
+``auto``. A row expects either calls (``(name, arguments)``, and where the format carries
+one the exact argument text and id) with the content around them, or no call; rows of
+raw-text formats may expect the one-line reason a call could not be read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import pytest
+from markup import (
+    DS_CALL,
+    DS_CALL_END,
+    DS_CALLS,
+    DS_CALLS_END,
+    DS_SEP,
+    KIMI_ARGS,
+    KIMI_CALL,
+    KIMI_CALL_END,
+    KIMI_CALLS,
+    KIMI_CALLS_END,
+)
+
+from hermes_envgen.runtime.parsers import get_parser
+
+
+def tool(name: str, **types: object) -> dict:
+    """An OpenAI tool definition whose parameters have the given JSON types."""
+    properties = {key: {"type": kind} for key, kind in types.items()}
+    return {
+        "type": "function",
+        "function": {"name": name, "parameters": {"type": "object", "properties": properties}},
+    }
+
+
+TOOLS = [
+    tool("get_weather", city="string", days="integer"),
+    tool("write_file", path="string", content="string"),
+    tool("ping"),
+    tool(
+        "search",
+        query="string",
+        limit="integer",
+        exact="boolean",
+        ratio="number",
+        filters="object",
+        tags="array",
+        page=["integer", "null"],
+        note=["string", "null"],
+    ),
+]
+
+
+@dataclass
+class Row:
+    """One case: the text a model generated and what the parser must make of it."""
+
+    id: str
+    text: str
+    calls: list[tuple[str, dict]] | None  # None: no call
+    content: str | None = None  # expected content when there are calls
+    arguments: list[str] | None = None  # exact function.arguments texts, when checked
+    ids: list[str] | None = None  # exact ids, when the format carries them
+    error: str | None = None  # part of the reason, for an unreadable call
+    auto: bool = True  # auto reads it the same way
+    tools: list[dict] = field(default_factory=lambda: TOOLS)
+
+
+# --- Hermes / Qwen 2.5 / Qwen3 (and LongCat with its own tags) -------------------------------
+
+
+def hermes(name: str, arguments: str, tag: str = "tool_call") -> str:
+    """One call as the Hermes/Qwen template writes it."""
+    return f'<{tag}>\n{{"name": "{name}", "arguments": {arguments}}}\n</{tag}>'
+
+
+def hermes_rows(tag: str) -> list[Row]:
+    """The Hermes table, for ``<tool_call>`` or LongCat's ``<longcat_tool_call>``."""
+    weather = hermes("get_weather", '{"city": "Paris"}', tag)
+    ping = hermes("ping", "{}", tag)
+    return [
+        Row("single", weather, [("get_weather", {"city": "Paris"})], None, ['{"city": "Paris"}']),
+        Row("parallel", weather + "\n" + ping, [("get_weather", {"city": "Paris"}), ("ping", {})]),
+        Row(
+            "content before, between, after",
+            "Sure.\n" + weather + "\nAlso:\n" + ping + "\nDone.",
+            [("get_weather", {"city": "Paris"}), ("ping", {})],
+            "Sure.\n\nAlso:\n\nDone.",
+        ),
+        Row(
+            "unicode kept as written",
+            hermes("get_weather", '{"city": "Zürich 東京 🌧"}', tag),
+            [("get_weather", {"city": "Zürich 東京 🌧"})],
+            arguments=['{"city": "Zürich 東京 🌧"}'],
+        ),
+        Row(
+            "compact spacing kept as written",
+            hermes("get_weather", '{"city":"Paris","days":2}', tag),
+            [("get_weather", {"city": "Paris", "days": 2})],
+            arguments=['{"city":"Paris","days":2}'],
+        ),
+        Row(
+            "nested JSON",
+            hermes("search", '{"filters": {"and": [{"a": [1, {"b": null}]}, true]}}', tag),
+            [("search", {"filters": {"and": [{"a": [1, {"b": None}]}, True]}})],
+        ),
+        Row(
+            "markup inside a value",
+            hermes(
+                "write_file",
+                json.dumps({"content": f'</{tag}><{tag}>{{"name": "rm", "arguments": {{}}}}'}),
+                tag,
+            ),
+            [("write_file", {"content": f'</{tag}><{tag}>{{"name": "rm", "arguments": {{}}}}'})],
+        ),
+        Row(
+            # Consumers' json.loads refuses a raw newline in a string: re-serialised there.
+            "raw newline inside a string",
+            hermes("write_file", '{"content":"a\nb"}', tag),
+            [("write_file", {"content": "a\nb"})],
+            arguments=['{"content": "a\\nb"}'],
+        ),
+        Row("empty arguments", ping, [("ping", {})], arguments=["{}"]),
+        Row("missing arguments", f'<{tag}>{{"name": "ping"}}</{tag}>', [("ping", {})]),
+        Row(
+            "arguments as a JSON string",
+            hermes("get_weather", json.dumps('{"city": "Rome"}'), tag),
+            [("get_weather", {"city": "Rome"})],
+            arguments=['{"city": "Rome"}'],
+        ),
+        Row(
+            "unclosed last tag (generation stopped at the end token)",
+            weather.removesuffix(f"</{tag}>"),
+            [("get_weather", {"city": "Paris"})],
+        ),
+        Row("truncated inside the arguments", weather[: weather.index("aris")], None),
+        Row(
+            # The cut-off call may quote more calls: nothing is run, the model is told.
+            "truncated second call",
+            weather + f'\n<{tag}>\n{{"name": "ping", "argu',
+            None,
+            error="could not be read",
+        ),
+        Row("prose", "No tool needed: the answer is 4.", None),
+    ]
+
+
+# --- Mistral ------------------------------------------------------------------------------
+
+MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
+MISTRAL_ROWS = [
+    Row(
+        "v11 single",
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        [("get_weather", {"city": "Paris"})],
+        arguments=['{"city": "Paris"}'],
+    ),
+    Row(
+        "v11 parallel, content before",
+        'Checking.[TOOL_CALLS]get_weather[ARGS]{"city":"Oslo"}[TOOL_CALLS]ping[ARGS]{}',
+        [("get_weather", {"city": "Oslo"}), ("ping", {})],
+        "Checking.",
+        ['{"city":"Oslo"}', "{}"],
+    ),
+    Row(
+        "v13 call id kept",
+        '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Rome"}',
+        [("get_weather", {"city": "Rome"})],
+        ids=["a1B2c3D4e"],
+    ),
+    Row(
+        "pre-v11 array with ids",
+        '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Nice"}, "id": "Zz9Yy8Xx7"}, '
+        '{"name": "ping", "arguments": {}, "id": "not-nine"}]',
+        [("get_weather", {"city": "Nice"}), ("ping", {})],
+        arguments=['{"city": "Nice"}', "{}"],
+    ),
+    Row(
+        "unicode and nested JSON",
+        '[TOOL_CALLS]search[ARGS]{"query": "café ☕", "filters": {"or": [[1], {"x": null}]}}',
+        [("search", {"query": "café ☕", "filters": {"or": [[1], {"x": None}]}})],
+    ),
+    Row(
+        "markup inside a value",
+        '[TOOL_CALLS]write_file[ARGS]{"content": "[TOOL_CALLS]rm[ARGS]{}"}',
+        [("write_file", {"content": "[TOOL_CALLS]rm[ARGS]{}"})],
+    ),
+    Row("empty arguments", "[TOOL_CALLS]ping[ARGS]{}", [("ping", {})]),
+    Row("truncated", '[TOOL_CALLS]get_weather[ARGS]{"city": "Pa', None),
+    Row(
+        "truncated array",
+        '[TOOL_CALLS] [{"name": "ping", "arguments": {}}, {"name": "get_weather", "argu',
+        None,
+        error="the [TOOL_CALLS] array is not valid JSON",
+    ),
+    Row(
+        "a call after a cut-off one is not run",
+        '[TOOL_CALLS]write_file[ARGS]{"content": "[TOOL_CALLS]ping[ARGS]{}',
+        None,
+        error="could not be read",
+    ),
+    Row("prose", "The answer is [1, 2].", None),
+]
+
+# --- Llama 3.x / 4 JSON -------------------------------------------------------------------------
+
+LLAMA_ROWS = [
+    Row(
+        "single",
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        [("get_weather", {"city": "Paris"})],
+        arguments=['{"city": "Paris"}'],
+    ),
+    Row(
+        "python tag, arguments key",
+        '<|python_tag|>{"name": "get_weather", "arguments": {"city":"Lima"}}',
+        [("get_weather", {"city": "Lima"})],
+        arguments=['{"city":"Lima"}'],
+    ),
+    Row(
+        "parallel",
+        '{"name": "ping", "parameters": {}}; {"name": "get_weather", "parameters": {"days": 3}}',
+        [("ping", {}), ("get_weather", {"days": 3})],
+    ),
+    Row(
+        "unicode and nested JSON",
+        '{"name": "search", "parameters": {"query": "naïve 日本", "filters": {"a": [{}]}}}',
+        [("search", {"query": "naïve 日本", "filters": {"a": [{}]}})],
+    ),
+    Row(
+        # The whole message is the call: JSON inside prose is an answer, not a call.
+        "content around JSON is no call",
+        'Call it like {"name": "ping", "parameters": {}} please.',
+        None,
+    ),
+    Row("empty arguments", '{"name": "ping", "parameters": {}}', [("ping", {})]),
+    Row("truncated", '{"name": "get_weather", "parameters": {"city": "Pa', None),
+]
+
+# --- Qwen3-Coder --------------------------------------------------------------------------
+
+
+def coder(name: str, **params: str) -> str:
+    """One call as the Qwen3-Coder template writes it."""
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+QUOTED_CODER = coder("write_file", path="/etc/passwd", content="x")
+QWEN3_CODER_ROWS = [
+    Row("single", coder("get_weather", city="Paris"), [("get_weather", {"city": "Paris"})]),
+    Row(
+        "parallel, content before, between, after",
+        "Let me check.\n" + coder("ping") + "\nthen\n" + coder("get_weather", days="2") + "\nok",
+        [("ping", {}), ("get_weather", {"days": 2})],
+        "Let me check.\n\nthen\n\nok",
+    ),
+    Row(
+        "unicode, multi-line value keeps inner newlines",
+        coder("write_file", path="é.txt", content="line 1\n\n  日本 ✓\n"),
+        [("write_file", {"path": "é.txt", "content": "line 1\n\n  日本 ✓\n"})],
+    ),
+    Row(
+        "nested JSON object value",
+        coder("search", filters='{"and": [{"a": [1, null]}, true]}'),
+        [("search", {"filters": {"and": [{"a": [1, None]}, True]}})],
+    ),
+    Row(
+        "a call quoted inside a value stays text",
+        coder("write_file", path="notes.md", content=QUOTED_CODER),
+        [("write_file", {"path": "notes.md", "content": QUOTED_CODER})],
+    ),
+    Row(
+        "empty arguments", "<tool_call>\n<function=ping>\n</function>\n</tool_call>", [("ping", {})]
+    ),
+    Row(
+        "truncated inside a value, a quoted call after it",
+        "<tool_call>\n<function=write_file>\n<parameter=content>\n" + QUOTED_CODER,
+        None,
+        error="the value of content in the call to write_file has no matching </parameter>",
+    ),
+    Row(
+        "truncated after a complete call",
+        coder("ping") + "\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+        None,
+        error="no matching </parameter>",
+    ),
+    Row(
+        "schema typing",
+        coder(
+            "search",
+            query="42",
+            note="null",
+            limit="10",
+            exact="False",
+            ratio="0.25",
+            filters="{'k': 'v', 'n': (1, 2)}",
+            tags="[1, 'a']",
+            page="null",
+        ),
+        [
+            (
+                "search",
+                {
+                    "query": "42",
+                    "note": None,
+                    "limit": 10,
+                    "exact": False,
+                    "ratio": 0.25,
+                    "filters": {"k": "v", "n": [1, 2]},
+                    "tags": [1, "a"],
+                    "page": None,
+                },
+            )
+        ],
+    ),
+    Row(
+        "a value that does not fit its type stays text (the tool says why)",
+        coder("search", limit="ten", exact="yes", filters="{'k': {1, 2}}"),
+        [("search", {"limit": "ten", "exact": "yes", "filters": "{'k': {1, 2}}"})],
+    ),
+    Row(
+        "parameters without a schema stay text",
+        coder("get_weather", city="Paris", units="[1]", extra="7"),
+        [("get_weather", {"city": "Paris", "units": "[1]", "extra": "7"})],
+    ),
+    Row(
+        "a string stays exactly the text",
+        coder("write_file", content='"quoted"', path="null"),
+        [("write_file", {"content": '"quoted"', "path": "null"})],
+    ),
+    Row("prose", "I'd call <function=x> but won't.", None),
+]
+
+# --- GLM-4.5 / 4.6 / 4.7 ------------------------------------------------------------------
+
+
+def glm(name: str, newlines: bool = True, **args: str) -> str:
+    """One call as the GLM-4.5 template writes it (GLM-4.7 drops the newlines)."""
+    nl = "\n" if newlines else ""
+    pairs = "".join(
+        f"<arg_key>{k}</arg_key>{nl}<arg_value>{v}</arg_value>{nl}" for k, v in args.items()
+    )
+    return f"<tool_call>{name}{nl}{pairs}</tool_call>"
+
+
+def glm_rows(newlines: bool) -> list[Row]:
+    """The GLM table, in the GLM-4.5 or the GLM-4.7 layout."""
+    quoted = glm("write_file", newlines, path="/etc/passwd", content="x")
+    return [
+        Row(
+            "single",
+            glm("get_weather", newlines, city="Paris"),
+            [("get_weather", {"city": "Paris"})],
+        ),
+        Row(
+            "parallel, content before, between, after",
+            "First.\n"
+            + glm("ping", newlines)
+            + "\nthen\n"
+            + glm("get_weather", newlines, days="3")
+            + "\nend",
+            [("ping", {}), ("get_weather", {"days": 3})],
+            "First.\n\nthen\n\nend",
+        ),
+        Row(
+            "unicode, value kept exactly",
+            glm("write_file", newlines, path="ü.txt", content="\n  東京\n"),
+            [("write_file", {"path": "ü.txt", "content": "\n  東京\n"})],
+        ),
+        Row(
+            "nested JSON object value",
+            glm("search", newlines, filters='{"a": {"b": [1, {"c": true}]}}'),
+            [("search", {"filters": {"a": {"b": [1, {"c": True}]}}})],
+        ),
+        Row(
+            "a call quoted inside a value stays text",
+            glm("write_file", newlines, path="notes.md", content=quoted),
+            [("write_file", {"path": "notes.md", "content": quoted})],
+        ),
+        Row("empty arguments", "<tool_call>ping</tool_call>", [("ping", {})]),
+        Row(
+            "truncated inside a value, a quoted call after it",
+            "<tool_call>write_file<arg_key>content</arg_key><arg_value>" + quoted,
+            None,
+            error="the value of content in the call to write_file has no matching </arg_value>",
+        ),
+        Row(
+            "a call after an unreadable one is not run",
+            "<tool_call>get_weather<arg_key>city</arg_key></tool_call>" + glm("ping", newlines),
+            None,
+            error="the argument city of get_weather has no <arg_value>",
+        ),
+        Row(
+            "schema typing",
+            glm(
+                "search",
+                newlines,
+                query="7",
+                limit=" 3 ",
+                exact="true",
+                tags="[1, 2]",
+                filters="{'k': None}",
+                page="null",
+            ),
+            [
+                (
+                    "search",
+                    {
+                        "query": "7",
+                        "limit": 3,
+                        "exact": True,
+                        "tags": [1, 2],
+                        "filters": {"k": None},
+                        "page": None,
+                    },
+                )
+            ],
+        ),
+        Row(
+            "a string stays exactly the text",
+            glm("write_file", newlines, content='"quoted"', path="null"),
+            [("write_file", {"content": '"quoted"', "path": "null"})],
+        ),
+        Row(
+            "parameters without a schema are read as JSON when they are JSON",
+            glm("get_weather", newlines, units="[1]", extra="7", label="Paris", q='"x"'),
+            [("get_weather", {"units": [1], "extra": 7, "label": "Paris", "q": '"x"'})],
+        ),
+    ]
+
+
+# --- DeepSeek V3 / V3.1, Kimi K2 --------------------------------------------------------------
+
+
+def ds_v3(name: str, arguments: str) -> str:
+    """One DeepSeek V3 call: type, separator, name, fenced JSON."""
+    return f"{DS_CALL}function{DS_SEP}{name}\n```json\n{arguments}\n```{DS_CALL_END}"
+
+
+def ds_v31(name: str, arguments: str) -> str:
+    """One DeepSeek V3.1 call: name, separator, JSON."""
+    return f"{DS_CALL}{name}{DS_SEP}{arguments}{DS_CALL_END}"
+
+
+def kimi(name: str, arguments: str, index: int = 0) -> str:
+    """One Kimi K2 call: ``functions.NAME:IDX`` id, then JSON."""
+    return f"{KIMI_CALL}functions.{name}:{index}{KIMI_ARGS}{arguments}{KIMI_CALL_END}"
+
+
+def section_rows(begin: str, end: str, call_end: str, one, markup: str) -> list[Row]:
+    """The table of a format whose calls sit in a section (DeepSeek, Kimi)."""
+
+    def section(*calls: str) -> str:
+        return begin + "".join(calls) + end
+
+    return [
+        Row(
+            "single",
+            section(one("get_weather", '{"city":"Paris"}')),
+            [("get_weather", {"city": "Paris"})],
+            arguments=['{"city":"Paris"}'],
+        ),
+        Row(
+            "parallel, content before and after",
+            "Checking.\n" + section(one("ping", "{}"), one("get_weather", '{"days": 2}')) + "\nok",
+            [("ping", {}), ("get_weather", {"days": 2})],
+            "Checking.\n\nok",
+        ),
+        Row(
+            "unicode and nested JSON",
+            section(one("search", '{"query": "ñ 東京", "filters": {"a": [[{"b": null}]]}}')),
+            [("search", {"query": "ñ 東京", "filters": {"a": [[{"b": None}]]}})],
+        ),
+        Row(
+            "markup inside a value",
+            section(one("write_file", json.dumps({"content": markup}))),
+            [("write_file", {"content": markup})],
+        ),
+        Row("empty arguments", section(one("ping", "{}")), [("ping", {})]),
+        Row(
+            "unclosed section and call (generation stopped)",
+            begin + one("ping", "{}").removesuffix(call_end),
+            [("ping", {})],
+        ),
+        Row("truncated", begin + one("get_weather", '{"city": "Par')[:-10], None),
+        Row("prose", "Nothing to call.", None),
+    ]
+
+
+DEEPSEEK_V3_ROWS = section_rows(DS_CALLS, DS_CALLS_END, DS_CALL_END, ds_v3, ds_v31("rm", "{}"))
+DEEPSEEK_V31_ROWS = section_rows(DS_CALLS, DS_CALLS_END, DS_CALL_END, ds_v31, ds_v31("rm", "{}"))
+KIMI_ROWS = [
+    *section_rows(KIMI_CALLS, KIMI_CALLS_END, KIMI_CALL_END, kimi, kimi("rm", "{}")),
+    Row(
+        "ids are the model's functions.NAME:IDX",
+        KIMI_CALLS + kimi("ping", "{}", 3) + kimi("get_weather", "{}", 4) + KIMI_CALLS_END,
+        [("ping", {}), ("get_weather", {})],
+        ids=["functions.ping:3", "functions.get_weather:4"],
+    ),
+]
+
+TABLES: dict[str, list[Row]] = {
+    "hermes": hermes_rows("tool_call"),
+    "qwen": hermes_rows("tool_call"),
+    "longcat": hermes_rows("longcat_tool_call"),
+    "mistral": MISTRAL_ROWS,
+    "llama3_json": LLAMA_ROWS,
+    "llama4_json": LLAMA_ROWS,
+    "qwen3_coder": QWEN3_CODER_ROWS,
+    "glm45": glm_rows(newlines=True),
+    "glm47": glm_rows(newlines=False),
+    "deepseek_v3": DEEPSEEK_V3_ROWS,
+    "deepseek_v3_1": DEEPSEEK_V31_ROWS,
+    "kimi_k2": KIMI_ROWS,
+}
+CASES = [
+    pytest.param(fmt, row, id=f"{fmt}: {row.id}") for fmt, rows in TABLES.items() for row in rows
+]
+
+
+def check(parser_name: str, fmt: str, row: Row) -> None:
+    """Parse the row's text and compare with what the row expects."""
+    outcome = get_parser(parser_name).read(row.text, row.tools)
+    if row.calls is None:
+        assert (outcome.content, outcome.tool_calls) == (row.text, None)
+        if row.error is not None:
+            assert outcome.error is not None and row.error in outcome.error
+        return
+    calls = outcome.tool_calls
+    assert calls is not None, outcome.error
+    got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    assert got == row.calls
+    assert outcome.content == row.content
+    if row.arguments is not None:
+        assert [c["function"]["arguments"] for c in calls] == row.arguments
+    if row.ids is not None:
+        assert [c["id"] for c in calls] == row.ids
+    if fmt == "mistral":  # Mistral's templates refuse any other id
+        assert all(MISTRAL_ID.fullmatch(c["id"]) for c in calls)
+
+
+@pytest.mark.parametrize(("fmt", "row"), CASES)
+def test_format_table(fmt: str, row: Row) -> None:
+    check(fmt, fmt, row)
+
+
+@pytest.mark.parametrize(("fmt", "row"), CASES)
+def test_auto_reads_the_table_alike(fmt: str, row: Row) -> None:
+    if not row.auto:
+        pytest.skip("auto reads this row differently, on purpose")
+    check("auto", fmt, row)
