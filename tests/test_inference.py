@@ -370,3 +370,17 @@ def test_check_does_not_blame_missing_gold_solutions_for_a_real_model():
     row = _reward_range_check([0.0, 0.0], scripted=False, real=True)
     assert row.status == WARN and "gold solutions" not in row.reason.split("(")[0]
     assert _reward_range_check([0.0, 1.0], scripted=False, real=True).status == PASS
+
+
+def test_check_refuses_extra_body_that_is_not_a_json_object(tmp_path):
+    command = [sys.executable, "-m", "hermes_envgen", "check", str(tmp_path)]
+    completed = subprocess.run(
+        [*command, "--base-url", "http://127.0.0.1:9/v1", "--extra-body", "[1, 2]"],
+        env=offline_environment(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == "error: --extra-body must be a JSON object, not '[1, 2]'"
