@@ -246,7 +246,18 @@ class HermesAgentBaseEnv(BaseEnv):
         for server in self.server.servers:  # serve mode runs beside run-api
             _check_not_rollout_server(server.config, self.config.rollout_server_url)
         await self.check_model_server()
-        await super().env_manager()
+        # atroposlib only logs a worker's exception: a model server that fails every request
+        # for good would keep serve mode asking forever, so such a failure ends the run.
+        self._model_lost: asyncio.Future = asyncio.get_running_loop().create_future()
+        manager = asyncio.ensure_future(super().env_manager())
+        await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
+        if manager.done():
+            await manager
+            return
+        for task in [manager, *getattr(self, "workers", ())]:
+            task.cancel()
+        await asyncio.gather(manager, return_exceptions=True)
+        raise self._model_lost.result()
 
     async def process_manager(self) -> None:
         await self.check_model_server()
@@ -400,7 +411,11 @@ class HermesAgentBaseEnv(BaseEnv):
         self._report_group(rollouts, kept=len(group["tokens"]) >= self.config.group_size)
         if not group["tokens"] and self.model.hopeless():
             # Every rollout failed on a request that cannot succeed: asking again will not help.
-            raise ModelServerError(f"every request fails: {self.model.last_fatal}")
+            error = ModelServerError(f"every request fails: {self.model.last_fatal}")
+            lost = getattr(self, "_model_lost", None)
+            if lost is not None and not lost.done():
+                lost.set_result(error)  # serve mode: env_manager ends the run with it
+            raise error
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs  # aligned with tokens; 1.0 where masked
         if len(group["tokens"]) < self.config.group_size:
