@@ -29,7 +29,7 @@ from hermes_envgen.runtime.managed import (
 from hermes_envgen.runtime.parsers import get_parser
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
-from hermes_envgen.runtime.trajectory import MASKED
+from hermes_envgen.runtime.trajectory import MASKED, trained_runs
 from hermes_envgen.testing.envs import build_env, validate_groups
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
 from hermes_envgen.testing.script import Script
@@ -102,19 +102,6 @@ def expected_turns(script: dict, conversation: int) -> list[str]:
     """What the scripted model generates in each turn of a conversation, end token included."""
     parsed = Script.load(script).conversations[conversation]
     return [generated_text(turn) + END for turn in parsed.turns]
-
-
-def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
-    """The maximal runs of trained (unmasked) tokens, in order."""
-    runs: list[list[int]] = []
-    previous = MASKED
-    for token, mask in zip(tokens, masks):
-        if mask != MASKED:
-            if previous == MASKED:
-                runs.append([])
-            runs[-1].append(token)
-        previous = mask
-    return runs
 
 
 def run_loop(server, tokenizer, sandboxes, prompt, parser="hermes", **kwargs):
@@ -526,7 +513,8 @@ def test_process_writes_groups_with_real_tokens_and_logprobs(
                 assert tokenizer.decode(run).endswith(END)
         scores += group["scores"]
     assert set(scores) == {0.0, 1.0}
-    # Every request was a token-level one: nothing went through the chat endpoint.
+    # Every request was a token-level one: nothing went through the chat endpoint (vllm's
+    # auto-detection of /generate posts an empty body first).
     assert stub.requests and all(
-        ("input_ids" if kind == "sglang" else "prompt") in r for r in stub.requests
+        ("input_ids" if kind == "sglang" else "prompt") in r for r in stub.requests if r
     )

@@ -121,6 +121,26 @@ class Endpoint:
     server_type: str | None = None
     tokenizer: str | None = None
     chat_template: str | None = None
+    inference_api: str | None = None
+    extra_body: str | None = None  # JSON, passed on as --env.extra_body
+    tool_choice: str | None = None
+
+    def server_flags(self) -> dict[str, object]:
+        """The ``openai.*`` settings this endpoint sets."""
+        values = {"model_name": self.model, "server_type": self.server_type}
+        return {name: value for name, value in values.items() if value}
+
+    def env_flags(self) -> dict[str, object]:
+        """The ``env.*`` settings this endpoint sets (how requests are made and rendered)."""
+        values = {
+            "inference_api": self.inference_api,
+            "extra_body": self.extra_body,
+            "tool_choice": self.tool_choice,
+        }
+        flags: dict[str, object] = {name: value for name, value in values.items() if value}
+        if self.chat_template:  # the modes run in a directory of their own: make it absolute
+            flags["chat_template"] = _absolute_if_local(self.chat_template)
+        return flags
 
 
 def run_checks(
@@ -177,9 +197,6 @@ def run_checks(
                 extra_env=target.environment(),
             )
         else:
-            server = {"model_name": endpoint.model, "server_type": endpoint.server_type}
-            # The modes run in a work directory of their own: local paths must be absolute.
-            env = {"chat_template": endpoint.chat_template}
             run = OfflineRun(
                 target.entry,
                 endpoint.base_url,
@@ -187,8 +204,8 @@ def run_checks(
                 work,
                 timeout=timeout,
                 health_check=None,
-                server_flags={name: value for name, value in server.items() if value},
-                env_flags={name: _absolute_if_local(value) for name, value in env.items() if value},
+                server_flags=endpoint.server_flags(),
+                env_flags=endpoint.env_flags(),
                 extra_env=target.environment(),
             )
 
@@ -207,27 +224,22 @@ def run_checks(
             results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
 
         progress("running evaluate")
+        eval_dir = work / "eval"
         try:
-            _, eval_samples = run.evaluate()
-            scores += [s["reward"] for s in eval_samples if s.get("reward") is not None]
-            with_tools = sum(1 for s in eval_samples if s.get("tools_used"))
-            if with_tools:
-                results.append(
-                    CheckResult(
-                        "evaluate",
-                        PASS,
-                        f"{len(eval_samples)} rollouts, {with_tools} used tools; "
-                        "metrics.json and samples.jsonl written",
-                    )
-                )
-            else:
-                results.append(
-                    CheckResult("evaluate", FAIL, "no rollout made a tool call that ran")
-                )
-        except (EnvRunFailed, AssertionError, OSError, KeyError, ValueError) as exc:
-            results.append(CheckResult("evaluate", FAIL, _first_line(exc)))
+            run.run("evaluate", env__data_dir_to_save_evals=eval_dir)
+            eval_failure = None
+        except EnvRunFailed as exc:
+            eval_failure = _first_line(exc)
+        try:
+            row, eval_scores = _evaluate_row(eval_dir, eval_failure)
+        except (OSError, KeyError, ValueError) as exc:
+            row, eval_scores = CheckResult("evaluate", FAIL, _first_line(exc)), []
+        results.append(row)
+        scores += eval_scores
 
-        results.append(_reward_range_check(scores, scripted=endpoint is None and solvable))
+        results.append(
+            _reward_range_check(scores, scripted=endpoint is None and solvable, real=bool(endpoint))
+        )
         progress("replaying each sample's gold solution, and a no-op")
         results += _gold_and_noop_checks(
             target, work, gold_threshold, noop_threshold, timeout=timeout
@@ -317,19 +329,59 @@ def _key_check(root: Path, info: dict) -> CheckResult:
     return CheckResult("no API key in code", PASS, "keys come from the environment")
 
 
-def _reward_range_check(scores: list[float], scripted: bool) -> CheckResult:
+def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, list[float]]:
+    """The evaluate row from what the run saved: scored rollouts, failures and their cause."""
+    samples = _jsonl(eval_dir / "samples.jsonl")
+    failures = _jsonl(eval_dir / "failures.jsonl")
+    scores = [s["reward"] for s in samples if s.get("reward") is not None]
+    cause = failures[0].get("failure") if failures else None
+    if not samples:
+        why = f"every rollout failed ({len(failures)}): {cause}" if failures else run_error
+        return CheckResult("evaluate", FAIL, why or "no rollout was saved"), scores
+    failed = f", {len(failures)} failed (first: {cause})" if failures else ""
+    if run_error is not None:
+        return CheckResult("evaluate", FAIL, f"{run_error}{failed}"), scores
+    with_tools = sum(1 for s in samples if s.get("tools_used"))
+    if not with_tools:
+        row = CheckResult("evaluate", FAIL, f"no rollout made a tool call that ran{failed}")
+        return row, scores
+    status = WARN if failures else PASS
+    return (
+        CheckResult(
+            "evaluate",
+            status,
+            f"{len(samples)} rollouts scored, {with_tools} used tools{failed}; "
+            "metrics.json and samples.jsonl written",
+        ),
+        scores,
+    )
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _reward_range_check(scores: list[float], scripted: bool, real: bool = False) -> CheckResult:
     if not scores:
         return CheckResult("reward range", FAIL, "no rollout was scored")
     outside = [s for s in scores if not 0.0 <= s <= 1.0]
     if outside:
         return CheckResult("reward range", FAIL, f"rewards outside [0, 1]: {outside[:5]}")
     if len(set(scores)) == 1:
-        why = (
-            "the scripted policy solves and fails tasks, yet every reward is the same"
-            if scripted
-            else "every reward is the same; the scripted policy cannot tell (no samples with "
-            "gold solutions)"
-        )
+        if scripted:
+            why = "the scripted policy solves and fails tasks, yet every reward is the same"
+        elif real:
+            why = (
+                "every reward of the real model is the same (the gold and no-op rows check the "
+                "reward itself)"
+            )
+        else:
+            why = (
+                "every reward is the same; the scripted policy cannot tell (no samples with "
+                "gold solutions)"
+            )
         return CheckResult(
             "reward range", FAIL if scripted else WARN, f"{scores[0]} for all: {why}"
         )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import Field
+from pydantic import Field, Json
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):
@@ -93,7 +93,32 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     )
     tool_call_parser: str = Field(
         default="hermes",
-        description="How tool calls are read from raw model text (vllm/sglang servers).",
+        description="How tool calls are read from raw model text (token-level APIs).",
+    )
+    inference_api: Literal["auto", "chat", "completions", "generate"] = Field(
+        default="auto",
+        description="How the policy is sampled. 'chat': /v1/chat/completions, the server "
+        "parses tool calls. 'completions': token ids through /v1/completions (stock `vllm "
+        "serve`), tool calls parsed here. 'generate': token ids through /generate (Atropos's "
+        "vLLM server, SGLang). 'auto': chat for server_type openai, generate for sglang, and "
+        "for vllm whichever the server has.",
+    )
+    tool_choice: str | None = Field(
+        default=None,
+        description="Sent as tool_choice with chat requests that offer tools ('auto', "
+        "'required'); some servers (llama.cpp) ignore the tools without it. None: not sent.",
+    )
+    request_retries: int = Field(
+        default=3,
+        ge=0,
+        description="Extra tries of a model request after a fault that may pass (refused, "
+        "timeout, HTTP 408/429/5xx); a request that cannot succeed (other 4xx) is not retried.",
+    )
+    startup_wait: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds the start-up check waits for a model server that refuses or "
+        "times out (it may be loading) before the run stops with exit code 2.",
     )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
@@ -106,9 +131,11 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         ge=0,
         description="Items held out for evaluation: at least this many, or a tenth of the data.",
     )
-    extra_body: dict[str, Any] | None = Field(
+    # Json: the command line hands over a string (atroposlib's CLI model keeps no validators).
+    extra_body: dict[str, Any] | Json[dict[str, Any]] | None = Field(
         default=None,
-        description="Extra JSON fields sent with every chat request (provider-specific).",
+        description="Extra JSON fields sent with every model request (provider-specific); "
+        "on the command line as JSON: --env.extra_body '{\"top_k\": 20}'.",
     )
     eval_samples_per_item: int = Field(
         default=1,

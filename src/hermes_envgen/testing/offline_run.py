@@ -22,8 +22,8 @@ class OfflineRun:
 
     ``target`` is the env's module (``my_env`` or ``my_env.env``) or its file. ``tokenizer``
     None keeps the env's own; ``server_flags`` adds ``openai.*`` settings (model name, server
-    type), ``env_flags`` ``env.*`` ones; ``health_check`` None keeps the env's own setting
-    (the stub needs none).
+    type) and ``env_flags`` ``env.*`` ones (extra_body, tool_choice); ``health_check`` None
+    keeps the env's own setting (the stub needs none).
     """
 
     target: str | Path
