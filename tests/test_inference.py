@@ -18,6 +18,7 @@ from transformers import AutoTokenizer
 from hermes_envgen.devtools.check import FAIL, PASS, WARN, _evaluate_row, _reward_range_check
 from hermes_envgen.runtime.agent_loop import _reasoning_of
 from hermes_envgen.runtime.errors import EnvConfigError, InferenceError, ModelServerError
+from hermes_envgen.runtime.exact_tokens import MASKED_LOGPROB
 from hermes_envgen.runtime.inference import (
     Endpoint,
     ModelClient,
@@ -26,7 +27,6 @@ from hermes_envgen.runtime.inference import (
     judge_client,
     same_server,
 )
-from hermes_envgen.runtime.managed import MASKED_LOGPROB
 from hermes_envgen.runtime.rewards import ask_judge
 from hermes_envgen.runtime.trajectory import MASKED, trained_runs
 from hermes_envgen.testing.envs import build_env

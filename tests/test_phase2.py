@@ -20,9 +20,9 @@ from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.agent_loop import UNPARSED_TOOL, HermesAgentLoop
 from hermes_envgen.runtime.chat_template import with_arguments
-from hermes_envgen.runtime.managed import (
+from hermes_envgen.runtime.exact_tokens import (
     MASKED_LOGPROB,
-    ManagedServerBackend,
+    ExactTokensBackend,
     parse_failure,
     split_reasoning,
 )
@@ -108,7 +108,7 @@ def run_loop(server, tokenizer, sandboxes, prompt, parser="hermes", **kwargs):
     """One Phase 2 rollout; returns (result, backend)."""
 
     async def main():
-        backend = ManagedServerBackend(server, tokenizer, parser, default_max_tokens=512)
+        backend = ExactTokensBackend(server, tokenizer, parser, default_max_tokens=512)
         ctx = ToolContext("task-p2", sandboxes)
         loop = HermesAgentLoop(
             server, SCHEMAS, NAMES, task_id="task-p2", tool_context=ctx, backend=backend, **kwargs
@@ -296,7 +296,7 @@ def test_a_request_that_fails_leaves_the_trace_as_it_was(tokenizer):
             ids = tokenizer.encode("Hi." + END, add_special_tokens=False)
             return kwargs["input_ids"], [ids], [[-0.1] * len(ids)], ["stop"]
 
-    backend = ManagedServerBackend(Flaky(), tokenizer, default_max_tokens=8)
+    backend = ExactTokensBackend(Flaky(), tokenizer, default_max_tokens=8)
     messages = [{"role": "user", "content": "hello"}]
     with pytest.raises(ConnectionError):
         asyncio.run(backend.complete(list(messages)))

@@ -42,8 +42,8 @@ from hermes_envgen.runtime.evaluation import (
     run_record,
     summarize,
 )
+from hermes_envgen.runtime.exact_tokens import ExactTokensBackend, TokenTrace
 from hermes_envgen.runtime.inference import ModelClient, check_model_server, same_server
-from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
@@ -349,7 +349,7 @@ class HermesAgentBaseEnv(BaseEnv):
             )
         backend = None
         if self._token_server:  # vllm/sglang: token ids in and out, tool calls parsed here
-            backend = ManagedServerBackend(
+            backend = ExactTokensBackend(
                 self.model,
                 self.tokenizer,
                 self.config.tool_call_parser,

@@ -1,7 +1,7 @@
 """Phase 2 inference: exact token ids and logprobs from vLLM or SGLang, tool calls parsed here.
 
 With a token-level ``inference_api`` (see :mod:`hermes_envgen.runtime.inference`) the agent
-loop talks to the server token-in, token-out: ``ManagedServerBackend`` keeps one ``TokenTrace``
+loop talks to the server token-in, token-out: ``ExactTokensBackend`` keeps one ``TokenTrace``
 per rollout (token ids, masks, logprobs), sends the whole trace as the prompt of every turn
 through ``tokens_and_logprobs_completion`` (stock vLLM's ``/v1/completions`` with a token-id
 prompt, or ``/generate`` on Atropos's vLLM server and SGLang), appends
@@ -116,7 +116,7 @@ def split_reasoning(text: str) -> tuple[str | None, str]:
     return reasoning or None, rest.lstrip()
 
 
-class ManagedServerBackend:
+class ExactTokensBackend:
     """Phase 2 backend of ``HermesAgentLoop``: one rollout's exact tokens, tool calls parsed here.
 
     Use one instance per rollout; ``trace`` holds its tokens, masks and logprobs.
