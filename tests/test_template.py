@@ -117,7 +117,11 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
     [
         ({"project_name": "My Env"}, "lowercase letters"),
         ({"project_name": "class"}, "cannot be used"),
-        ({"project_name": "ok-env", "provider": "openrouter"}, "no model is assumed"),
+        ({"project_name": "ok-env", "provider": "openrouter"}, '"model_name" is required'),
+        (
+            {"project_name": "ok-env", "provider": "openrouter", "model_name": " "},
+            "no model is assumed",
+        ),
         (
             {
                 "project_name": "ok-env",
