@@ -218,7 +218,8 @@ class SampleJournal:
         """Read the records a file holds; drop a line cut short by a kill."""
         if not path.exists():
             return
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # JSON lines end at "\n" only: splitlines() would also cut at U+2028 inside a string.
+        lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line]
         kept: list[str] = []
         for line in lines:
             try:

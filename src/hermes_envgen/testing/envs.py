@@ -43,7 +43,7 @@ def build_env(
 
 def validate_groups(path: str | Path, group_size: int | None = None) -> list[dict]:
     """Read a ``process`` JSONL file and check every group; AssertionError says what is wrong."""
-    lines = Path(path).read_text().splitlines()
+    lines = [line for line in Path(path).read_text(encoding="utf-8").split("\n") if line]
     assert lines, f"{path} has no groups"
     groups = []
     for number, line in enumerate(lines, start=1):
@@ -67,5 +67,6 @@ def read_eval_results(directory: str | Path) -> tuple[dict, list[dict]]:
     """The metrics and samples an ``evaluate`` run saved into ``directory``."""
     directory = Path(directory)
     metrics = json.loads((directory / "metrics.json").read_text())["results"]["all"]
-    samples = [json.loads(line) for line in (directory / "samples.jsonl").read_text().splitlines()]
+    text = (directory / "samples.jsonl").read_text(encoding="utf-8")
+    samples = [json.loads(line) for line in text.split("\n") if line]  # not at U+2028
     return metrics, samples
