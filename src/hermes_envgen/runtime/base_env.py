@@ -22,6 +22,7 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
+from hermes_envgen.errors import ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.errors import EnvConfigError
@@ -39,6 +40,7 @@ from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace, serv
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.rewards import Reward
+from hermes_envgen.runtime.rollout_view import write_view
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry, UnknownToolError
@@ -441,6 +443,20 @@ class HermesAgentBaseEnv(BaseEnv):
             self._progress.advance()
 
     # -- logging ------------------------------------------------------------------------------
+
+    async def process_manager(self) -> None:
+        """Atropos's process mode, then the ``hermes-envgen view`` page of the groups beside them.
+
+        It replaces the page Atropos writes there (``PATH.html``), which shows tool calls blank.
+        """
+        await super().process_manager()
+        groups = Path(self.config.data_path_to_save_groups)
+        try:
+            page = write_view(groups, groups.with_suffix(".html"))
+        except ViewError as exc:  # no groups to show: the run itself says why
+            logger.warning("no HTML view of %s: %s", groups, exc)
+        else:
+            logger.info("HTML view of the groups: %s", page)
 
     async def wandb_log(self, wandb_metrics: dict | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""

@@ -1,4 +1,5 @@
-"""Rollouts as one self-contained HTML page: ``hermes-envgen view samples.jsonl``.
+"""Rollouts as one self-contained HTML page: ``hermes-envgen view``, and ``process`` beside its
+groups (the reason this renderer is part of the runtime).
 
 Reads an evaluation's samples.jsonl or failures.jsonl (a rollout per line) or atroposlib's
 ``process`` JSONL (a group per line, with ``messages`` and ``scores`` lists) and writes a page
@@ -47,7 +48,7 @@ def load_rollouts(path: str | Path) -> list[RolloutCard]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ViewError(f"cannot read {path}: {exc}") from None
     cards: list[RolloutCard] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):  # not at U+2028 in a string
         if not line.strip():
             continue
         try:
