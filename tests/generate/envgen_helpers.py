@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,6 +17,12 @@ PUBLIC_URL = "https://github.com/hermes-envgen/hermes-envgen.git"
 VERSION_TAG = "v0.1.0"
 
 RunCli = Callable[..., subprocess.CompletedProcess]
+
+# What a copy of the source tree leaves out: git, venvs, builds and caches.
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "dist", "build", "*.egg-info", "__pycache__", "*.pyc",
+    ".pytest_cache", ".ruff_cache", ".hypothesis", ".mypy_cache", "_template",
+)  # fmt: skip
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 PROMPT_STARTS = r"\x1b\[\?2004h"  # prompt_toolkit turns on bracketed paste as each prompt opens
