@@ -16,6 +16,7 @@ from .envgen_helpers import (
     PROMPT_STARTS,
     PUBLIC_URL,
     QUESTION,
+    REPO,
     VERSION_TAG,
     RunCli,
     answers_of,
@@ -37,6 +38,13 @@ def test_new_with_defaults_renders_a_committed_updatable_project(run_cli: RunCli
     assert log == [f"Generate demo-env from hermes-envgen {VERSION_TAG}"]
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
     assert "demo_env" in result.stdout and "pytest" in result.stdout
+    # The closing message gives the README's set-up lines, the source of hermes-envgen included.
+    readme = (project / "README.md").read_text()
+    setup = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("  #")[0].strip() for line in setup.splitlines()]
+    assert commands[1] == f"pip install {REPO}" and answers["hermes_envgen_source"] == str(REPO)
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    assert printed[printed.index("cd demo-env") + 1 :][: len(commands)] == commands
     assert not (project / ".ruff_cache").exists()
 
 
@@ -154,12 +162,14 @@ def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
 ):
     # If ruff changed what copier rendered, later updates (which diff raw renders) would conflict
     # on every changed line: the template must render formatted, lint-clean code.
+    from hermes_envgen.generate.origin import install_source
     from hermes_envgen.generate.source import git_redirect, template_source
 
     monkeypatch.setenv("HERMES_ENVGEN_CACHE_DIR", cli_env["HERMES_ENVGEN_CACHE_DIR"])
     bare = tmp_path / "bare" / "demo-env"
     command = [sys.executable, "-m", "copier", "copy", "--defaults", "--quiet", "--vcs-ref",
-               VERSION_TAG, "--data", "project_name=demo-env", PUBLIC_URL, str(bare)]  # fmt: skip
+               VERSION_TAG, "--data", "project_name=demo-env", "--data",
+               f"hermes_envgen_source={install_source()}", PUBLIC_URL, str(bare)]  # fmt: skip
     env = {**cli_env, **git_redirect(PUBLIC_URL, template_source())}
     copied = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert copied.returncode == 0, copied.stderr

@@ -51,6 +51,20 @@ def drive(child: pexpect.spawn, replies: Mapping[str, list[str]]) -> list[str]:
     return asked
 
 
+def answer_new_on_a_terminal(
+    tmp_path: Path, cli_env: dict[str, str], replies: Mapping[str, list[str]]
+) -> None:
+    """``hermes-envgen new demo-env`` on a terminal with ``replies``: it succeeds, asking each."""
+    child = spawn_new(tmp_path, cli_env, "demo-env")
+    try:
+        asked = drive(child, replies)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, child.before
+    for prefix in replies:
+        assert any(question.startswith(prefix) for question in asked), (prefix, asked)
+
+
 PROVIDERS = {
     "atropos": (0, {"Model name the training server serves": [typed("org/served-model")]}),
     "openrouter": (
@@ -83,14 +97,9 @@ def test_every_provider_can_be_answered_on_a_terminal(
     provider: str, tmp_path: Path, cli_env: dict[str, str]
 ):
     position, replies = PROVIDERS[provider]
-    child = spawn_new(tmp_path, cli_env, "demo-env")
-    try:
-        asked = drive(child, {"Which inference provider": [provider_keys(position)], **replies})
-    finally:
-        child.close(force=True)
-    assert child.exitstatus == 0, child.before
-    for prefix in replies:
-        assert any(question.startswith(prefix) for question in asked), (prefix, asked)
+    answer_new_on_a_terminal(
+        tmp_path, cli_env, {"Which inference provider": [provider_keys(position)], **replies}
+    )
     answers = answers_of(tmp_path / "demo-env")
     assert answers["provider"] == provider
     model = next(keys[-1] for prefix, keys in replies.items() if "odel" in prefix)
@@ -112,14 +121,7 @@ def test_the_dataset_branch_asks_its_questions(tmp_path: Path, cli_env: dict[str
         "Field that holds the task prompt": [typed("question")],
         "Field that holds the reference answer": [typed("solution")],
     }
-    child = spawn_new(tmp_path, cli_env, "demo-env")
-    try:
-        asked = drive(child, replies)
-    finally:
-        child.close(force=True)
-    assert child.exitstatus == 0, child.before
-    for prefix in replies:
-        assert any(question.startswith(prefix) for question in asked), (prefix, asked)
+    answer_new_on_a_terminal(tmp_path, cli_env, replies)
     answers = answers_of(tmp_path / "demo-env")
     assert answers["use_dataset"] is True
     assert (answers["dataset_name"], answers["dataset_split"]) == ("org/tasks", "test")
