@@ -91,5 +91,6 @@ def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
     )
     assert " passed" in followed.stdout
     python = str(project / ".venv" / "bin" / "python")
-    installed = run([python, "-c", "import hermes_envgen; print(hermes_envgen.__file__)"], 60)
+    installed = run([python, "-c", "import hermes_envgen; print(hermes_envgen.__file__)"], 60,
+                    env=_online_env())  # fmt: skip
     assert str(project / ".venv") in installed.stdout  # the wheel under test, not another copy
