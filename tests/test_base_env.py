@@ -95,6 +95,29 @@ def test_a_group_is_a_valid_scored_data_group(stub_server, offline_tokenizer, tm
     assert sandbox_dirs(tmp_path) == [] and len(env.sandboxes) == 0
 
 
+def test_a_non_ascii_system_prompt_reaches_the_model_intact(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # Emoji, CJK and U+2028: a prompt of a generated env once failed every request to encode.
+    prompt = 'You are 😀 an agent.\n中文 \u2028 🧪 \\ "quoted"'
+    server = stub_server(SCRIPT)
+    env = make_env(server.base_url, offline_tokenizer, tmp_path, system_prompt=prompt)
+
+    async def main():
+        await env.setup()
+        return await env.collect_trajectories(GREETING)
+
+    group, _ = asyncio.run(main())
+    assert sorted(group["scores"]) == [0.0, 0.0, 1.0, 1.0]
+    systems = [request["messages"][0] for request in server.requests]
+    assert systems and all(m == {"role": "system", "content": prompt} for m in systems)
+
+
+def test_a_system_prompt_no_request_can_carry_is_refused_at_start():
+    with pytest.raises(ValueError, match="system_prompt has a lone surrogate at character 4"):
+        HermesAgentEnvConfig(system_prompt="Hi! \ud83d")
+
+
 def test_a_failing_reward_scores_zero_and_spares_the_group(
     stub_server, offline_tokenizer, tmp_path, caplog
 ):

@@ -43,6 +43,14 @@ def test_help_lists_the_commands():
         assert command in result.stdout
 
 
+@pytest.mark.parametrize("command", [[], ["new"], ["update"], ["demo"], ["check"], ["view"]])
+def test_help_shows_no_placeholder_for_flags(command):
+    # Typer's rich panels once labelled every flag, --help included, with "<bool>".
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "--help" in result.stdout and "<bool>" not in result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

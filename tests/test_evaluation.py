@@ -343,6 +343,21 @@ def test_resuming_a_finished_run_runs_nothing(stub_server, offline_tokenizer, tm
     assert after == before
 
 
+def test_resuming_keeps_records_with_line_separators_in_their_text(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # U+2028 stays raw in the JSON lines: a reader that splits at it drops the record and reruns.
+    server = stub_server(mix_script())
+    prompt = "Agent \u2028 with a line separator 😀"
+    before = evaluate(make_env(server.base_url, offline_tokenizer, tmp_path, system_prompt=prompt))
+    requests = len(server.requests)
+    after = evaluate(
+        make_env(server.base_url, offline_tokenizer, tmp_path, system_prompt=prompt, resume=True)
+    )
+    assert len(server.requests) == requests
+    assert after == before
+
+
 def test_resume_refuses_other_settings(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(mix_script())
     evaluate(make_env(server.base_url, offline_tokenizer, tmp_path))

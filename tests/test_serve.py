@@ -100,3 +100,40 @@ def test_serve_stops_when_every_request_fails_for_good(stub_server, offline_toke
     last = completed.stderr.strip().splitlines()[-1]
     assert last.startswith("error: every request fails: HTTP 403 from "), last
     assert len(stub.requests) < 50
+
+
+@pytest.mark.slow
+def test_the_trainer_command_pulls_batches_from_a_serving_env(
+    stub_server, offline_tokenizer, tmp_path
+):
+    from hermes_envgen.testing.trainer import free_port
+
+    stub = stub_server(EXAMPLES / "stub_script.yaml")
+    port = free_port()
+    command = [sys.executable, "-m", "hermes_envgen", "trainer", "--port", str(port),
+               "--batch-size", str(BATCH_SIZE), "--steps", "1", "--timeout", "120"]  # fmt: skip
+    trainer = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=offline_environment(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    env = None
+    try:
+        announced = trainer.stdout.readline()
+        assert announced.startswith(f"run-api on http://127.0.0.1:{port}"), announced
+        env = subprocess.Popen(
+            [sys.executable, str(EXAMPLES / "terminal_env.py"), "serve",
+             "--openai.base_url", stub.base_url, "--env.tokenizer_name", str(offline_tokenizer),
+             "--env.rollout_server_url", f"http://127.0.0.1:{port}",
+             "--env.group_size", str(GROUP_SIZE), "--env.total_steps", "1",
+             "--env.steps_per_eval", "1000", "--env.sandbox_root", str(tmp_path / "sandboxes")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            env=offline_environment(),
+        )  # fmt: skip
+        output, _ = trainer.communicate(timeout=240)
+    finally:
+        for process in (trainer, env):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+    assert trainer.returncode == 0, output
+    assert f"batch 1/1: 2 groups, {BATCH_SIZE} rollouts, mean score" in output

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import imported_modules, render_template
 
 # What generated code may import from hermes-envgen: anything deeper may move between releases.
@@ -109,6 +111,48 @@ def test_generated_project_passes_its_own_tests(tmp_path, provider, pattern, ci,
     assert " passed" in result.stdout
 
 
+def test_building_the_env_writes_nothing(tmp_path, monkeypatch, offline_tokenizer):
+    # serve, evaluate and the project's own tests build the env; only process writes groups
+    # (to data/<package>.jsonl, atroposlib's default), so no run leaves an empty JSONL behind.
+    from hermes_envgen.testing.envs import build_env
+
+    project = render(tmp_path, {"project_name": "quiet-env"})
+    monkeypatch.syspath_prepend(str(project / "src"))
+    from quiet_env import QuietEnv
+
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    build_env(QuietEnv, "http://127.0.0.1:9/v1", offline_tokenizer, tmp_path / "run")
+    assert list(workdir.iterdir()) == []
+    config = yaml.safe_load((project / "configs" / "default.yaml").read_text())
+    assert "data_path_to_save_groups" not in config["env"]
+
+
+@pytest.mark.slow
+def test_the_readme_runs_process_and_evaluate_offline_as_written(tmp_path):
+    project = render(tmp_path, {"project_name": "offline-env"})
+    readme = (project / "README.md").read_text()
+    block = readme.split("### Offline, against a stub model", 1)[1]
+    block = block.split("```bash\n", 1)[1].split("```", 1)[0]
+    # As a user whose venv has hermes-envgen and the project installed: on PATH and importable.
+    bin_dir = str(Path(sys.executable).parent)
+    pythonpath = os.pathsep.join([str(project / "src"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": pythonpath}
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (project / "data" / "offline.jsonl").read_text().count("\n") == 1  # one group
+    assert '<article class="card"' in (project / "data" / "offline.html").read_text()
+    assert (project / "eval_results" / "offline" / "metrics.json").is_file()
+
+
 def test_generated_config_holds_no_key(tmp_path, monkeypatch):
     monkeypatch.setenv("EXAMPLE_API_KEY", "sk-do-not-write-me")
     project = render(tmp_path, answers("openai_compatible", "judge", True, False))
@@ -127,7 +171,11 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
     [
         ({"project_name": "My Env"}, "lowercase letters"),
         ({"project_name": "class"}, "cannot be used"),
-        ({"project_name": "ok-env", "provider": "openrouter"}, "no model is assumed"),
+        ({"project_name": "ok-env", "provider": "openrouter"}, '"model_name" is required'),
+        (
+            {"project_name": "ok-env", "provider": "openrouter", "model_name": " "},
+            "no model is assumed",
+        ),
         (
             {
                 "project_name": "ok-env",

@@ -22,6 +22,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's plain help: Typer's rich panels label every flag (--help too) with a bogus <bool>.
+    rich_markup_mode=None,
 )
 
 
@@ -151,6 +153,34 @@ def tokenizer_from_gguf(
 
 
 @command()
+def trainer(
+    port: Annotated[int, typer.Option(help="Port for Atropos's API server (run-api).")] = 8000,
+    batch_size: Annotated[int, typer.Option(help="Rollouts in each batch.")] = 16,
+    steps: Annotated[int, typer.Option(help="Batches to pull, then stop.")] = 3,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each batch.")] = 600,
+) -> None:
+    """Run run-api and a minimal trainer that pulls batches: serve mode end to end, no GPU."""
+    from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
+
+    try:
+        with RunApi(port=port) as api:
+            pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
+            pulling.register()
+            typer.echo(f"run-api on {api.url}: start an env with")
+            typer.echo(f"  python -m <package> serve --env.rollout_server_url {api.url}")
+            for step in range(1, steps + 1):
+                batch = pulling.next_batch(timeout)
+                scores = [score for group in batch for score in group["scores"]]
+                mean = sum(scores) / len(scores) if scores else 0.0
+                typer.echo(
+                    f"batch {step}/{steps}: {len(batch)} groups, {len(scores)} rollouts, "
+                    f"mean score {mean:.2f}"
+                )
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        fail(f"{exc} (port {port})", 1)
+
+
+@command()
 def parsers() -> None:
     """List the tool-call parsers for raw-text models and the format each reads."""
     from hermes_envgen.runtime.parsers import list_parsers
@@ -215,10 +245,10 @@ def new(
     package = project.package_name
     typer.echo(f"Created {where} from template {project.template_version}")
     typer.echo(f"  package {package}, environment class {project.class_name}")
-    typer.echo("Next steps:")
+    typer.echo("Next steps (as in its README):")
     typer.echo(f"  cd {where}")
-    typer.echo("  pip install -e '.[dev]'")
-    typer.echo("  pytest")
+    for line in project.setup_commands():
+        typer.echo(f"  {line}")
     typer.echo(f"  python -m {package} process --help    # offline rollouts to JSONL")
     typer.echo(f"  python -m {package} evaluate --help   # standalone evaluation")
     typer.echo("  README.md has the exact flags for your provider.")

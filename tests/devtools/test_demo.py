@@ -44,7 +44,9 @@ def test_demo_runs_process_and_evaluate_and_says_where_the_results_are(tmp_path)
     assert "process:   2 groups, 8 rollouts" in result.stdout
     groups = [json.loads(line) for line in (out / "data/rollouts.jsonl").read_text().splitlines()]
     assert len(groups) == 2 and {s for g in groups for s in g["scores"]} == {0.0, 1.0}
-    assert (out / "data/rollouts.html").exists()
+    # process writes the `hermes-envgen view` page beside its groups: a card per rollout
+    page = (out / "data/rollouts.html").read_text()
+    assert page.count('<article class="card"') == 8 and "rollouts.jsonl · rollouts" in page
     metrics = json.loads((out / "eval/metrics.json").read_text())["results"]["all"]
     assert 0.0 < metrics["eval/mean_reward"] < 1.0  # the scripted policy solves some, not all
     # the generated project is left committed and clean
@@ -53,6 +55,23 @@ def test_demo_runs_process_and_evaluate_and_says_where_the_results_are(tmp_path)
     )
     assert status.stdout == ""
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_second_demo_into_the_same_directory_says_what_to_do(tmp_path):
+    (tmp_path / "demo-env").mkdir()
+    (tmp_path / "demo-env" / "README.md").write_text("the first demo's project")
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_envgen", "demo", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=offline_environment(),
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {tmp_path} already holds a demo")
+    assert "--output-dir" not in result.stderr and "Traceback" not in result.stderr
+    assert "pass another directory" in result.stderr
 
 
 @pytest.mark.slow

@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import pexpect
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC_URL = "https://github.com/hermes-envgen/hermes-envgen.git"
 VERSION_TAG = "v0.1.0"
 
 RunCli = Callable[..., subprocess.CompletedProcess]
+
+# What a copy of the source tree leaves out: git, venvs, builds and caches.
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "dist", "build", "*.egg-info", "__pycache__", "*.pyc",
+    ".pytest_cache", ".ruff_cache", ".hypothesis", ".mypy_cache", "_template",
+)  # fmt: skip
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+PROMPT_STARTS = r"\x1b\[\?2004h"  # prompt_toolkit turns on bracketed paste as each prompt opens
+QUESTION = re.compile(r"🎤(?:\x1b\[[0-9;]*m)*\s*(.*?)\x1b\[0m")
+
+
+def answers_of(project: Path) -> dict:
+    """The answers file of a generated project."""
+    return yaml.safe_load((project / ".copier-answers.yml").read_text())
 
 
 def git(project: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -29,3 +50,17 @@ def assert_one_line_error(result: subprocess.CompletedProcess, code: int, fragme
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and fragment in lines[0], lines[0]
+
+
+def spawn_new(tmp_path: Path, cli_env: dict[str, str], *args: str) -> pexpect.spawn:
+    """``hermes-envgen new`` on a pseudo-terminal, as a person would run it."""
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "hermes_envgen", "new", *args],
+        cwd=str(tmp_path),
+        # No cursor-position requests: a pexpect terminal never answers them (1 s wait each).
+        env={**cli_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"},
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(50, 250),
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -11,17 +10,20 @@ from pathlib import Path
 
 import pexpect
 import pytest
-import yaml
 
-from .envgen_helpers import PUBLIC_URL, VERSION_TAG, RunCli, assert_one_line_error, git
-
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-PROMPT_STARTS = r"\x1b\[\?2004h"  # prompt_toolkit turns on bracketed paste as each prompt opens
-QUESTION = re.compile(r"🎤(?:\x1b\[[0-9;]*m)*\s*(.*?)\x1b\[0m")
-
-
-def answers_of(project: Path) -> dict:
-    return yaml.safe_load((project / ".copier-answers.yml").read_text())
+from .envgen_helpers import (
+    ANSI,
+    PROMPT_STARTS,
+    PUBLIC_URL,
+    QUESTION,
+    REPO,
+    VERSION_TAG,
+    RunCli,
+    answers_of,
+    assert_one_line_error,
+    git,
+    spawn_new,
+)
 
 
 def test_new_with_defaults_renders_a_committed_updatable_project(run_cli: RunCli, tmp_path):
@@ -36,6 +38,13 @@ def test_new_with_defaults_renders_a_committed_updatable_project(run_cli: RunCli
     assert log == [f"Generate demo-env from hermes-envgen {VERSION_TAG}"]
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
     assert "demo_env" in result.stdout and "pytest" in result.stdout
+    # The closing message gives the README's set-up lines, the source of hermes-envgen included.
+    readme = (project / "README.md").read_text()
+    setup = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("  #")[0].strip() for line in setup.splitlines()]
+    assert commands[1] == f"pip install {REPO}" and answers["hermes_envgen_source"] == str(REPO)
+    printed = [line.strip() for line in result.stdout.splitlines()]
+    assert printed[printed.index("cd demo-env") + 1 :][: len(commands)] == commands
     assert not (project / ".ruff_cache").exists()
 
 
@@ -75,6 +84,18 @@ def test_commits_without_a_git_identity(run_cli: RunCli, tmp_path):
         (["new", "x-env"], "no terminal"),
         (["new", "x-env", "--data", "description=Answered"], "no terminal"),
         (["new", "x-env", "-o", "a/b", "--defaults", "--data", "group_size=1"], "group_size"),
+        (
+            ["new", "x-env", "--defaults", "--data", "provider=openrouter"],
+            "model_name has no default for these answers: pass --data model_name=VALUE",
+        ),
+        (
+            ["new", "x-env", "--defaults", "--data", "provider=vllm", "--data", "model_name="],
+            "invalid model_name '': a model name is needed",
+        ),
+        (
+            ["new", "x-env", "--defaults", "--data", "use_dataset=yes"],
+            "dataset_name has no default",
+        ),
     ],
 )
 def test_user_mistakes_exit_2_with_one_line_and_leave_nothing(
@@ -141,12 +162,14 @@ def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
 ):
     # If ruff changed what copier rendered, later updates (which diff raw renders) would conflict
     # on every changed line: the template must render formatted, lint-clean code.
+    from hermes_envgen.generate.origin import install_source
     from hermes_envgen.generate.source import git_redirect, template_source
 
     monkeypatch.setenv("HERMES_ENVGEN_CACHE_DIR", cli_env["HERMES_ENVGEN_CACHE_DIR"])
     bare = tmp_path / "bare" / "demo-env"
     command = [sys.executable, "-m", "copier", "copy", "--defaults", "--quiet", "--vcs-ref",
-               VERSION_TAG, "--data", "project_name=demo-env", PUBLIC_URL, str(bare)]  # fmt: skip
+               VERSION_TAG, "--data", "project_name=demo-env", "--data",
+               f"hermes_envgen_source={install_source()}", PUBLIC_URL, str(bare)]  # fmt: skip
     env = {**cli_env, **git_redirect(PUBLIC_URL, template_source())}
     copied = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert copied.returncode == 0, copied.stderr
@@ -157,22 +180,8 @@ def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
     assert changed == [], f"ruff changed {changed}: fix the template so it renders them clean"
 
 
-def _spawn_new(tmp_path: Path, cli_env: dict[str, str], *args: str) -> pexpect.spawn:
-    """``hermes-envgen new`` on a pseudo-terminal, as a person would run it."""
-    return pexpect.spawn(
-        sys.executable,
-        ["-m", "hermes_envgen", "new", *args],
-        cwd=str(tmp_path),
-        # No cursor-position requests: a pexpect terminal never answers them (1 s wait each).
-        env={**cli_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"},
-        encoding="utf-8",
-        timeout=60,
-        dimensions=(50, 250),
-    )
-
-
 def test_prompts_on_a_terminal(tmp_path, cli_env):
-    child = _spawn_new(tmp_path, cli_env, "demo-env")
+    child = spawn_new(tmp_path, cli_env, "demo-env")
     asked = []
     try:
         while child.expect([PROMPT_STARTS, pexpect.EOF]) == 0:
@@ -196,7 +205,7 @@ def test_prompts_on_a_terminal(tmp_path, cli_env):
 
 
 def test_ctrl_c_at_a_prompt_aborts_cleanly(tmp_path, cli_env):
-    child = _spawn_new(tmp_path, cli_env, "demo-env", "-o", "out")
+    child = spawn_new(tmp_path, cli_env, "demo-env", "-o", "out")
     try:
         child.expect(PROMPT_STARTS)
         child.expect(QUESTION, timeout=20)

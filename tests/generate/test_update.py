@@ -179,9 +179,19 @@ def test_a_folder_that_was_not_generated_is_refused(run_cli: RunCli, tmp_path: P
     assert_one_line_error(result, 2, "not a generated project")
 
 
-def test_an_unknown_template_version_is_refused(run_cli: RunCli, project: Path):
-    result = run_cli("update", str(project), "--vcs-ref", "v9.9.9")
-    assert_one_line_error(result, 2, "v9.9.9")
+@pytest.mark.parametrize(
+    ("ref", "fragment"),
+    [
+        ("v9.9.9", "newer than the releases"),  # a later hermes-envgen has it
+        ("v0.1.5", "is not among the releases"),  # no hermes-envgen has it
+    ],
+)
+def test_an_unknown_template_version_is_refused(
+    run_cli: RunCli, project: Path, ref: str, fragment: str
+):
+    result = run_cli("update", str(project), "--vcs-ref", ref)
+    assert_one_line_error(result, 2, fragment)
+    assert ("upgrade hermes-envgen" in result.stderr) == (ref == "v9.9.9")
 
 
 def test_plain_copier_update_works_the_same(

@@ -1,5 +1,6 @@
 """The wheel, built from a tree with no git, ships the template bundle; installed fresh, it
-generates a project offline whose own tests pass.
+generates a project offline, and the project's README set-up, followed verbatim in a fresh venv,
+installs it (hermes-envgen from that wheel) and passes its own tests.
 
 Slow: the fresh venv installs atroposlib and friends from the package index (2-3 minutes).
 """
@@ -19,15 +20,11 @@ import yaml
 from hermes_envgen.generate import bundle as template_bundle
 from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
 
-from .envgen_helpers import PUBLIC_URL, REPO, VERSION_TAG
+from .envgen_helpers import NOT_SOURCE, PUBLIC_URL, REPO, VERSION_TAG
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 BUNDLE = "hermes_envgen/_template/template.bundle"
-NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv", "dist", "build", "*.egg-info", "__pycache__", "*.pyc",
-    ".pytest_cache", ".ruff_cache", ".hypothesis", ".mypy_cache", "_template",
-)  # fmt: skip
 
 
 def run(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
@@ -40,8 +37,11 @@ def run(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedPro
 
 
 def _online_env() -> dict[str, str]:
-    """The environment for pip: this process's, with the network allowed."""
-    return {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    """The environment for pip: this process's, with the network allowed, no source on the path."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    for key in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_NO_INDEX"):
+        env.pop(key, None)  # the installed wheel is under test, not a checkout
+    return env
 
 
 def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
@@ -71,20 +71,26 @@ def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
     work.mkdir()
     offline = {**cli_env, "PIP_NO_INDEX": "1"}
     offline.pop("HERMES_ENVGEN_CACHE_DIR")  # the shipped bundle must be enough
+    offline.pop("PYTHONPATH", None)  # the installed wheel runs, not a checkout
     run([str(venv / "bin" / "hermes-envgen"), "new", "demo-env", "--defaults"], 300,
         cwd=work, env=offline)  # fmt: skip
     project = work / "demo-env"
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     assert (answers["_src_path"], answers["_commit"]) == (PUBLIC_URL, VERSION_TAG)
 
-    run([python, "-m", "pip", "install", "--quiet", "-e", f"{project}[dev]"], 900,
-        env=_online_env())  # fmt: skip
-    installed = run([python, "-c", "import hermes_envgen, sys; print(hermes_envgen.__file__)"], 60)
-    assert str(venv) in installed.stdout  # still the wheel under test, not another release
-    tests = run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        900,
+    # The README's set-up block, verbatim, in a fresh venv of the project's own: it installs
+    # hermes-envgen from the wheel `new` ran from (on no index), the project, then runs pytest.
+    readme = (project / "README.md").read_text()
+    setup = readme.split("## Set up", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert f"pip install {wheel}" in setup
+    followed = run(
+        ["bash", "-euo", "pipefail", "-c", setup],
+        1800,
         cwd=project,
-        env={**_online_env(), **OFFLINE_ENVIRONMENT, "HTTPS_PROXY": "http://127.0.0.1:9"},
+        env={**_online_env(), **OFFLINE_ENVIRONMENT, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
     )
-    assert " passed" in tests.stdout
+    assert " passed" in followed.stdout
+    python = str(project / ".venv" / "bin" / "python")
+    installed = run([python, "-c", "import hermes_envgen; print(hermes_envgen.__file__)"], 60,
+                    env=_online_env())  # fmt: skip
+    assert str(project / ".venv") in installed.stdout  # the wheel under test, not another copy

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.errors import EnvRunFailed, Interrupted
+from hermes_envgen.errors import EnvRunFailed, Interrupted, UsageError
 from hermes_envgen.runtime.records import EVAL, Metric, metric
 
 DEMO_NAME = "demo-env"
@@ -76,6 +76,11 @@ def run_demo(
     )
 
     base = Path(directory or tempfile.mkdtemp(prefix="hermes-envgen-demo-")).absolute()
+    if (base / DEMO_NAME).exists():  # a second run into the same directory
+        raise UsageError(
+            f"{base} already holds a demo ({DEMO_NAME}/): pass another directory, or remove "
+            f"{base / DEMO_NAME} and {base / 'demo-output'} first"
+        )
     base.mkdir(parents=True, exist_ok=True)
     progress(f"generating {DEMO_NAME} in {base}")
     project = new_project(DEMO_NAME, base, data=dict(data or {}), defaults=True).path

@@ -20,6 +20,7 @@ from hermes_envgen.generate.git import one_line
 
 # copier's words for a bad answer (pinned by tests/generate/test_copier_session.py).
 _VALIDATION_ERROR = re.compile(r"Validation error for question '(\w+)': (.*)")
+_REQUIRED = re.compile(r'Question "(\w+)" is required')
 
 
 def stdin_is_terminal() -> bool:
@@ -47,6 +48,9 @@ def answer_error(exc: Exception, data: Mapping[str, Any]) -> UsageError:
         key, reason = found.groups()
         given = f" {data[key]!r}" if key in data else ""
         message = f"invalid {key}{given}: {reason}"
+    elif required := _REQUIRED.match(message):
+        key = required[1]
+        message = f"{key} has no default for these answers: pass --data {key}=VALUE"
     return UsageError(message)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.errors import HermesEnvgenError, HookError, Interrupted, UsageError
-from hermes_envgen.generate import hooks, source
+from hermes_envgen.generate import hooks, origin, source
 from hermes_envgen.generate.answers import check_answers
 from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
 from hermes_envgen.generate.git import check_git
@@ -25,6 +26,14 @@ class NewProject:
     package_name: str
     class_name: str
     template_version: str
+    hermes_envgen_source: str = ""  # what `pip install` needs to get hermes-envgen; "" = an index
+
+    def setup_commands(self) -> list[str]:
+        """The shell lines that set the project up, as its README's "Set up" gives them."""
+        lines = ["python -m venv .venv && . .venv/bin/activate"]
+        if self.hermes_envgen_source:
+            lines.append(f"pip install {shlex.quote(self.hermes_envgen_source)}")
+        return [*lines, "pip install -e '.[dev]'", "pytest"]
 
 
 def new_project(
@@ -58,6 +67,8 @@ def new_project(
     if answers:
         answers = check_answers(answers, template, ref)
     answers["project_name"] = name
+    # The README says where to install hermes-envgen from: where this one came from.
+    answers.setdefault("hermes_envgen_source", origin.install_source())
     if interactive is None:
         interactive = stdin_is_terminal()
     url = source.template_url()
@@ -88,6 +99,7 @@ def new_project(
         package_name=str(combined.get("package_name", name.replace("-", "_"))),
         class_name=str(combined.get("class_name", "")),
         template_version=ref,
+        hermes_envgen_source=str(combined.get("hermes_envgen_source") or ""),
     )
 
 

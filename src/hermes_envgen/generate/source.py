@@ -98,15 +98,30 @@ def template_versions(source: Path) -> list[str]:
     return sorted((tag for tag in tags if bundle.is_release_tag(tag)), key=bundle.version_key)
 
 
-def check_versions(source: Path, *refs: str) -> None:
-    """Refuse release tags the source does not hold, before copier fails on them obscurely."""
+def check_versions(source: Path, *, project: str | None = None, target: str) -> None:
+    """Refuse release tags the source does not hold, naming the real reason and fix.
+
+    ``project`` is the version a project was made from, ``target`` the one to render.
+    """
     available = template_versions(source)
-    for ref in refs:
-        if bundle.is_release_tag(ref) and ref not in available:
+    known = ", ".join(available) or "none"
+    if project and bundle.is_release_tag(project) and project not in available:
+        raise UsageError(
+            f"this project was made from template {project}, which {source} does not hold "
+            f"(it has {known}): that release was never tagged. Set {TEMPLATE_SOURCE_ENV} to a "
+            f"template repository or bundle with the tag {project} (scripts/release.sh tags "
+            "each release and keeps the earlier ones)"
+        )
+    if bundle.is_release_tag(target) and target not in available:
+        if available and bundle.version_key(target) > bundle.version_key(available[-1]):
             raise UsageError(
-                f"template version {ref} is unknown here (known: {', '.join(available)}): "
-                "pass --vcs-ref with a known one, or upgrade hermes-envgen"
+                f"template version {target} is newer than the releases {source} holds "
+                f"({known}): upgrade hermes-envgen, or pass --vcs-ref with one of those"
             )
+        raise UsageError(
+            f"template version {target} is not among the releases {source} holds ({known}): "
+            "pass --vcs-ref with one of those"
+        )
 
 
 def template_questions(source: Path, ref: str) -> dict[str, dict[str, Any]]:

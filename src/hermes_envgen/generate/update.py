@@ -105,7 +105,7 @@ def update_project(
     redirect: dict[str, str] = {}
     if src == source.template_url():  # ours: fetch it from the bundle; anything else as recorded
         template = source.template_source()
-        source.check_versions(template, old, target)
+        source.check_versions(template, project=old, target=target)
         redirect = source.git_redirect(src, template)
         if changes:
             changes = check_answers(changes, template, target)

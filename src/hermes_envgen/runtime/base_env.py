@@ -22,7 +22,7 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
-from hermes_envgen.errors import HermesEnvgenError
+from hermes_envgen.errors import HermesEnvgenError, ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
@@ -48,6 +48,7 @@ from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
 from hermes_envgen.runtime.rewards import Reward
+from hermes_envgen.runtime.rollout_view import write_view
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
@@ -288,10 +289,6 @@ class HermesAgentBaseEnv(BaseEnv):
             task.cancel()
         await asyncio.gather(manager, return_exceptions=True)
         raise self._model_lost.result()
-
-    async def process_manager(self) -> None:
-        await self.check_model_server()
-        await super().process_manager()
 
     async def _run_evaluate(self) -> None:
         await self.check_model_server()
@@ -553,6 +550,22 @@ class HermesAgentBaseEnv(BaseEnv):
             self._progress.advance()
 
     # -- logging ------------------------------------------------------------------------------
+
+    async def process_manager(self) -> None:
+        """Atropos's process mode, then the ``hermes-envgen view`` page of the groups beside them.
+
+        It replaces the page Atropos writes there (``PATH.html``), which shows tool calls blank.
+        The model server is checked first: a dead one stops the run with its reason.
+        """
+        await self.check_model_server()
+        await super().process_manager()
+        groups = Path(self.config.data_path_to_save_groups)
+        try:
+            page = write_view(groups, groups.with_suffix(".html"))
+        except ViewError as exc:  # no groups to show: the run itself says why
+            logger.warning("no HTML view of %s: %s", groups, exc)
+        else:
+            logger.info("HTML view of the groups: %s", page)
 
     async def wandb_log(self, wandb_metrics: dict | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""

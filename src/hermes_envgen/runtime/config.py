@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import Field, Json
+from pydantic import Field, Json, field_validator
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):
@@ -129,7 +129,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     eval_size: int = Field(
         default=20,
         ge=0,
-        description="Items held out for evaluation: at least this many, or a tenth of the data.",
+        description="Items held out for evaluation: this many or a tenth of the data, whichever "
+        "is more, but at most a quarter of it (at least one item), leaving most for training.",
     )
     # Json: the command line hands over a string (atroposlib's CLI model keeps no validators).
     extra_body: dict[str, Any] | Json[dict[str, Any]] | None = Field(
@@ -154,3 +155,17 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "rollouts its samples.jsonl and failures.jsonl already hold. Off: start afresh (the "
         "old files are kept as *.bak).",
     )
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _system_prompt_is_sendable(cls, value: str | None) -> str | None:
+        """Refuse at start-up a prompt no request can carry (lone surrogates such as \\ud83d)."""
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"system_prompt has a lone surrogate at character {exc.start} "
+                    "(half of an escaped emoji?): write the character itself"
+                ) from None
+        return value

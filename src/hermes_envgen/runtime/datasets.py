@@ -53,10 +53,13 @@ def load_items(
 def split_train_eval(
     items: list[Any], eval_size: int, seed: int = 0
 ) -> tuple[list[Any], list[Any]]:
-    """A seeded shuffle, then ``max(eval_size, 10%)`` items for evaluation, never all of them."""
+    """A seeded shuffle, then items for evaluation: ``eval_size`` or a tenth, whichever is more,
+    but at most a quarter (at least one), so that most of a small set is left for training.
+    """
     if not items:
         raise DatasetError("no task items: the dataset is empty and there are no samples")
     shuffled = list(items)
     random.Random(seed).shuffle(shuffled)
-    n_eval = min(max(eval_size, len(shuffled) // 10), len(shuffled) - 1)
+    quarter = max(len(shuffled) // 4, 1)
+    n_eval = min(max(eval_size, len(shuffled) // 10), quarter, len(shuffled) - 1)
     return shuffled[n_eval:], shuffled[:n_eval]

@@ -45,7 +45,7 @@ def build_env(
 
 def validate_groups(path: str | Path, group_size: int | None = None) -> list[dict]:
     """Read a ``process`` JSONL file and check every group; AssertionError says what is wrong."""
-    lines = Path(path).read_text().splitlines()
+    lines = [line for line in Path(path).read_text(encoding="utf-8").split("\n") if line]
     assert lines, f"{path} has no groups"
     groups = []
     for number, line in enumerate(lines, start=1):
@@ -69,6 +69,6 @@ def read_eval_results(directory: str | Path) -> tuple[dict, list[RolloutRecord]]
     """The metrics and samples an ``evaluate`` run saved into ``directory``."""
     directory = Path(directory)
     metrics = json.loads((directory / METRICS_FILE).read_text())["results"]["all"]
-    lines = (directory / SAMPLES_FILE).read_text().splitlines()
-    samples: list[RolloutRecord] = [json.loads(line) for line in lines]
+    text = (directory / SAMPLES_FILE).read_text(encoding="utf-8")
+    samples: list[RolloutRecord] = [json.loads(line) for line in text.split("\n") if line]
     return metrics, samples

@@ -1,0 +1,130 @@
+"""``hermes-envgen new`` on a terminal: every question of every provider and branch is reachable,
+and validators judge the answer typed, never a default nobody chose.
+
+copier validates a question's default before it shows the question: a question that needs an
+answer must have none, or the flow exits before the user can type one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from .envgen_helpers import ANSI, PROMPT_STARTS, QUESTION, answers_of, spawn_new
+
+DOWN = "\x1b[B"
+CLEAR = "\x15"  # Ctrl-U: clears a pre-filled default
+
+
+def typed(text: str) -> str:
+    """Keys that replace a text prompt's pre-filled answer with ``text``."""
+    return f"{CLEAR}{text}\r"
+
+
+def provider_keys(position: int) -> str:
+    """Keys that pick the provider at ``position`` of the select list."""
+    return DOWN * position + "\r"
+
+
+def drive(child: pexpect.spawn, replies: Mapping[str, list[str]]) -> list[str]:
+    """Answer each question whose text starts with a key of ``replies`` with its keys, in turn.
+
+    Each list holds the keys of successive attempts: an attempt the validator refuses keeps the
+    prompt open, its message is awaited, then the next attempt is typed. Other questions take
+    their default. Returns the questions asked, in order.
+    """
+    asked: list[str] = []
+    pending = {prefix: list(keys) for prefix, keys in replies.items()}
+    while child.expect([PROMPT_STARTS, pexpect.EOF]) == 0:
+        child.expect(QUESTION, timeout=20)
+        question = ANSI.sub("", child.match.group(1)).strip()
+        asked.append(question)
+        prefix = next((p for p in pending if question.startswith(p)), None)
+        attempts = pending.pop(prefix, ["\r"]) if prefix else ["\r"]
+        for keys in attempts[:-1]:
+            child.send(keys)
+            child.expect(r"Validation error|must |needed|no spaces", timeout=20)
+        child.send(attempts[-1])
+    return asked
+
+
+def answer_new_on_a_terminal(
+    tmp_path: Path, cli_env: dict[str, str], replies: Mapping[str, list[str]]
+) -> None:
+    """``hermes-envgen new demo-env`` on a terminal with ``replies``: it succeeds, asking each."""
+    child = spawn_new(tmp_path, cli_env, "demo-env")
+    try:
+        asked = drive(child, replies)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, child.before
+    for prefix in replies:
+        assert any(question.startswith(prefix) for question in asked), (prefix, asked)
+
+
+PROVIDERS = {
+    "atropos": (0, {"Model name the training server serves": [typed("org/served-model")]}),
+    "openrouter": (
+        1,
+        {
+            # Enter on the empty prompt is refused by the validator, then a name is typed.
+            "OpenRouter model id": ["\r", typed("meta-llama/llama-3.1-8b-instruct")],
+        },
+    ),
+    "vllm": (
+        2,
+        {
+            "Model name the server serves": [typed("Qwen/Qwen3-8B")],
+            "Base URL": [typed("http://gpu-box:8001/v1")],
+        },
+    ),
+    "openai_compatible": (
+        3,
+        {
+            "Model name the server serves": [typed("gpt-x")],
+            "Base URL": ["\r", typed("https://api.example.com/v1")],
+            "Name of the environment variable": [typed("EXAMPLE_API_KEY")],
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_every_provider_can_be_answered_on_a_terminal(
+    provider: str, tmp_path: Path, cli_env: dict[str, str]
+):
+    position, replies = PROVIDERS[provider]
+    answer_new_on_a_terminal(
+        tmp_path, cli_env, {"Which inference provider": [provider_keys(position)], **replies}
+    )
+    answers = answers_of(tmp_path / "demo-env")
+    assert answers["provider"] == provider
+    model = next(keys[-1] for prefix, keys in replies.items() if "odel" in prefix)
+    assert answers["model_name"] == model.removeprefix(CLEAR).removesuffix("\r")
+    env_py = (tmp_path / "demo-env" / "src" / "demo_env" / "env.py").read_text()
+    assert f'model_name="{answers["model_name"]}"' in env_py
+    if provider in {"vllm", "openai_compatible"}:
+        assert f'base_url="{answers["base_url"]}"' in env_py
+    if provider == "openai_compatible":
+        assert 'os.environ.get("EXAMPLE_API_KEY", "")' in env_py
+
+
+def test_the_dataset_branch_asks_its_questions(tmp_path: Path, cli_env: dict[str, str]):
+    replies = {
+        "Load tasks from a Hugging Face dataset": ["y"],
+        # Enter on the empty prompt is refused by the validator, then a name is typed.
+        "Dataset name on the Hugging Face hub": ["\r", typed("org/tasks")],
+        "Dataset split": [typed("test")],
+        "Field that holds the task prompt": [typed("question")],
+        "Field that holds the reference answer": [typed("solution")],
+    }
+    answer_new_on_a_terminal(tmp_path, cli_env, replies)
+    answers = answers_of(tmp_path / "demo-env")
+    assert answers["use_dataset"] is True
+    assert (answers["dataset_name"], answers["dataset_split"]) == ("org/tasks", "test")
+    assert (answers["prompt_field"], answers["answer_field"]) == ("question", "solution")
+    env_py = (tmp_path / "demo-env" / "src" / "demo_env" / "env.py").read_text()
+    assert 'default="org/tasks"' in env_py and 'default="question"' in env_py

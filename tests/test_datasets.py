@@ -1,0 +1,18 @@
+"""The train/eval split: most of a small task set is left for training."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes_envgen.runtime.datasets import split_train_eval
+
+
+@pytest.mark.parametrize(
+    ("tasks", "held_out"),
+    [(1, 0), (2, 1), (3, 1), (8, 2), (24, 6), (79, 19), (100, 20), (1000, 100)],
+)
+def test_the_default_eval_size_leaves_most_tasks_for_training(tasks: int, held_out: int):
+    # A user's 3 tasks once became 1 for training and 2 for evaluation; the 24 built-in ones 4/20.
+    train, evaluation = split_train_eval(list(range(tasks)), eval_size=20, seed=0)
+    assert len(evaluation) == held_out and len(train) == tasks - held_out
+    assert sorted(train + evaluation) == list(range(tasks))

@@ -1,0 +1,35 @@
+"""What the README promises a new user, where a test elsewhere cannot show it."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_quick_start_says_how_to_reach_hermes_envgen():
+    # The quick start installs into .venv, which is not on PATH.
+    assert ".venv/bin/hermes-envgen" in README and ". .venv/bin/activate" in README
+
+
+def test_releases_and_template_sources_are_documented():
+    assert "bash scripts/release.sh 0.2.0" in README
+    assert (REPO / "scripts" / "release.sh").is_file()
+    assert "HERMES_ENVGEN_TEMPLATE_SOURCE=PATH" in README
+    # A plain copier update: the redirection it needs, and its exit code on conflicts.
+    assert re.search(r"GIT_CONFIG_KEY_0=\S+insteadOf", README)
+    assert "exits 0 even when it leaves conflicts" in README
+
+
+def test_every_command_in_the_readme_exists():
+    from typer.main import get_command
+
+    from hermes_envgen.cli import app
+
+    commands = set(get_command(app).commands)
+    blocks = "\n".join(re.findall(r"```bash\n(.*?)```", README, re.DOTALL))
+    used = set(re.findall(r"^(?:\.venv/bin/)?hermes-envgen ([a-z-]+)", blocks, re.MULTILINE))
+    assert used and used <= commands, used - commands
+    assert "trainer" in used
