@@ -16,7 +16,11 @@ import pytest
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 
 NO_BWRAP = "bwrap is not installed (scripts/install-system-deps.sh installs it)"
-NO_DOCKER = "no Docker engine reachable"
+NO_DOCKER = "no Docker engine reachable (scripts/test.sh starts one when run as root)"
+# The image the docker tests run in: built locally by scripts/docker-test-image.sh, which
+# scripts/test.sh runs and names here.
+TEST_IMAGE_VARIABLE = "HERMES_ENVGEN_TEST_DOCKER_IMAGE"
+NO_TEST_IMAGE = f"no docker test image: {TEST_IMAGE_VARIABLE} is unset (scripts/test.sh sets it)"
 
 
 def has_bwrap() -> bool:
@@ -37,7 +41,21 @@ def docker_reachable() -> bool:
 
 
 needs_bwrap = pytest.mark.skipif(not has_bwrap(), reason=NO_BWRAP)
-needs_docker = pytest.mark.skipif(not docker_reachable(), reason=NO_DOCKER)
+def test_image() -> str | None:
+    """The docker tests' image, if one was built for this run."""
+    return os.environ.get(TEST_IMAGE_VARIABLE) or None
+
+
+def docker_skip_reason() -> str | None:
+    """Why the docker tests cannot run here, or None when they can."""
+    if not docker_reachable():
+        return NO_DOCKER
+    if test_image() is None:
+        return NO_TEST_IMAGE
+    return None
+
+
+needs_docker = pytest.mark.skipif(docker_skip_reason() is not None, reason=str(docker_skip_reason()))
 
 LOCAL = pytest.param("local", id="local")
 BWRAP = pytest.param("bwrap", id="bwrap", marks=needs_bwrap)
@@ -47,6 +65,8 @@ DOCKER = pytest.param("docker", id="docker", marks=needs_docker)
 def make_manager(root: Path, backend: str, **settings) -> SandboxManager:
     """A manager whose workspaces live under ``root/<backend>``."""
     settings.setdefault("command_timeout", 10)
+    if backend == "docker":
+        settings.setdefault("docker_image", test_image())
     return SandboxManager(SandboxSettings(backend=backend, root=str(root / backend), **settings))
 
 

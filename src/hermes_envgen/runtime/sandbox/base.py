@@ -12,10 +12,11 @@ import sys
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_envgen.runtime.sandbox.process import spawn
+from hermes_envgen.runtime.sandbox.process import SpawnedProcess, spawn
 
 TIMEOUT_EXIT_CODE = 124
 
@@ -212,28 +213,14 @@ class HostDirectorySandbox(Sandbox):
         env[RUN_TAG_VARIABLE] = tag
         process = await spawn(self._command_argv(command), env, preexec_fn=self._preexec())
         self._process_groups.add(process.pid)
-        captured = CappedOutput(self.settings.max_output_bytes)
-        reader = asyncio.ensure_future(captured.drain(process.stdout))
-        timed_out = False
-        try:
-            try:
-                await asyncio.wait_for(process.wait(), timeout)
-            except asyncio.TimeoutError:
-                timed_out = True
-                kill_processes(process.pid, tag)
-                await process.wait()
-            # Background children may hold the pipe after the shell exited; give them a moment.
-            if not await _finishes_within(reader, 1.0):
-                kill_processes(process.pid, tag)
-                await _finishes_within(reader, 1.0)
-        finally:
-            if process.returncode is None:  # cancelled: never leave the command running
-                kill_processes(process.pid, tag)
-            if not reader.done():  # something no kill reached still holds the pipe
-                reader.cancel()
+
+        async def kill() -> None:
+            kill_processes(process.pid, tag)
+
+        result = await finish_command(process, self.settings.max_output_bytes, timeout, kill)
         if not _group_alive(process.pid):
             self._process_groups.discard(process.pid)
-        return captured.result(process.returncode, timeout if timed_out else None)
+        return result
 
     def _preexec(self):
         """A function run in the child before exec (resource limits); None for none."""
@@ -365,6 +352,40 @@ class CappedOutput:
             output += f"\n[command timed out after {timed_out_after:g} s and was killed]"
             return CommandResult(TIMEOUT_EXIT_CODE, output, True, self.dropped)
         return CommandResult(exit_code, output, truncated_bytes=self.dropped)
+
+
+async def finish_command(
+    process: SpawnedProcess,
+    max_output_bytes: int,
+    timeout: float,
+    kill: Callable[[], Awaitable[None]],
+) -> CommandResult:
+    """Collect a started command's capped output and exit under a timeout (every backend).
+
+    ``kill`` kills the command and all it started. It runs on a timeout, when background
+    children still hold the output pipe a moment after the command exited, and when the
+    caller is cancelled, so that no command outlives its call.
+    """
+    captured = CappedOutput(max_output_bytes)
+    reader = asyncio.ensure_future(captured.drain(process.stdout))
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(process.wait(), timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await kill()
+            await process.wait()
+        # Background children may hold the pipe after the shell exited; give them a moment.
+        if not await _finishes_within(reader, 1.0):
+            await kill()
+            await _finishes_within(reader, 1.0)
+    finally:
+        if process.returncode is None:  # cancelled: never leave the command running
+            await asyncio.shield(kill())
+        if not reader.done():  # something no kill reached still holds the pipe
+            reader.cancel()
+    return captured.result(process.returncode, timeout if timed_out else None)
 
 
 async def _finishes_within(task: asyncio.Future, seconds: float) -> bool:

@@ -30,15 +30,16 @@ from pathlib import Path
 from hermes_envgen.runtime.sandbox.base import (
     RUN_TAG_VARIABLE,
     TIMEOUT_EXIT_CODE,
-    CappedOutput,
     CommandResult,
     PathOutsideWorkspace,
     Sandbox,
     SandboxError,
     SandboxSettings,
     command_environment,
+    finish_command,
 )
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
+from hermes_envgen.runtime.sandbox.process import spawn
 
 WORKDIR = "/workspace"
 HOSTNAME = "sandbox"
@@ -48,7 +49,8 @@ WORKSPACE_SIZE_MB = 2048  # the workspace is a tmpfs: it counts against the host
 TMP_SIZE_MB = 512
 LABEL = "hermes-envgen.sandbox"
 START_TIMEOUT = 600.0  # includes pulling the image the first time
-OUTSIDE, MISSING, NOT_A_FILE = 3, 4, 5  # exit codes of the file scripts
+# Exit codes of the file scripts.
+OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR = 3, 4, 5, 6, 7
 
 # Each file script gets the workspace as $1 and the path as $2 (already absolute and
 # lexically inside); it resolves symlinks with realpath, as the container sees them.
@@ -59,7 +61,8 @@ case $p in "$ws"|"$ws"/*) ;; *) echo "$2 resolves to $p" >&2; exit 3 ;; esac
 READ_SCRIPT = (
     _CONFINE
     + """[ -e "$p" ] || exit 4
-[ -f "$p" ] || exit 5
+[ -d "$p" ] && exit 5
+[ -f "$p" ] || exit 7
 exec cat -- "$p"
 """
 )
@@ -154,7 +157,9 @@ class DockerSandbox(Sandbox):
             "--read-only",
             "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,mode=1777,size={WORKSPACE_SIZE_MB}m",
             "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,mode=1777,size={TMP_SIZE_MB}m",
-            "--workdir", WORKDIR,
+            # No --workdir here: with it, docker 20.10 mounts the /workspace tmpfs root-owned
+            # 0755 whatever its mode option says, and the agent cannot write its own workspace.
+            # Every exec enters the workspace itself (exec_argv).
             "--user", CONTAINER_USER,
             "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges",
@@ -203,32 +208,16 @@ class DockerSandbox(Sandbox):
         self._commands_started += 1
         tag = f"{self._tag_prefix}{self._commands_started}"
         # The command starts on line 2, as on the other backends (same line numbers in errors).
-        script = f'cd -- "$HOME" || exit 1\n{command}'
-        process = await asyncio.create_subprocess_exec(
-            *self.exec_argv("bash", "-c", script, tag=tag),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        captured = CappedOutput(self.settings.max_output_bytes)
-        reader = asyncio.ensure_future(captured.drain(process.stdout))
-        timed_out = False
-        try:
-            try:
-                await asyncio.wait_for(process.wait(), timeout)
-            except asyncio.TimeoutError:
-                timed_out = True
-                await self._kill(process.pid, tag)
-                await process.wait()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(reader), 5.0)
-        finally:
-            if process.returncode is None:  # cancelled: never leave the command running
-                await asyncio.shield(self._kill(process.pid, tag))
-            if not reader.done():
-                reader.cancel()
-        return captured.result(process.returncode, timeout if timed_out else None)
+        # docker exec carries stdout and stderr as two streams whose order the client loses:
+        # joining them inside keeps the order the command wrote them in.
+        script = f'exec 2>&1; cd -- "$HOME" || exit 1\n{command}'
+        argv = self.exec_argv("bash", "-c", script, tag=tag)
+        process = await spawn(argv, dict(os.environ))  # the client needs DOCKER_HOST & co.
+
+        async def kill() -> None:
+            await self._kill(process.pid, tag)
+
+        return await finish_command(process, self.settings.max_output_bytes, timeout, kill)
 
     async def _kill(self, client_pid: int, tag: str) -> None:
         """Kill a command: inside the container by its tag, and its ``docker exec`` client."""
@@ -290,8 +279,12 @@ class DockerSandbox(Sandbox):
             raise PathOutsideWorkspace(f"{path} leads outside the workspace {WORKDIR}")
         if code == MISSING:
             raise SandboxError(f"{path}: no such file")
-        if code == NOT_A_FILE:
-            raise SandboxError(f"{path} is a directory or not a regular file")
+        if code == DIRECTORY:
+            raise SandboxError(f"{path} is a directory")
+        if code == NOT_REGULAR:
+            raise SandboxError(f"{path} is not a regular file")
+        if code == NO_PARENT:
+            raise SandboxError(f"{path}: a part of the path is not a directory")
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
 
 
