@@ -122,7 +122,7 @@ down() {
     fi
     rm -f "$pidfile"
     # The throw-away data root (if any) goes; vfs layers are plain directories.
-    rm -rf "$STATE/data-root" "$STATE/exec"
+    rm -rf "$STATE"
     log "stopped"
 }
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.procfs import is_alive as alive
+from hermes_envgen.runtime.sandbox.procfs import parent_pid
 
 NO_BWRAP = "bwrap is not installed (scripts/install-system-deps.sh installs it)"
 NO_DOCKER = "no Docker engine reachable (scripts/test.sh starts one when run as root)"
@@ -41,6 +43,8 @@ def docker_reachable() -> bool:
 
 
 needs_bwrap = pytest.mark.skipif(not has_bwrap(), reason=NO_BWRAP)
+
+
 def test_image() -> str | None:
     """The docker tests' image, if one was built for this run."""
     return os.environ.get(TEST_IMAGE_VARIABLE) or None
@@ -55,7 +59,9 @@ def docker_skip_reason() -> str | None:
     return None
 
 
-needs_docker = pytest.mark.skipif(docker_skip_reason() is not None, reason=str(docker_skip_reason()))
+needs_docker = pytest.mark.skipif(
+    docker_skip_reason() is not None, reason=str(docker_skip_reason())
+)
 
 LOCAL = pytest.param("local", id="local")
 BWRAP = pytest.param("bwrap", id="bwrap", marks=needs_bwrap)
@@ -70,32 +76,9 @@ def make_manager(root: Path, backend: str, **settings) -> SandboxManager:
     return SandboxManager(SandboxSettings(backend=backend, root=str(root / backend), **settings))
 
 
-def state(pid: int) -> str | None:
-    """A process's state letter (R, S, Z...), or None if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[-1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    """A live process: there, and not a zombie."""
-    return state(pid) not in (None, "Z", "X")
-
-
 def all_pids() -> list[int]:
     """Every pid in /proc."""
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def parent_of(pid: int) -> int | None:
-    """A process's parent pid, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return int(file.read().rsplit(b")", 1)[-1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def descendants(root: int | None = None) -> set[int]:
@@ -103,7 +86,7 @@ def descendants(root: int | None = None) -> set[int]:
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     for pid in all_pids():
-        parent = parent_of(pid)
+        parent = parent_pid(pid)
         if parent is not None:
             children.setdefault(parent, []).append(pid)
     found: set[int] = set()

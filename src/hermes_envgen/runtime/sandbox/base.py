@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.process import SpawnedProcess, spawn
+from hermes_envgen.runtime.sandbox.procfs import is_alive
 
 TIMEOUT_EXIT_CODE = 124
 
@@ -293,18 +294,9 @@ def tagged_processes(tag: str) -> list[int]:
                 environ = file.read()
         except OSError:
             continue
-        if needle in b"\0" + environ + b"\0" and _alive(int(name)):
+        if needle in b"\0" + environ + b"\0" and is_alive(int(name)):
             found.append(int(name))
     return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return False
 
 
 def _kill_group(pgid: int) -> None:

@@ -121,6 +121,7 @@ async def _asyncio_spawn(
         start_new_session=True,
         preexec_fn=preexec_fn,
     )
+
     async def wait() -> int:
         return shell_exit_code(await process.wait())
 
