@@ -11,6 +11,8 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=
 # one they skip, saying why.
 if engine="$(bash scripts/docker-engine.sh up)"; then
     trap 'bash scripts/docker-engine.sh down' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     eval "$engine"
     if image="$(bash scripts/docker-test-image.sh)"; then
         export HERMES_ENVGEN_TEST_DOCKER_IMAGE="$image"

@@ -171,7 +171,7 @@ def test_the_kill_script_kills_exactly_the_tagged_processes():
     doomed, spared = start("kill-test.1"), start("kill-test.10")
     try:
         subprocess.run(
-            ["sh", "-c", KILL_SCRIPT, "sh", f"{RUN_TAG_VARIABLE}=kill-test.1"],
+            ["bash", "-c", KILL_SCRIPT, "bash", f"{RUN_TAG_VARIABLE}=kill-test.1"],
             timeout=30,
             check=True,
         )

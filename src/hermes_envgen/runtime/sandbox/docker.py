@@ -37,6 +37,7 @@ from hermes_envgen.runtime.sandbox.base import (
     SandboxSettings,
     command_environment,
     finish_command,
+    kill_processes,
 )
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
 from hermes_envgen.runtime.sandbox.process import spawn
@@ -80,11 +81,20 @@ LIST_SCRIPT = (
 exec find "$p" -type f -print0
 """
 )
-# Kills every process whose environment holds the tag ($1); run as the container's user.
-KILL_SCRIPT = """for d in /proc/[0-9]*; do
-  [ "${d#/proc/}" = "$$" ] && continue
-  if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qx "$1"; then kill -9 "${d#/proc/}"; fi
-done 2>/dev/null
+# Kills every process whose environment holds the tag ($1); run by bash as the container's
+# user. Only builtins: a fork bomb may hold every process slot the container has. Rounds
+# catch children forked while their parents were being killed.
+KILL_SCRIPT = """for round in 1 2 3 4 5 6 7 8 9 10; do
+  found=
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [ "$pid" = "$$" ] && continue
+    while IFS= read -r -d '' variable; do
+      if [ "$variable" = "$1" ]; then kill -9 "$pid"; found=1; break; fi
+    done < "$d/environ"
+  done 2>/dev/null
+  [ -z "$found" ] && break
+done
 exit 0
 """
 
@@ -221,7 +231,11 @@ class DockerSandbox(Sandbox):
 
     async def _kill(self, client_pid: int, tag: str) -> None:
         """Kill a command: inside the container by its tag, and its ``docker exec`` client."""
-        kill = self.exec_argv("sh", "-c", KILL_SCRIPT, "sh", f"{RUN_TAG_VARIABLE}={tag}")
+        # An engine on this machine runs the container's processes here too: when we may
+        # signal them (root), kill them directly. That needs no process slot in the container,
+        # and a fork bomb at the container's process limit leaves none for docker exec.
+        kill_processes(None, tag)
+        kill = self.exec_argv("bash", "-c", KILL_SCRIPT, "bash", f"{RUN_TAG_VARIABLE}={tag}")
         await _docker(kill, timeout=30)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(client_pid, signal.SIGKILL)
