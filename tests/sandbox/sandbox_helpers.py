@@ -45,7 +45,7 @@ def docker_reachable() -> bool:
 needs_bwrap = pytest.mark.skipif(not has_bwrap(), reason=NO_BWRAP)
 
 
-def test_image() -> str | None:
+def docker_test_image() -> str | None:
     """The docker tests' image, if one was built for this run."""
     return os.environ.get(TEST_IMAGE_VARIABLE) or None
 
@@ -54,7 +54,7 @@ def docker_skip_reason() -> str | None:
     """Why the docker tests cannot run here, or None when they can."""
     if not docker_reachable():
         return NO_DOCKER
-    if test_image() is None:
+    if docker_test_image() is None:
         return NO_TEST_IMAGE
     return None
 
@@ -72,7 +72,7 @@ def make_manager(root: Path, backend: str, **settings) -> SandboxManager:
     """A manager whose workspaces live under ``root/<backend>``."""
     settings.setdefault("command_timeout", 10)
     if backend == "docker":
-        settings.setdefault("docker_image", test_image())
+        settings.setdefault("docker_image", docker_test_image())
     return SandboxManager(SandboxSettings(backend=backend, root=str(root / backend), **settings))
 
 

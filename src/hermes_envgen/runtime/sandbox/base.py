@@ -26,6 +26,10 @@ class SandboxError(Exception):
     """A sandbox operation the agent asked for was refused or failed."""
 
 
+class SandboxUnavailable(SandboxError):
+    """The sandbox cannot be started at all (no engine, no image...): nothing can run in it."""
+
+
 class PathOutsideWorkspace(SandboxError):
     """A path that leaves the task's workspace."""
 
@@ -107,6 +111,17 @@ class Sandbox(ABC):
         finally:
             self.running -= 1
             self.touch()
+
+    async def start(self) -> None:
+        """Start the sandbox now rather than at its first use (raises SandboxUnavailable).
+
+        A rollout starts its sandbox before the model is asked anything, so that a backend
+        that cannot start fails it with one clear error instead of a tool error per call.
+        """
+        if self.closed:
+            raise SandboxError(f"sandbox {self.task_id} is closed")
+        self.touch()
+        await self._prepare()
 
     async def _prepare(self) -> None:  # noqa: B027  (a hook: most backends need nothing)
         """Start what the sandbox needs before a command runs (a container, say); optional."""

@@ -35,6 +35,7 @@ from hermes_envgen.runtime.sandbox.base import (
     Sandbox,
     SandboxError,
     SandboxSettings,
+    SandboxUnavailable,
     command_environment,
     finish_command,
     kill_processes,
@@ -144,6 +145,7 @@ class DockerSandbox(Sandbox):
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
         self.container = container_name(task_id)
         self._started = False
+        self._start_error: str | None = None  # why the container could not start, once known
         self._start_lock = asyncio.Lock()
         self._commands_started = 0
         self._tag_prefix = f"{uuid.uuid4().hex[:16]}."
@@ -195,9 +197,17 @@ class DockerSandbox(Sandbox):
                 return
             if self.closed:
                 raise SandboxError(f"sandbox {self.task_id} is closed")
+            if self._start_error is not None:  # once is enough: the same error, at once
+                raise SandboxUnavailable(self._start_error)
             code, out = await _docker(self.run_argv(), timeout=START_TIMEOUT)
+            if code == 0:
+                # Every command runs with bash: an image without it fails here, at the start.
+                code, out = await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
             if code != 0:
-                raise SandboxError(f"docker could not start the sandbox: {out.strip()[:1000]}")
+                # A container may have been created before it failed to start: remove it.
+                await _docker([self.docker, "rm", "--force", "--volumes", self.container], 60)
+                self._start_error = start_failure(out, self.image)
+                raise SandboxUnavailable(self._start_error)
             self._started = True
 
     async def close(self) -> None:
@@ -312,7 +322,9 @@ async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
             stderr=asyncio.subprocess.STDOUT,
         )
     except FileNotFoundError:
-        raise SandboxError("the docker backend needs the docker CLI") from None
+        raise SandboxUnavailable(
+            "the docker backend needs the docker CLI on PATH (Debian: apt-get install docker.io)"
+        ) from None
     try:
         out, _ = await asyncio.wait_for(process.communicate(), timeout)
     except asyncio.TimeoutError:
@@ -320,3 +332,31 @@ async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
         await process.wait()
         return TIMEOUT_EXIT_CODE, f"{argv[1]} timed out after {timeout:g} s"
     return process.returncode, out.decode(errors="replace")
+
+
+def engine_address() -> str:
+    """The Docker engine the CLI talks to, as a message names it."""
+    host = os.environ.get("DOCKER_HOST")
+    return host if host else "the default socket unix:///var/run/docker.sock (no DOCKER_HOST)"
+
+
+def start_failure(output: str, image: str) -> str:
+    """One line saying why ``docker run`` could not start a sandbox, and what to do."""
+    engine = engine_address()
+    if "Cannot connect to the Docker daemon" in output or "error during connect" in output:
+        return (
+            f"docker backend: no Docker engine answers at {engine}; start one (dockerd, or"
+            " systemctl start docker) or set DOCKER_HOST to one that runs"
+        )
+    if "Unable to find image" in output or "No such image" in output:
+        return (
+            f"docker backend: image {image!r} is not on the engine at {engine} and could not"
+            " be pulled; pull or build it there, or set sandbox_image to an image it has"
+        )
+    if "executable file not found" in output and "bash" in output:
+        return (
+            f"docker backend: image {image!r} has no bash, which every command runs with;"
+            " use an image with bash and coreutils (e.g. python:3.11-slim, debian:bookworm)"
+        )
+    last_line = (output.strip().splitlines() or ["no output"])[-1][:500]
+    return f"docker backend: could not start a container of {image!r} on {engine}: {last_line}"
