@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A Docker engine for the test suite, private to one test run.
 #
-#   scripts/docker-engine.sh up    # prints `export DOCKER_HOST=...` lines for an engine that
-#                                  # answers: the caller's, or one started here
-#   scripts/docker-engine.sh down  # stops the engine `up` started (nothing else)
+#   eval "$(scripts/docker-engine.sh up)"  # exports DOCKER_HOST (and where its state is) for
+#                                          # an engine that answers: the caller's, or one
+#                                          # started here
+#   scripts/docker-engine.sh down          # stops the engine `up` started (nothing else)
 #
 # `up` uses an engine that already answers (DOCKER_HOST or the default socket). Otherwise,
 # as root on Debian, it installs docker.io (Debian's 20.10) and starts dockerd on a private
@@ -16,7 +17,8 @@
 set -euo pipefail
 
 CACHE="${HERMES_ENVGEN_SYSTEM_CACHE:-$HOME/.cache/hermes-envgen}/docker"
-STATE="${HERMES_ENVGEN_DOCKER_STATE:-/tmp/hermes-envgen-docker.$PPID}"  # socket, pid, log
+# The started engine's socket, pid and log; `up` exports it for `down`.
+STATE="${HERMES_ENVGEN_DOCKER_STATE:-/tmp/hermes-envgen-docker.$$}"
 START_TIMEOUT=60
 
 log() { echo "docker engine: $*" >&2; }
@@ -102,7 +104,7 @@ up() {
     # A run that was killed may have left containers in the cached data root.
     docker ps --all --quiet | xargs --no-run-if-empty docker rm --force >/dev/null
     log "dockerd $(docker version --format '{{.Server.Version}}') ($driver) answers at $DOCKER_HOST"
-    echo "export DOCKER_HOST=$DOCKER_HOST"
+    echo "export DOCKER_HOST=$DOCKER_HOST HERMES_ENVGEN_DOCKER_STATE=$STATE"
 }
 
 down() {
