@@ -68,6 +68,18 @@ BWRAP = pytest.param("bwrap", id="bwrap", marks=needs_bwrap)
 DOCKER = pytest.param("docker", id="docker", marks=needs_docker)
 
 
+def docker_containers(*filters: str) -> list[str]:
+    """The ids of every container (running or not) that passes ``docker ps --filter``s."""
+    listed = subprocess.run(
+        ["docker", "ps", "--all", "--quiet", *(f"--filter={f}" for f in filters)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
 def make_manager(root: Path, backend: str, **settings) -> SandboxManager:
     """A manager whose workspaces live under ``root/<backend>``."""
     settings.setdefault("command_timeout", 10)

@@ -15,26 +15,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import docker_skip_reason, docker_test_image, make_manager
+from sandbox_helpers import (
+    docker_containers,
+    docker_test_image,
+    make_manager,
+    needs_docker,
+)
 
 from hermes_envgen.runtime.sandbox import SandboxError, SandboxUnavailable
 
-needs_docker = pytest.mark.skipif(
-    docker_skip_reason() is not None, reason=str(docker_skip_reason())
-)
 NO_BASH_IMAGE = "hermes-envgen-test-nobash:1"
 
 
 def containers_named(name: str) -> list[str]:
     """Containers (running or not) with exactly this name."""
-    listed = subprocess.run(
-        ["docker", "ps", "--all", "--quiet", "--filter", f"name=^{name}$"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return listed.stdout.split()
+    return docker_containers(f"name=^{name}$")
 
 
 def fail_to_start(tmp_path: Path, **settings) -> tuple[str, str, float, str]:

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import render_template
-from sandbox_helpers import docker_skip_reason, docker_test_image
+from sandbox_helpers import docker_containers, docker_test_image, needs_docker
 
 from hermes_envgen.runtime.sandbox.docker import LABEL
 from hermes_envgen.testing.envs import read_eval_results, validate_groups
 from hermes_envgen.testing.policy import scripted_policy
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
 
-pytestmark = pytest.mark.skipif(docker_skip_reason() is not None, reason=str(docker_skip_reason()))
+pytestmark = needs_docker
 PROJECT = "dockerenv"  # a package name no other test renders: it is imported here
 
 
@@ -50,14 +50,7 @@ def containers_created() -> Iterator[list[str]]:
 
 def sandbox_containers() -> list[str]:
     """Every container with the sandboxes' label, running or not."""
-    listed = subprocess.run(
-        ["docker", "ps", "--all", "--quiet", "--filter", f"label={LABEL}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return listed.stdout.split()
+    return docker_containers(f"label={LABEL}")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from sandbox_helpers import (
     DOCKER,
     LOCAL,
     descendants,
+    docker_containers,
     eventually,
     make_manager,
     processes_pointing_into,
@@ -35,14 +35,7 @@ TIME_LIMIT = {"local": 40, "bwrap": 40, "docker": 150}
 
 def project_containers() -> set[str]:
     """Every container carrying the sandboxes' label, running or not (docker ps -a)."""
-    listed = subprocess.run(
-        ["docker", "ps", "--all", "--quiet", "--filter", f"label={LABEL}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return set(listed.stdout.split())
+    return set(docker_containers(f"label={LABEL}"))
 
 
 class Crash(RuntimeError):
