@@ -1,18 +1,20 @@
 """The docker backend: one container per task, commands through ``docker exec``.
 
-The container (``settings.docker_image``, default ``python:3.11-slim``) starts on first use
-and runs ``sleep infinity`` under docker's init. It has no network (``--network none``)
-unless ``settings.network``; a read-only root filesystem with size-capped tmpfs mounts at
-``/workspace`` (the working directory and ``HOME``) and ``/tmp``; no capabilities; no new
-privileges; an unprivileged user; memory, process-count and file-size limits (see
-``limits``). ``close`` removes it with ``docker rm -f``.
+The container (``settings.docker_image``, default ``python:3.11-slim``; it must have bash)
+starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
+(``--network none``) unless ``settings.network``; a read-only root filesystem with size-capped
+tmpfs mounts at ``/workspace`` (the working directory and ``HOME``) and ``/tmp``; no
+capabilities; no new privileges; an unprivileged user; memory, process-count and file-size
+limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A container that cannot
+start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what is missing.
 
-Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment. A
-timeout kills the ``docker exec`` client and then, inside the container, every process with
-the command's tag (killing the client alone would leave the command running). Files: read,
-written and listed by small ``sh`` scripts run with ``docker exec``, byte for byte through
-stdin/stdout; each first resolves the path with ``realpath`` inside the container (symlinks
-as the container sees them) and refuses anything outside ``/workspace``.
+Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment, stderr
+joined to stdout inside. A timeout kills every process with the command's tag (from the host
+when the engine runs here and we may, and inside the container) and the ``docker exec``
+client: killing the client alone would leave the command running. Files: read, written and
+listed by small ``sh`` scripts run with ``docker exec``, byte for byte through stdin/stdout;
+each first resolves the path with ``realpath`` inside the container (symlinks as the
+container sees them) and refuses anything outside ``/workspace``.
 """
 
 from __future__ import annotations
