@@ -103,7 +103,7 @@ up() {
     done
     # A run that was killed may have left containers in the cached data root.
     docker ps --all --quiet | xargs --no-run-if-empty docker rm --force >/dev/null
-    log "dockerd $(docker version --format '{{.Server.Version}}') ($driver) answers at $DOCKER_HOST"
+    log "dockerd $(docker version --format '{{.Server.Version}}') ($driver) answers at $DOCKER_HOST after ${SECONDS}s"
     echo "export DOCKER_HOST=$DOCKER_HOST HERMES_ENVGEN_DOCKER_STATE=$STATE"
 }
 
