@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Build the image the docker tests run in, with no registry: a Debian minbase root filesystem
-# (bash, coreutils, python3) made by debootstrap and loaded with `docker import`.
+# (bash, coreutils, python3, procps) made by debootstrap and loaded with `docker import`.
 #
 #   scripts/docker-test-image.sh    # prints the image's name (hermes-envgen-test:<recipe hash>)
 #
 # Cached by content: the tag and the cached root filesystem tarball
-# (~/.cache/hermes-envgen/docker/rootfs-<hash>.tar) are keyed by a hash of this recipe, so a
-# later run imports the tarball (or finds the image already in the engine) instead of running
-# debootstrap again. Needs DOCKER_HOST (or the default socket) to answer; debootstrap needs root.
+# (~/.cache/hermes-envgen/docker/rootfs-<hash>.tar) are keyed by a hash of the recipe (the
+# suite, the packages and the build_rootfs and import_image functions below), so a later run
+# finds the image in the engine, or imports the tarball, instead of running debootstrap again.
+# Needs DOCKER_HOST (or the default socket) to answer; debootstrap needs root.
 set -euo pipefail
 
 SUITE=bookworm
@@ -17,6 +18,35 @@ CACHE="${HERMES_ENVGEN_SYSTEM_CACHE:-$HOME/.cache/hermes-envgen}/docker"
 
 log() { echo "docker test image: $*" >&2; }
 
+# The root filesystem in directory $1, with what a sandbox never needs removed.
+build_rootfs() {
+    debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$1" "$MIRROR" \
+        >"$1.log" 2>&1 || { tail -n 20 "$1.log" >&2; rm -f "$1.log"; return 1; }
+    rm -f "$1.log"
+    rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/* \
+        "$1"/usr/share/doc "$1"/usr/share/man "$1"/usr/share/info "$1"/usr/share/locale
+    chmod 755 "$1"  # mktemp made it 0700; it becomes the image's /
+}
+
+# Tarball $1 into the engine as image $2.
+import_image() {
+    docker import --change 'CMD ["bash"]' \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        "$1" "$2" >/dev/null
+}
+
+install_debootstrap() {
+    command -v debootstrap >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        log "debootstrap is missing and cannot be installed here (needs root and apt-get)"
+        return 1
+    fi
+    log "installing debootstrap"
+    export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
+    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+}
+
 # The mirror apt already uses here (deb822 or one-line sources), else Debian's.
 if [ -z "$MIRROR" ]; then
     MIRROR="$(sed -n 's/^URIs: *\([^ ]*\/debian\)$/\1/p; s/^deb \(\[[^]]*\] \)\?\([^ ]*\/debian\) .*/\2/p' \
@@ -24,39 +54,24 @@ if [ -z "$MIRROR" ]; then
     MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 fi
 
-recipe_hash="$(printf '%s\n' "$SUITE" "$PACKAGES" | cat - "$0" | sha256sum | cut -c1-12)"
+recipe_hash="$({ echo "$SUITE $PACKAGES"; declare -f build_rootfs import_image; } |
+    sha256sum | cut -c1-12)"
 image="hermes-envgen-test:$recipe_hash"
 tarball="$CACHE/rootfs-$recipe_hash.tar"
 
 if docker image inspect "$image" >/dev/null 2>&1; then
-    log "$image is in the engine"
+    log "$image is in the engine already"
     echo "$image"
     exit 0
 fi
 
 if [ ! -f "$tarball" ]; then
-    if ! command -v debootstrap >/dev/null 2>&1; then
-        if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-            log "debootstrap is missing and cannot be installed here (needs root and apt-get)"
-            exit 1
-        fi
-        log "installing debootstrap"
-        export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
-        apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
-            { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
-    fi
+    install_debootstrap
     mkdir -p "$CACHE"
     root="$(mktemp -d "$CACHE/rootfs.XXXXXX")"
-    trap 'rm -rf "$root" "$tarball.partial"' EXIT
+    trap 'rm -rf "$root" "$root.log" "$tarball.partial"' EXIT
     log "debootstrap $SUITE (minbase + $PACKAGES) from $MIRROR"
-    debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root" "$MIRROR" \
-        >"$root.log" 2>&1 || { tail -n 20 "$root.log" >&2; rm -f "$root.log"; exit 1; }
-    rm -f "$root.log"
-    # What a sandbox never needs: downloaded packages, apt lists, documentation, locales.
-    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
-        "$root"/usr/share/doc "$root"/usr/share/man "$root"/usr/share/info \
-        "$root"/usr/share/locale
-    chmod 755 "$root"  # mktemp made it 0700; it becomes the image's /
+    build_rootfs "$root"
     tar --numeric-owner -C "$root" -cf "$tarball.partial" .
     mv "$tarball.partial" "$tarball"  # only a whole tarball is ever cached
     rm -rf "$root"
@@ -66,6 +81,6 @@ if [ ! -f "$tarball" ]; then
 fi
 
 log "importing $tarball as $image"
-docker import --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    "$tarball" "$image" >/dev/null
+import_image "$tarball" "$image"
+log "$image ready after ${SECONDS}s"
 echo "$image"
