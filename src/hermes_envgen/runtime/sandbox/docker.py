@@ -339,7 +339,7 @@ async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
 def engine_address() -> str:
     """The Docker engine the CLI talks to, as a message names it."""
     host = os.environ.get("DOCKER_HOST")
-    return host if host else "the default socket unix:///var/run/docker.sock (no DOCKER_HOST)"
+    return host or "the docker CLI's default (DOCKER_HOST is unset: /var/run/docker.sock)"
 
 
 def start_failure(output: str, image: str) -> str:
