@@ -64,6 +64,10 @@ up() {
     fi
     install_engine
     command -v docker >/dev/null 2>&1 || { log "no docker client"; return 1; }
+    if [ "$(id -u)" -ne 0 ]; then
+        log "none answers, and starting dockerd needs root"
+        return 1
+    fi
     mkdir -p "$CACHE" "$STATE"
     local data_root="$CACHE/data-root"
     # dockerd inherits fd 9 and so holds the lock for as long as it runs.

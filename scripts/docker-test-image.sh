@@ -82,5 +82,8 @@ fi
 
 log "importing $tarball as $image"
 import_image "$tarball" "$image"
+# Images of older recipes are dead weight in the engine's (cached) data root.
+docker images hermes-envgen-test --format '{{.Repository}}:{{.Tag}}' | grep -vxF "$image" |
+    xargs --no-run-if-empty docker rmi >/dev/null 2>&1 || true
 log "$image ready after ${SECONDS}s"
 echo "$image"
