@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import alive, eventually, make_manager, needs_docker
+from sandbox_helpers import alive, docker_test_image, eventually, make_manager, needs_docker
 
 from hermes_envgen.runtime.sandbox import (
     BACKENDS,
@@ -339,3 +339,15 @@ def test_close_removes_the_container_even_after_a_crash(docker_manager):
             ).stdout.strip()
         )
     )
+
+
+@needs_docker
+def test_the_test_image_is_cached_by_its_recipe():
+    """A second build finds the image scripts/test.sh built, under the same content tag."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "docker-test-image.sh"
+    result = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == docker_test_image()
+    assert "is in the engine already" in result.stderr  # no debootstrap, no import
