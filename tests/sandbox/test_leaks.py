@@ -30,7 +30,7 @@ LINGERER = b"sleep\x00987"  # every background process the rollouts start runs t
 
 
 # Seconds the 200 rollouts may take: docker creates and removes a container per rollout.
-TIME_LIMIT = {"local": 40, "bwrap": 40, "docker": 150}
+TIME_LIMIT = {"local": 40, "bwrap": 40, "docker": 240}
 
 
 def project_containers() -> set[str]:
