@@ -53,14 +53,13 @@ def fail_to_start(tmp_path: Path, **settings) -> tuple[str, str, float, str]:
 
 
 @pytest.fixture
-def stopped_engine(monkeypatch) -> Iterator[str]:
-    """DOCKER_HOST pointing at the socket an engine left when it stopped: nothing listens."""
+def stopped_engine() -> Iterator[str]:
+    """The address of a socket an engine left when it was killed: nothing listens there."""
     directory = tempfile.mkdtemp(prefix="hedocker-", dir="/tmp")  # short: sockets have a limit
     path = os.path.join(directory, "docker.sock")
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.close()  # the file stays; a connection is refused, as after dockerd is killed
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
     yield f"unix://{path}"
     os.unlink(path)
     os.rmdir(directory)
@@ -74,7 +73,8 @@ def test_no_engine_is_one_clear_error(tmp_path, monkeypatch):
     assert "\n" not in error and again == error and repeat_seconds < 0.5
 
 
-def test_a_stopped_engine_is_one_clear_error(tmp_path, stopped_engine):
+def test_a_stopped_engine_is_one_clear_error(tmp_path, stopped_engine, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", stopped_engine)
     error, again, repeat_seconds, _ = fail_to_start(tmp_path, docker_image="debian:bookworm")
     assert error.startswith("docker backend: no Docker engine answers at")
     assert stopped_engine in error
@@ -117,3 +117,35 @@ def test_an_image_without_bash_is_one_clear_error_and_leaves_no_container(
     )
     assert again == error
     assert containers_named(name) == []  # it was created, failed to start, and was removed
+
+
+@needs_docker
+def test_an_engine_gone_under_a_running_sandbox_is_an_error_not_a_command_result(
+    tmp_path, stopped_engine, monkeypatch
+):
+    running = os.environ.get("DOCKER_HOST")
+    manager = make_manager(tmp_path, "docker")
+
+    def talk_to(engine: str | None) -> None:
+        if engine is None:
+            monkeypatch.delenv("DOCKER_HOST", raising=False)
+        else:
+            monkeypatch.setenv("DOCKER_HOST", engine)
+
+    async def main():
+        sandbox = manager.get("orphaned")
+        try:
+            first = await sandbox.run("echo up")
+            talk_to(stopped_engine)  # from here on the sandbox's engine does not answer
+            with pytest.raises(SandboxUnavailable) as caught:
+                await sandbox.run("echo still there?")
+        finally:
+            talk_to(running)  # to remove the container, whatever happened
+            await manager.close_all()
+        return first, str(caught.value), sandbox.container
+
+    first, error, name = asyncio.run(main())
+    assert first.output == "up\n"
+    assert error.startswith("docker backend: no Docker engine answers at")
+    assert stopped_engine in error
+    assert containers_named(name) == []

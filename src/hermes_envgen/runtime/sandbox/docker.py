@@ -53,6 +53,7 @@ WORKSPACE_SIZE_MB = 2048  # the workspace is a tmpfs: it counts against the host
 TMP_SIZE_MB = 512
 LABEL = "hermes-envgen.sandbox"
 START_TIMEOUT = 600.0  # includes pulling the image the first time
+ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
 # Exit codes of the file scripts.
 OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR = 3, 4, 5, 6, 7
 
@@ -239,7 +240,11 @@ class DockerSandbox(Sandbox):
         async def kill() -> None:
             await self._kill(process.pid, tag)
 
-        return await finish_command(process, self.settings.max_output_bytes, timeout, kill)
+        result = await finish_command(process, self.settings.max_output_bytes, timeout, kill)
+        if result.exit_code != 0 and result.output.startswith(ENGINE_GONE):
+            # The engine stopped under a running sandbox: that is no result of the command.
+            raise SandboxUnavailable(start_failure(result.output, self.image))
+        return result
 
     async def _kill(self, client_pid: int, tag: str) -> None:
         """Kill a command: inside the container by its tag, and its ``docker exec`` client."""
@@ -345,7 +350,7 @@ def engine_address() -> str:
 def start_failure(output: str, image: str) -> str:
     """One line saying why ``docker run`` could not start a sandbox, and what to do."""
     engine = engine_address()
-    if "Cannot connect to the Docker daemon" in output or "error during connect" in output:
+    if ENGINE_GONE in output or "error during connect" in output:
         return (
             f"docker backend: no Docker engine answers at {engine}; start one (dockerd, or"
             " systemctl start docker) or set DOCKER_HOST to one that runs"
