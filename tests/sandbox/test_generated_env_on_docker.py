@@ -74,43 +74,41 @@ def generated_env(tmp_path_factory):
     return project, samples
 
 
-def run_on_docker(project, mode: str, flags: dict, tmp_path) -> list[str]:
-    """Run one mode of the generated env on the docker backend; the containers it created."""
-    pythonpath = f"{project / 'src'}:{offline_environment().get('PYTHONPATH', '')}"
-    with containers_created() as created:
-        run_env_mode(
-            PROJECT,
-            mode,
-            flags={
-                **flags,
-                "env.sandbox_root": tmp_path / "sandboxes",
-                "env.terminal_backend": "docker",
-                "env.sandbox_image": docker_test_image(),
-            },
-            cwd=tmp_path,
-            timeout=300,
-            extra_env={"PYTHONPATH": pythonpath},
-        )
-    return created
-
-
-def test_process_runs_the_rollouts_in_containers(
-    generated_env, stub_server, offline_tokenizer, tmp_path
-):
+@pytest.fixture
+def run_on_docker(generated_env, stub_server, offline_tokenizer, tmp_path):
+    """Run a mode of the generated env on the docker backend against the stub model that
+    solves each task once and gives up once; the ids of the containers it created."""
     project, samples = generated_env
     model = stub_server(scripted_policy(samples))
+    pythonpath = f"{project / 'src'}:{offline_environment().get('PYTHONPATH', '')}"
+
+    def run(mode: str, flags: dict) -> list[str]:
+        with containers_created() as created:
+            run_env_mode(
+                PROJECT,
+                mode,
+                flags={
+                    **flags,
+                    "openai.base_url": model.base_url,
+                    "env.tokenizer_name": offline_tokenizer,
+                    "env.sandbox_root": tmp_path / "sandboxes",
+                    "env.terminal_backend": "docker",
+                    "env.sandbox_image": docker_test_image(),
+                },
+                cwd=tmp_path,
+                timeout=300,
+                extra_env={"PYTHONPATH": pythonpath},
+            )
+        return created
+
+    return run
+
+
+def test_process_runs_the_rollouts_in_containers(run_on_docker, tmp_path):
     out = tmp_path / "groups.jsonl"
     created = run_on_docker(
-        project,
         "process",
-        {
-            "openai.base_url": model.base_url,
-            "env.tokenizer_name": offline_tokenizer,
-            "env.total_steps": 1,
-            "env.group_size": 2,
-            "env.data_path_to_save_groups": out,
-        },
-        tmp_path,
+        {"env.total_steps": 1, "env.group_size": 2, "env.data_path_to_save_groups": out},
     )
     (group,) = validate_groups(out, group_size=2)
     assert sorted(group["scores"]) == [0.0, 1.0], "solved and given up should score apart"
@@ -118,22 +116,9 @@ def test_process_runs_the_rollouts_in_containers(
     assert sandbox_containers() == []  # and every one removed
 
 
-def test_evaluate_runs_the_rollouts_in_containers(
-    generated_env, stub_server, offline_tokenizer, tmp_path
-):
-    project, samples = generated_env
-    model = stub_server(scripted_policy(samples))
+def test_evaluate_runs_the_rollouts_in_containers(run_on_docker, tmp_path):
     eval_dir = tmp_path / "eval"
-    created = run_on_docker(
-        project,
-        "evaluate",
-        {
-            "openai.base_url": model.base_url,
-            "env.tokenizer_name": offline_tokenizer,
-            "env.data_dir_to_save_evals": eval_dir,
-        },
-        tmp_path,
-    )
+    created = run_on_docker("evaluate", {"env.data_dir_to_save_evals": eval_dir})
     metrics, samples_saved = read_eval_results(eval_dir)
     assert samples_saved and metrics["eval/rollouts"] == len(samples_saved)
     assert metrics["eval/failures"] == 0, "a rollout failed: see failures.jsonl"
