@@ -2,6 +2,19 @@
 # Set up, then run the whole test suite offline (no GPU, no API key, no network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Whatever this script started is stopped when it exits, however the tests ended.
+llama_group=""
+docker_started=""
+cleanup() {
+    if [ -n "$docker_started" ]; then bash scripts/docker-engine.sh down || true; fi
+    if [ -n "$llama_group" ]; then kill -- -"$llama_group" 2>/dev/null || true; fi
+    rm -rf "${llama_state:-}"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 # llama.cpp's server for the end-to-end test of a real third-party server: built from source
 # on the first run only (cached under ~/.cache/hermes-envgen/llama-cpp/) and started now, beside
 # setup and the suite; its test waits for it and runs last. Its own process group, so that
@@ -9,10 +22,23 @@ cd "$(dirname "$0")/.."
 llama_state=$(mktemp -d)
 setsid bash scripts/llama-server.sh start "$llama_state" >"$llama_state/start.log" 2>&1 &
 llama_group=$!
-trap 'kill -- -"$llama_group" 2>/dev/null || true; rm -rf "$llama_state"' EXIT
 export HERMES_ENVGEN_LLAMA_STATE="$llama_state"
+
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 .venv/bin/ruff check src hooks tests examples benchmarks
 .venv/bin/ruff format --check src hooks tests examples benchmarks
+
+# The docker backend's tests need an engine and an image: use the engine that answers, or start
+# a private one (root, Debian), stopped when this script exits. Without one they skip, saying
+# why.
+if engine="$(bash scripts/docker-engine.sh up)"; then
+    docker_started=1
+    eval "$engine"
+    if image="$(bash scripts/docker-test-image.sh)"; then
+        export HERMES_ENVGEN_TEST_DOCKER_IMAGE="$image"
+    fi
+else
+    echo "warning: no Docker engine; the docker backend's tests will be skipped" >&2
+fi
 .venv/bin/python -m pytest "$@"

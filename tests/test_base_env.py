@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 
 import pytest
 from atroposlib.envs.base import BaseEnv
@@ -206,6 +208,70 @@ def test_a_dead_server_drops_the_group_instead_of_crashing(offline_tokenizer, tm
     # atroposlib's own retries make this take a few seconds at most
     assert asyncio.run(asyncio.wait_for(main(), 120)) == (None, [])
     assert env._train_stats.rollout_errors == 4
+
+
+def docker_engine_answers() -> bool:
+    """Whether a Docker engine answers here (the docker tests' image is then named too)."""
+    if not os.environ.get("HERMES_ENVGEN_TEST_DOCKER_IMAGE"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.parametrize(
+    ("docker_host", "image", "expected"),
+    [
+        ("unix:///nonexistent/docker.sock", "debian:bookworm", "no Docker engine answers"),
+        pytest.param(
+            None,
+            "hermes-envgen-test-missing:nope",
+            "image 'hermes-envgen-test-missing:nope' is not on the engine",
+            marks=pytest.mark.skipif(
+                not docker_engine_answers(), reason="no Docker engine and test image here"
+            ),
+        ),
+    ],
+    ids=["no-engine", "missing-image"],
+)
+def test_a_sandbox_that_cannot_start_scores_zero_and_spares_the_group(
+    stub_server, offline_tokenizer, tmp_path, caplog, monkeypatch, docker_host, image, expected
+):
+    if docker_host is not None:
+        monkeypatch.setenv("DOCKER_HOST", docker_host)
+    server = stub_server(SCRIPT)
+    env = make_env(
+        server.base_url,
+        offline_tokenizer,
+        tmp_path,
+        terminal_backend="docker",
+        sandbox_image=image,
+    )
+
+    async def main():
+        await env.setup()
+        rollout = await env.run_agent(GREETING)
+        return rollout, await env.collect_trajectories(GREETING)
+
+    rollout, group = asyncio.run(asyncio.wait_for(main(), 120))
+    assert rollout.reward == 0.0 and expected in rollout.reward_error
+    assert rollout.failure.startswith("sandbox failed: docker backend:")
+    assert group == (None, [])  # no rollout reached the model: the group is dropped, no crash
+    assert env._train_stats.metrics("train")["train/reward_errors"] == 4.0
+    assert server.requests == []  # the model was never asked
+    assert caplog.text.count(expected) == 1  # logged once, not once per rollout
+    assert "Traceback" not in caplog.text
+    assert sandbox_dirs(tmp_path) == [] and len(env.sandboxes) == 0
+    if docker_host is None:
+        left = subprocess.run(
+            ["docker", "ps", "--all", "--quiet", "--filter", "label=hermes-envgen.sandbox"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert left.stdout.strip() == ""
 
 
 def test_an_unknown_toolset_fails_at_startup(offline_tokenizer, tmp_path):

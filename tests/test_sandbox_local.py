@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
@@ -14,19 +13,7 @@ from hermes_envgen.runtime.sandbox import (
     SandboxManager,
     SandboxSettings,
 )
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from hermes_envgen.runtime.sandbox.procfs import is_alive as pid_alive  # a zombie is dead
 
 
 def test_commands_run_in_a_private_workspace(sandboxes):

@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.procfs import is_alive as alive
+from hermes_envgen.runtime.sandbox.procfs import parent_pid
 
 NO_BWRAP = "bwrap is not installed (scripts/install-system-deps.sh installs it)"
-NO_DOCKER = "no Docker engine reachable"
+NO_DOCKER = "no Docker engine reachable (scripts/test.sh starts one when run as root)"
+# The image the docker tests run in: built locally by scripts/docker-test-image.sh, which
+# scripts/test.sh runs and names here.
+TEST_IMAGE_VARIABLE = "HERMES_ENVGEN_TEST_DOCKER_IMAGE"
+NO_TEST_IMAGE = f"no docker test image: {TEST_IMAGE_VARIABLE} is unset (scripts/test.sh sets it)"
 
 
 def has_bwrap() -> bool:
@@ -37,31 +43,49 @@ def docker_reachable() -> bool:
 
 
 needs_bwrap = pytest.mark.skipif(not has_bwrap(), reason=NO_BWRAP)
-needs_docker = pytest.mark.skipif(not docker_reachable(), reason=NO_DOCKER)
+
+
+def docker_test_image() -> str | None:
+    """The docker tests' image, if one was built for this run."""
+    return os.environ.get(TEST_IMAGE_VARIABLE) or None
+
+
+def docker_skip_reason() -> str | None:
+    """Why the docker tests cannot run here, or None when they can."""
+    if not docker_reachable():
+        return NO_DOCKER
+    if docker_test_image() is None:
+        return NO_TEST_IMAGE
+    return None
+
+
+needs_docker = pytest.mark.skipif(
+    docker_skip_reason() is not None, reason=str(docker_skip_reason())
+)
 
 LOCAL = pytest.param("local", id="local")
 BWRAP = pytest.param("bwrap", id="bwrap", marks=needs_bwrap)
 DOCKER = pytest.param("docker", id="docker", marks=needs_docker)
 
 
+def docker_containers(*filters: str) -> list[str]:
+    """The ids of every container (running or not) that passes ``docker ps --filter``s."""
+    listed = subprocess.run(
+        ["docker", "ps", "--all", "--quiet", *(f"--filter={f}" for f in filters)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
 def make_manager(root: Path, backend: str, **settings) -> SandboxManager:
     """A manager whose workspaces live under ``root/<backend>``."""
     settings.setdefault("command_timeout", 10)
+    if backend == "docker":
+        settings.setdefault("docker_image", docker_test_image())
     return SandboxManager(SandboxSettings(backend=backend, root=str(root / backend), **settings))
-
-
-def state(pid: int) -> str | None:
-    """A process's state letter (R, S, Z...), or None if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[-1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    """A live process: there, and not a zombie."""
-    return state(pid) not in (None, "Z", "X")
 
 
 def all_pids() -> list[int]:
@@ -69,21 +93,12 @@ def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def parent_of(pid: int) -> int | None:
-    """A process's parent pid, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return int(file.read().rsplit(b")", 1)[-1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def descendants(root: int | None = None) -> set[int]:
     """The live descendants of ``root`` (default: this test process)."""
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     for pid in all_pids():
-        parent = parent_of(pid)
+        parent = parent_pid(pid)
         if parent is not None:
             children.setdefault(parent, []).append(pid)
     found: set[int] = set()

@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from sandbox_helpers import BWRAP, DOCKER, make_manager
+from sandbox_helpers import BWRAP, DOCKER, LOCAL, make_manager
 
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import ToolExecutionError
@@ -61,6 +61,21 @@ def test_commands_give_the_same_results(backend, tmp_path):
     local, other = run_everywhere(backend, tmp_path, script)
     for command, expected, got in zip([*COMMANDS, "timeout", "flood", "tool"], local, other):
         assert got == expected, command
+
+
+@pytest.mark.parametrize("backend", [LOCAL, *OTHERS])
+def test_a_command_killed_by_a_signal_exits_128_plus_its_number(backend, tmp_path):
+    async def main():
+        sandbox = make_manager(tmp_path, backend).get("signals")
+        try:
+            return [
+                (await sandbox.run(command)).exit_code
+                for command in ("kill -9 $$", "kill -TERM $$", "kill -SEGV $$")
+            ]
+        finally:
+            await sandbox.close()
+
+    assert asyncio.run(main()) == [137, 143, 139]
 
 
 @pytest.mark.parametrize("backend", OTHERS)

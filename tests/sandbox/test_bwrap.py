@@ -282,13 +282,13 @@ UNPRIVILEGED_SCRIPT = textwrap.dedent(
     import asyncio, json, os, sys
     from pathlib import Path
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+    from hermes_envgen.runtime.sandbox.procfs import is_alive
 
     def members(namespace):
         found = 0
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-                found += os.readlink(f"/proc/{pid}/ns/pid") == namespace and state != "Z"
+                found += os.readlink(f"/proc/{pid}/ns/pid") == namespace and is_alive(int(pid))
             except OSError:
                 pass
         return found

@@ -12,7 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import alive, eventually, make_manager, needs_docker
+from sandbox_helpers import (
+    alive,
+    docker_test_image,
+    eventually,
+    make_manager,
+    namespace_members,
+    needs_docker,
+)
 
 from hermes_envgen.runtime.sandbox import (
     BACKENDS,
@@ -23,11 +30,13 @@ from hermes_envgen.runtime.sandbox import (
 )
 from hermes_envgen.runtime.sandbox.base import RUN_TAG_VARIABLE
 from hermes_envgen.runtime.sandbox.docker import (
+    KILL_ALL_SCRIPT,
     KILL_SCRIPT,
     LIST_SCRIPT,
     READ_SCRIPT,
     WRITE_SCRIPT,
     DockerSandbox,
+    _docker,
     container_path,
 )
 
@@ -58,7 +67,9 @@ def test_the_container_is_locked_down_by_default(tmp_path, monkeypatch):
     tmpfs = option_values(argv, "--tmpfs")
     assert [mount.split(":")[0] for mount in tmpfs] == ["/workspace", "/tmp"]
     assert all("nosuid" in mount and "size=" in mount for mount in tmpfs)
-    assert option_values(argv, "--workdir") == ["/workspace"]
+    # --workdir on docker run would mount the workspace tmpfs root-owned 0755 (docker 20.10):
+    # the agent (uid 65534) could not write its own workspace. Each exec enters it instead.
+    assert "--workdir" not in argv
     environment = option_values(argv, "--env")
     assert "HOME=/workspace" in environment
     assert not any("sk-host-secret" in value or value.startswith("PATH=") for value in environment)
@@ -169,7 +180,7 @@ def test_the_kill_script_kills_exactly_the_tagged_processes():
     doomed, spared = start("kill-test.1"), start("kill-test.10")
     try:
         subprocess.run(
-            ["sh", "-c", KILL_SCRIPT, "sh", f"{RUN_TAG_VARIABLE}=kill-test.1"],
+            ["bash", "-c", KILL_SCRIPT, "bash", f"{RUN_TAG_VARIABLE}=kill-test.1"],
             timeout=30,
             check=True,
         )
@@ -337,3 +348,80 @@ def test_close_removes_the_container_even_after_a_crash(docker_manager):
             ).stdout.strip()
         )
     )
+
+
+@needs_docker
+def test_the_test_image_is_cached_by_its_recipe():
+    """A second build finds the image scripts/test.sh built, under the same content tag."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "docker-test-image.sh"
+    result = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == docker_test_image()
+    assert "is in the engine already" in result.stderr  # no debootstrap, no import
+
+
+@needs_docker
+def test_stop_agent_processes_leaves_only_init_and_anchor_even_after_a_fork_bomb(tmp_path):
+    manager = make_manager(tmp_path, "docker", command_timeout=30, max_processes=64)
+
+    async def main():
+        sandbox = manager.get("stop")
+        # A detached fork bomb holds every process slot; a daemon clears its tag and session.
+        await sandbox.run(
+            "(setsid env -i /bin/sh -c 'exec sleep 7301' >/dev/null 2>&1 &);"
+            " (bomb() { bomb | bomb & }; bomb) >/dev/null 2>&1 & sleep 2"
+        )
+        namespace = container_pid_namespace(sandbox.container)
+        crowded = len(namespace_members(namespace))
+        start = time.monotonic()
+        await sandbox.stop_agent_processes()
+        elapsed = time.monotonic() - start
+        await sandbox.stop_agent_processes()  # a reward may stop the agent again: no error
+        left = namespace_members(namespace)
+        after = await sandbox.run('echo "$HOME"; ls -ld "$HOME" | cut -c1-10; echo ok')
+        await manager.close_all()
+        return crowded, elapsed, left, after
+
+    crowded, elapsed, left, after = asyncio.run(main())
+    assert crowded > 50  # the bomb did fill the container
+    assert len(left) == 2, left  # docker's init and the sleep that keeps the container up
+    assert elapsed < 30
+    home, mode, ok = after.output.split()
+    assert home.startswith("/tmp/.home-") and mode == "drwx------" and ok == "ok", after.output
+
+
+def container_pid_namespace(name: str) -> str:
+    """A container's PID namespace, as ``readlink /proc/<pid>/ns/pid`` on the host shows it."""
+    inspected = subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.Pid}}", name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return os.readlink(f"/proc/{int(inspected.stdout)}/ns/pid")
+
+
+@needs_docker
+def test_the_kill_all_script_alone_keeps_only_init_and_anchor(docker_manager):
+    # The path for an engine on another machine, where the host cannot signal the container.
+    async def main():
+        sandbox = docker_manager.get("kill-all")
+        await sandbox.run(
+            "(setsid env -i /bin/sh -c 'exec sleep 7302' >/dev/null 2>&1 &);"
+            " (nohup sleep 7303 >/dev/null 2>&1 &); sleep 7304 >/dev/null 2>&1 &"
+        )
+        namespace = container_pid_namespace(sandbox.container)
+        before = len(namespace_members(namespace))
+        code, out = await _docker(sandbox.exec_argv("bash", "-c", KILL_ALL_SCRIPT), 30)
+        left = namespace_members(namespace)
+        still_up = await sandbox.run("echo up")
+        await docker_manager.close_all()
+        return before, code, out, left, still_up
+
+    before, code, out, left, still_up = asyncio.run(main())
+    assert before == 5 and code == 0, (before, out)
+    assert len(left) == 2, left
+    assert still_up.output == "up\n"

@@ -1,7 +1,7 @@
 """Escape attempts against the sandboxes: each must fail or be cut off, the host unharmed.
 
 Run on ``local`` where the attack applies to it (tool path confinement, secrets, timeouts,
-output floods: local isolates nothing else) and on ``bwrap`` (all of them).
+output floods: local isolates nothing else) and on ``bwrap`` and ``docker`` (all of them).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import hashlib
 import os
 import resource
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import (
     BWRAP,
+    DOCKER,
     LOCAL,
     alive,
     descendants,
@@ -31,7 +33,8 @@ from sandbox_helpers import (
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import ToolExecutionError
 
-BOTH = [LOCAL, BWRAP]
+ALL = [LOCAL, BWRAP, DOCKER]
+ISOLATED = [BWRAP, DOCKER]  # the backends that promise isolation
 TOOL_CALLS = [
     ("read_file", {}),
     ("write_file", {"content": "pwned"}),
@@ -45,10 +48,31 @@ def digest(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def workspace_on_host(sandbox, tmp_path: Path) -> Path:
+    """Where a sandbox's workspace lies on the host (a stand-in for docker's, kept in its
+    container: the agent must not reach it either way)."""
+    return getattr(sandbox, "workspace", tmp_path / "elsewhere")
+
+
+def pid_namespace(sandbox) -> str:
+    """The PID namespace of a started bwrap or docker sandbox, as /proc/<pid>/ns/pid reads."""
+    if sandbox.settings.backend == "docker":
+        pid = subprocess.run(
+            ["docker", "inspect", "--format", "{{.State.Pid}}", sandbox.container],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+    else:
+        pid = sandbox._anchor.target
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
 # -- files, through the tools ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BOTH)
+@pytest.mark.parametrize("backend", ALL)
 def test_file_tools_refuse_every_way_out_of_the_workspace(backend, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret\n")
@@ -59,7 +83,7 @@ def test_file_tools_refuse_every_way_out_of_the_workspace(backend, tmp_path):
         ctx = ToolContext("attacker", manager)
         other = ToolContext("victim", manager)
         await other.write_file("victim.txt", "victim data\n")
-        victim_file = other.sandbox.workspace / "victim.txt"
+        victim_file = workspace_on_host(other.sandbox, tmp_path) / "victim.txt"
         # links the agent makes itself, from inside its sandbox
         made = await ctx.terminal(
             "ln -s /etc/passwd passwd_link; ln -s / root_link; ln -s ../../.. up_link;"
@@ -105,7 +129,7 @@ def test_file_tools_refuse_every_way_out_of_the_workspace(backend, tmp_path):
 # -- the host's files, through the shell --------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", [BWRAP])
+@pytest.mark.parametrize("backend", ISOLATED)
 def test_shell_commands_see_nothing_of_the_host(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
     project = (REPO / "pyproject.toml").read_text()
@@ -114,7 +138,7 @@ def test_shell_commands_see_nothing_of_the_host(backend, tmp_path):
         attacker = ToolContext("attacker", manager)
         victim = ToolContext("victim", manager)
         await victim.write_file("victim.txt", "victim data\n")
-        other = victim.sandbox.workspace
+        other = workspace_on_host(victim.sandbox, tmp_path)
         commands = {
             "repo": f"cat {REPO / 'pyproject.toml'}",
             "home": "cat ~/.bashrc; cat /root/.bashrc; ls /root /home /work",
@@ -148,7 +172,7 @@ def test_shell_commands_see_nothing_of_the_host(backend, tmp_path):
 # -- secrets ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BOTH)
+@pytest.mark.parametrize("backend", ALL)
 def test_host_api_keys_are_not_visible(backend, tmp_path, monkeypatch):
     secrets = {
         "OPENAI_API_KEY": "sk-host-secret-openai",
@@ -160,7 +184,7 @@ def test_host_api_keys_are_not_visible(backend, tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)
     manager = make_manager(tmp_path, backend)
     commands = ["env", "cat /proc/self/environ", "set"]
-    if backend == "bwrap":  # every process it can see; local isolates no /proc
+    if backend != "local":  # every process it can see; local isolates no /proc
         commands.append("cat /proc/[0-9]*/environ 2>/dev/null; ps eww -e 2>/dev/null")
 
     async def main() -> list[str]:
@@ -207,7 +231,7 @@ class Listener:
         self.socket.close()
 
 
-@pytest.mark.parametrize("backend", [BWRAP])
+@pytest.mark.parametrize("backend", ISOLATED)
 def test_a_listener_on_the_host_loopback_is_unreachable(backend, tmp_path):
     listener = Listener()
     connect = (
@@ -226,29 +250,33 @@ def test_a_listener_on_the_host_loopback_is_unreachable(backend, tmp_path):
             await sandbox.run(bash_tcp.format(port=listener.port)),
             await sandbox.run(outbound),
         ]
-        # the control: with settings.network the same listener answers
-        control = await shared.get("online").run(connect.format(port=listener.port))
+        # the control: with settings.network the same listener answers bwrap (which then
+        # shares the host's network); a docker container's 127.0.0.1 is its own either way
+        control = None
+        if backend == "bwrap":
+            control = await shared.get("online").run(connect.format(port=listener.port))
         await closed.close_all()
         await shared.close_all()
         return results, control
 
     try:
         results, control = asyncio.run(main())
-        accepted_when_closed = listener.accepted - 1
+        accepted_when_closed = listener.accepted - (control is not None)
     finally:
         listener.close()
     for result in results:
         assert result.exit_code != 0, result
         assert "hello from the host" not in result.output
     assert "refused" in results[0].output.lower() or "unreachable" in results[0].output.lower()
-    assert control.exit_code == 0 and "hello from the host" in control.output
+    if control is not None:
+        assert control.exit_code == 0 and "hello from the host" in control.output
     assert accepted_when_closed == 0
 
 
 # -- fork bombs ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", [BWRAP])
+@pytest.mark.parametrize("backend", ISOLATED)
 def test_a_fork_bomb_is_contained_and_cleaned_up(backend, tmp_path):
     manager = make_manager(tmp_path, backend)  # no max_processes: the backend's default holds
     before = len(descendants())
@@ -257,7 +285,7 @@ def test_a_fork_bomb_is_contained_and_cleaned_up(backend, tmp_path):
         sandbox = manager.get("bomb")
         neighbour = manager.get("neighbour")
         await sandbox.run("true")
-        namespace = os.readlink(f"/proc/{sandbox._anchor.target}/ns/pid")
+        namespace = pid_namespace(sandbox)
         peak = 0
 
         async def watch() -> None:
@@ -298,7 +326,7 @@ def test_a_fork_bomb_is_contained_and_cleaned_up(backend, tmp_path):
 # -- output floods --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BOTH)
+@pytest.mark.parametrize("backend", ALL)
 @pytest.mark.parametrize("command", ["yes", "head -c 3G /dev/zero"])
 def test_a_gigabyte_flood_of_output_is_capped_and_cut_off(backend, command, tmp_path):
     manager = make_manager(tmp_path, backend, max_output_bytes=10_000)
@@ -324,7 +352,7 @@ def test_a_gigabyte_flood_of_output_is_capped_and_cut_off(backend, command, tmp_
 # -- timeouts --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BOTH)
+@pytest.mark.parametrize("backend", ALL)
 def test_a_timeout_kills_every_descendant_daemons_included(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
     marks = [str(n) for n in range(7101, 7107)]

@@ -1,4 +1,5 @@
-"""200 rollouts through SandboxManager + ToolContext leave no process and no directory behind."""
+"""200 rollouts through SandboxManager + ToolContext leave no process, no directory and no
+container behind."""
 
 from __future__ import annotations
 
@@ -9,20 +10,32 @@ import time
 import pytest
 from sandbox_helpers import (
     BWRAP,
+    DOCKER,
     LOCAL,
     descendants,
+    docker_containers,
     eventually,
     make_manager,
     processes_pointing_into,
     processes_running,
 )
 
+from hermes_envgen.runtime.sandbox.docker import LABEL
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import ToolExecutionError
 
 ROLLOUTS = 200
 CONCURRENCY = 16
 LINGERER = b"sleep\x00987"  # every background process the rollouts start runs this
+
+
+# Seconds the 200 rollouts may take: docker creates and removes a container per rollout.
+TIME_LIMIT = {"local": 40, "bwrap": 40, "docker": 240}
+
+
+def project_containers() -> set[str]:
+    """Every container carrying the sandboxes' label, running or not (docker ps -a)."""
+    return set(docker_containers(f"label={LABEL}"))
 
 
 class Crash(RuntimeError):
@@ -62,12 +75,13 @@ async def rollout(manager, number: int) -> str:
         await ctx.cleanup()
 
 
-@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
     root = manager.root
     processes_before = descendants()
     pointing_before = processes_pointing_into(root.parent)
+    containers_before = project_containers() if backend == "docker" else set()
 
     async def main():
         slots = asyncio.Semaphore(CONCURRENCY)
@@ -97,4 +111,7 @@ def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
     # no directory: every workspace and the manager's own root are gone
     assert not root.exists(), sorted(os.listdir(root))
     assert len(manager) == 0
-    assert elapsed < 40, f"{ROLLOUTS} rollouts took {elapsed:.1f} s"
+    # no container: the engine holds none of the project's beyond those there before
+    if backend == "docker":
+        assert project_containers() <= containers_before
+    assert elapsed < TIME_LIMIT[backend], f"{ROLLOUTS} rollouts took {elapsed:.1f} s"

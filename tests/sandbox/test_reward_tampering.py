@@ -1,8 +1,8 @@
 """An agent that answers wrong and then tries to make the verification pass anyway.
 
 Each attack runs on every backend where the README promises to stop it: local stops tagged
-background processes and ignores a planted user site; only bwrap (and docker) also keep the
-check files out of the agent's reach and stop daemons that clear their environment.
+background processes and ignores a planted user site; bwrap and docker also keep the check
+files out of the agent's reach and stop daemons that clear their environment.
 """
 
 from __future__ import annotations
@@ -11,18 +11,19 @@ import asyncio
 import shutil
 
 import pytest
-from sandbox_helpers import BWRAP, LOCAL, alive, make_manager, processes_running
+from sandbox_helpers import BWRAP, DOCKER, LOCAL, alive, make_manager, processes_running
 
 from hermes_envgen.runtime.rewards import verify_in_sandbox
 from hermes_envgen.runtime.tool_context import ToolContext
 
-BOTH = [LOCAL, BWRAP]
+BOTH = [LOCAL, BWRAP, DOCKER]
+ISOLATED = [BWRAP, DOCKER]
 FAILING_CHECK = {"check.sh": "exit 1\n"}
 
 # Rewrites every check file it can find, for as long as it lives.
 REWRITER = """
 while :; do
-    for d in /workspace/.verify-* "$PWD"/.verify-* /verify-*; do
+    for d in /workspace/.verify-* "$PWD"/.verify-* /verify-* /tmp/.verify-*; do
         printf 'exit 0\\n' > "$d/check.sh" 2>/dev/null
     done
     sleep 0.01
@@ -41,7 +42,7 @@ def test_a_background_process_cannot_rewrite_the_check(backend, tmp_path):
     daemons = (
         f"(setsid nohup sleep {marks[0]} >/dev/null 2>&1 &); sleep {marks[1]} >/dev/null 2>&1 &"
     )
-    if backend == "bwrap":  # a daemon that drops its run tag too: only bwrap promises it
+    if backend != "local":  # a daemon that drops its run tag too: local does not promise it
         daemons += " (setsid env -i /bin/sh -c 'exec sleep 7203' >/dev/null 2>&1 &);"
         marks.append("7203")
 
@@ -64,7 +65,7 @@ def test_a_background_process_cannot_rewrite_the_check(backend, tmp_path):
     assert not survivors, "a process of the rollout outlived it into verification"
 
 
-@pytest.mark.parametrize("backend", [BWRAP])
+@pytest.mark.parametrize("backend", ISOLATED)
 def test_verification_cannot_change_or_replace_its_own_check_files(backend, tmp_path):
     # Code of the agent's that the check runs (a test importing the solution, say) tries it.
     manager = make_manager(tmp_path, backend)

@@ -49,7 +49,7 @@ from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_view
-from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
@@ -225,6 +225,7 @@ class HermesAgentBaseEnv(BaseEnv):
             lifetime=config.terminal_lifetime,
         )
         set_default_sandbox_manager(self.sandboxes)
+        self._sandbox_errors_logged: set[str] = set()
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
@@ -370,6 +371,10 @@ class HermesAgentBaseEnv(BaseEnv):
             tool_choice=self.config.tool_choice,
         )
         try:
+            try:
+                await ctx.sandbox.start()
+            except SandboxUnavailable as exc:
+                return self._unstarted_rollout(item, task_id, str(exc))
             await self.prepare_sandbox(item, ctx)
             result = await loop.run(self.build_messages(item))
             # Nothing the agent started may run on while its work is scored.
@@ -388,6 +393,19 @@ class HermesAgentBaseEnv(BaseEnv):
             sequence=backend.trace if backend is not None else None,
             failure=reward.failure,
         )
+
+    def _unstarted_rollout(self, item: Any, task_id: str, error: str) -> Rollout:
+        """A rollout whose sandbox could not start: scored 0.0 with the reason as reward error.
+
+        The model is never asked (its tools could not run); the group goes on. The reason is
+        logged once per distinct message, not once per rollout.
+        """
+        if error not in self._sandbox_errors_logged:
+            self._sandbox_errors_logged.add(error)
+            logger.error("the sandbox could not start; rollouts score 0.0: %s", error)
+        result = AgentResult(messages=self.build_messages(item))
+        reward = Reward(0.0, counts={"reward_errors": 1.0}, failure=f"sandbox failed: {error}")
+        return Rollout(item, result, 0.0, task_id, error, reward.counts, failure=reward.failure)
 
     async def _score(
         self, item: Any, result: AgentResult, ctx: ToolContext

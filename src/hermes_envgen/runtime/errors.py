@@ -38,6 +38,10 @@ class SandboxError(HermesEnvgenError):
     """A sandbox operation failed (cannot start, path refused, engine gone)."""
 
 
+class SandboxUnavailable(SandboxError):
+    """The sandbox cannot be started at all (no engine, no image...): nothing can run in it."""
+
+
 class PathOutsideWorkspace(SandboxError):
     """A path that leaves the task's workspace; refused."""
 

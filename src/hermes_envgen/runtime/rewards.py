@@ -150,10 +150,11 @@ async def verify_in_sandbox(
     """Stop the rollout's processes, place check files, and run the verifying command.
 
     Every process the agent started is killed first (``Sandbox.stop_agent_processes``); the
-    files go into a fresh directory with an unguessable name (on bwrap read-only, outside
-    the workspace), so the agent could not have prepared or edited them; ``{checks}`` in
-    ``command`` is replaced by that directory. The command runs in a fresh process with an
-    environment the agent did not shape. Returns the command's ``{"exit_code", "output"}``.
+    files go into a fresh directory with an unguessable name (on bwrap and docker
+    read-only, outside the workspace), so the agent could not have prepared or edited them;
+    ``{checks}`` in ``command`` is replaced by that directory. The command runs in a fresh
+    process with an environment the agent did not shape. Returns the command's
+    ``{"exit_code", "output"}``.
     """
     sandbox = ctx.sandbox
     await sandbox.stop_agent_processes()

@@ -7,6 +7,7 @@ from hermes_envgen.runtime.sandbox.base import (
     Sandbox,
     SandboxError,
     SandboxSettings,
+    SandboxUnavailable,
 )
 from hermes_envgen.runtime.sandbox.manager import (
     BACKENDS,
@@ -24,6 +25,7 @@ __all__ = [
     "SandboxError",
     "SandboxManager",
     "SandboxSettings",
+    "SandboxUnavailable",
     "check_backend",
     "register_backend",
 ]

@@ -9,14 +9,16 @@ import signal
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_envgen.runtime.errors import PathOutsideWorkspace, SandboxError
-from hermes_envgen.runtime.sandbox.process import spawn
+from hermes_envgen.runtime.errors import PathOutsideWorkspace, SandboxError, SandboxUnavailable
+from hermes_envgen.runtime.sandbox.process import SpawnedProcess, spawn
+from hermes_envgen.runtime.sandbox.procfs import is_alive
 from hermes_envgen.runtime.sandbox.workspace_files import WorkspaceFiles, file_errors, remove_tree
 
-__all__ = ["PathOutsideWorkspace", "SandboxError", "remove_tree"]
+__all__ = ["PathOutsideWorkspace", "SandboxError", "SandboxUnavailable", "remove_tree"]
 
 TIMEOUT_EXIT_CODE = 124
 
@@ -107,6 +109,17 @@ class Sandbox(ABC):
         finally:
             self.running -= 1
             self.touch()
+
+    async def start(self) -> None:
+        """Start the sandbox now rather than at its first use (raises SandboxUnavailable).
+
+        A rollout starts its sandbox before the model is asked anything, so that a backend
+        that cannot start fails it with one clear error instead of a tool error per call.
+        """
+        if self.closed:
+            raise SandboxError(f"sandbox {self.task_id} is closed")
+        self.touch()
+        await self._prepare()
 
     async def _prepare(self) -> None:  # noqa: B027  (a hook: most backends need nothing)
         """Start what the sandbox needs before a command runs (a container, say); optional."""
@@ -231,28 +244,14 @@ class HostDirectorySandbox(Sandbox):
         env[RUN_TAG_VARIABLE] = tag
         process = await spawn(self._command_argv(command), env, preexec_fn=self._preexec())
         self._process_groups.add(process.pid)
-        captured = CappedOutput(self.settings.max_output_bytes)
-        reader = asyncio.ensure_future(captured.drain(process.stdout))
-        timed_out = False
-        try:
-            try:
-                await asyncio.wait_for(process.wait(), timeout)
-            except asyncio.TimeoutError:
-                timed_out = True
-                kill_processes(process.pid, tag)
-                await process.wait()
-            # Background children may hold the pipe after the shell exited; give them a moment.
-            if not await _finishes_within(reader, 1.0):
-                kill_processes(process.pid, tag)
-                await _finishes_within(reader, 1.0)
-        finally:
-            if process.returncode is None:  # cancelled: never leave the command running
-                kill_processes(process.pid, tag)
-            if not reader.done():  # something no kill reached still holds the pipe
-                reader.cancel()
+
+        async def kill() -> None:
+            kill_processes(process.pid, tag)
+
+        result = await finish_command(process, self.settings.max_output_bytes, timeout, kill)
         if not _group_alive(process.pid):
             self._process_groups.discard(process.pid)
-        return captured.result(process.returncode, timeout if timed_out else None)
+        return result
 
     def _preexec(self):
         """A function run in the child before exec (resource limits); None for none."""
@@ -314,18 +313,9 @@ def tagged_processes(tag: str) -> list[int]:
                 environ = file.read()
         except OSError:
             continue
-        if needle in b"\0" + environ + b"\0" and _alive(int(name)):
+        if needle in b"\0" + environ + b"\0" and is_alive(int(name)):
             found.append(int(name))
     return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
-    except (OSError, IndexError):
-        return False
 
 
 def _kill_group(pgid: int) -> None:
@@ -373,6 +363,40 @@ class CappedOutput:
             output += f"\n[command timed out after {timed_out_after:g} s and was killed]"
             return CommandResult(TIMEOUT_EXIT_CODE, output, True, self.dropped)
         return CommandResult(exit_code, output, truncated_bytes=self.dropped)
+
+
+async def finish_command(
+    process: SpawnedProcess,
+    max_output_bytes: int,
+    timeout: float,
+    kill: Callable[[], Awaitable[None]],
+) -> CommandResult:
+    """Collect a started command's capped output and exit under a timeout (every backend).
+
+    ``kill`` kills the command and all it started. It runs on a timeout, when background
+    children still hold the output pipe a moment after the command exited, and when the
+    caller is cancelled, so that no command outlives its call.
+    """
+    captured = CappedOutput(max_output_bytes)
+    reader = asyncio.ensure_future(captured.drain(process.stdout))
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(process.wait(), timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await kill()
+            await process.wait()
+        # Background children may hold the pipe after the shell exited; give them a moment.
+        if not await _finishes_within(reader, 1.0):
+            await kill()
+            await _finishes_within(reader, 1.0)
+    finally:
+        if process.returncode is None:  # cancelled: never leave the command running
+            await asyncio.shield(kill())
+        if not reader.done():  # something no kill reached still holds the pipe
+            reader.cancel()
+    return captured.result(process.returncode, timeout if timed_out else None)
 
 
 async def _finishes_within(task: asyncio.Future, seconds: float) -> bool:

@@ -64,6 +64,7 @@ from hermes_envgen.runtime.sandbox.host_limits import (
     unmount_below,
 )
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
+from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 logger = logging.getLogger(__name__)
@@ -350,7 +351,7 @@ class _Anchor:
     a manager used from several event loops in turn (as tests do) still cleans up.
     """
 
-    def __init__(self, bwrap_pid: int, target: int, started: bytes) -> None:
+    def __init__(self, bwrap_pid: int, target: int, started: str) -> None:
         self.bwrap_pid = bwrap_pid
         self.target = target
         self._started = started  # the target's start time: a reused pid is not our anchor
@@ -388,7 +389,7 @@ class _Anchor:
             while True:
                 target = _anchor_process(pid)
                 if target is not None:
-                    return cls(pid, target, _start_time(target))
+                    return cls(pid, target, start_time(target))
                 finished, status = os.waitpid(pid, os.WNOHANG)
                 if finished:
                     reaped = True  # its pid may be reused now: never signal it again
@@ -414,7 +415,7 @@ class _Anchor:
             self._reaped = _reap_if_exited(self.bwrap_pid)
         return (
             not self._reaped
-            and _start_time(self.target) == self._started
+            and start_time(self.target) == self._started
             and _namespace_identity(self.target) == self._identity
         )
 
@@ -462,24 +463,9 @@ def _children(pid: int) -> list[int]:
     # a kernel without CONFIG_PROC_CHILDREN: find them by their parent pid
     children = []
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as file:
-                    if int(file.read().rsplit(b")", 1)[-1].split()[1]) == pid:
-                        children.append(int(name))
-            except (OSError, IndexError, ValueError):
-                continue
+        if name.isdigit() and parent_pid(int(name)) == pid:
+            children.append(int(name))
     return children
-
-
-def _start_time(pid: int) -> bytes:
-    """A process's start time (clock ticks since boot), or b"" if it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            fields = file.read().rsplit(b")", 1)[-1].split()
-    except OSError:
-        return b""
-    return b"" if fields[0] in (b"Z", b"X") else fields[19]
 
 
 def _reap_if_exited(pid: int) -> bool:

@@ -1,18 +1,24 @@
 """The docker backend: one container per task, commands through ``docker exec``.
 
-The container (``settings.docker_image``, default ``python:3.11-slim``) starts on first use
-and runs ``sleep infinity`` under docker's init. It has no network (``--network none``)
-unless ``settings.network``; a read-only root filesystem with size-capped tmpfs mounts at
-``/workspace`` (the working directory and ``HOME``) and ``/tmp``; no capabilities; no new
-privileges; an unprivileged user; memory, process-count and file-size limits (see
-``limits``). ``close`` removes it with ``docker rm -f``.
+The container (``settings.docker_image``, default ``python:3.11-slim``; it must have bash)
+starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
+(``--network none``) unless ``settings.network``; a read-only root filesystem with size-capped
+tmpfs mounts at ``/workspace`` (the working directory and ``HOME``) and ``/tmp``; no
+capabilities; no new privileges; an unprivileged user; memory, process-count and file-size
+limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A container that cannot
+start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what is missing.
 
-Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment. A
-timeout kills the ``docker exec`` client and then, inside the container, every process with
-the command's tag (killing the client alone would leave the command running). Files: read,
-written and listed by small ``sh`` scripts run with ``docker exec``, byte for byte through
-stdin/stdout; each first resolves the path with ``realpath`` inside the container (symlinks
-as the container sees them) and refuses anything outside ``/workspace``.
+Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment, stderr
+joined to stdout inside. A timeout kills every process with the command's tag (from the host
+when the engine runs here and we may, and inside the container) and the ``docker exec``
+client: killing the client alone would leave the command running. Files: read, written and
+listed by small ``sh`` scripts run with ``docker exec``, byte for byte through stdin/stdout;
+each first resolves the path with ``realpath`` inside the container (symlinks as the
+container sees them) and refuses anything outside ``/workspace``.
+
+Verification: ``stop_agent_processes`` kills every process but docker's init and the
+``sleep``, then makes the verification's ``HOME`` in ``/tmp``; ``install_checks`` writes the
+check files as root (``docker exec --user 0``), read-only, into a directory of root's.
 """
 
 from __future__ import annotations
@@ -30,15 +36,20 @@ from pathlib import Path
 from hermes_envgen.runtime.sandbox.base import (
     RUN_TAG_VARIABLE,
     TIMEOUT_EXIT_CODE,
-    CappedOutput,
     CommandResult,
     PathOutsideWorkspace,
     Sandbox,
     SandboxError,
     SandboxSettings,
+    SandboxUnavailable,
+    check_file_name,
     command_environment,
+    finish_command,
+    kill_processes,
 )
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
+from hermes_envgen.runtime.sandbox.process import spawn
+from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
 
 WORKDIR = "/workspace"
 HOSTNAME = "sandbox"
@@ -48,7 +59,9 @@ WORKSPACE_SIZE_MB = 2048  # the workspace is a tmpfs: it counts against the host
 TMP_SIZE_MB = 512
 LABEL = "hermes-envgen.sandbox"
 START_TIMEOUT = 600.0  # includes pulling the image the first time
-OUTSIDE, MISSING, NOT_A_FILE = 3, 4, 5  # exit codes of the file scripts
+ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
+# Exit codes of the file scripts.
+OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR = 3, 4, 5, 6, 7
 
 # Each file script gets the workspace as $1 and the path as $2 (already absolute and
 # lexically inside); it resolves symlinks with realpath, as the container sees them.
@@ -59,7 +72,8 @@ case $p in "$ws"|"$ws"/*) ;; *) echo "$2 resolves to $p" >&2; exit 3 ;; esac
 READ_SCRIPT = (
     _CONFINE
     + """[ -e "$p" ] || exit 4
-[ -f "$p" ] || exit 5
+[ -d "$p" ] && exit 5
+[ -f "$p" ] || exit 7
 exec cat -- "$p"
 """
 )
@@ -77,17 +91,27 @@ LIST_SCRIPT = (
 exec find "$p" -type f -print0
 """
 )
-# Kills every process whose environment holds the tag ($1); run as the container's user.
-KILL_SCRIPT = """for d in /proc/[0-9]*; do
-  [ "${d#/proc/}" = "$$" ] && continue
-  if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qx "$1"; then kill -9 "${d#/proc/}"; fi
-done 2>/dev/null
+# Kills every process whose environment holds the tag ($1); run by bash as the container's
+# user. Only builtins: a fork bomb may hold every process slot the container has. Rounds
+# catch children forked while their parents were being killed.
+KILL_SCRIPT = """for round in 1 2 3 4 5 6 7 8 9 10; do
+  found=
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    [ "$pid" = "$$" ] && continue
+    while IFS= read -r -d '' variable; do
+      if [ "$variable" = "$1" ]; then kill -9 "$pid"; found=1; break; fi
+    done < "$d/environ"
+  done 2>/dev/null
+  [ -z "$found" ] && break
+done
 exit 0
 """
 
 # Kills every process of the container but docker's init (pid 1) and its first child, the
-# ``sleep infinity`` that keeps the container up; rounds catch what forked meanwhile.
-KILL_ALL_SCRIPT = """anchor=$(cut -d' ' -f1 /proc/1/task/1/children)
+# ``sleep infinity`` that keeps the container up; run by bash, builtins only (no process
+# slot needed beyond its own); rounds catch what forked meanwhile.
+KILL_ALL_SCRIPT = """read -r anchor _ < /proc/1/task/1/children
 for round in 1 2 3 4 5 6 7 8 9 10; do
   found=
   for d in /proc/[0-9]*; do
@@ -98,6 +122,12 @@ for round in 1 2 3 4 5 6 7 8 9 10; do
   [ -z "$found" ] && break
 done
 exit 0
+"""
+# Writes stdin to the check file $2 below the fresh check directory $1, as root: the
+# directory (in the sticky /tmp) and the file are root's and read-only to everyone else.
+INSTALL_SCRIPT = """umask 022
+[ -d "$1" ] || mkdir -m 0755 -- "$1" || exit 1
+mkdir -p -- "$(dirname -- "$2")" && cat > "$2" && chmod 0444 -- "$2"
 """
 
 
@@ -146,9 +176,13 @@ class DockerSandbox(Sandbox):
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
         self.container = container_name(task_id)
         self._started = False
+        self._start_error: str | None = None  # why the container could not start, once known
         self._start_lock = asyncio.Lock()
         self._commands_started = 0
         self._tag_prefix = f"{uuid.uuid4().hex[:16]}."
+        # HOME of verification commands: made by stop_agent_processes, once the agent is gone.
+        self._verification_home = f"/tmp/.home-{uuid.uuid4().hex}"
+        self._verification_home_made = False
 
     @property
     def workdir(self) -> str:
@@ -169,7 +203,9 @@ class DockerSandbox(Sandbox):
             "--read-only",
             "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,mode=1777,size={WORKSPACE_SIZE_MB}m",
             "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,mode=1777,size={TMP_SIZE_MB}m",
-            "--workdir", WORKDIR,
+            # No --workdir here: with it, docker 20.10 mounts the /workspace tmpfs root-owned
+            # 0755 whatever its mode option says, and the agent cannot write its own workspace.
+            # Every exec enters the workspace itself (exec_argv).
             "--user", CONTAINER_USER,
             "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges",
@@ -179,15 +215,19 @@ class DockerSandbox(Sandbox):
             args += ["--env", f"{name}={value}"]
         return [*args, "--entrypoint", "sleep", self.image, "infinity"]
 
-    def exec_argv(self, *command: str, stdin: bool = False, tag: str | None = None) -> list[str]:
+    def exec_argv(
+        self, *command: str, stdin: bool = False, tag: str | None = None, user: str | None = None
+    ) -> list[str]:
         """The ``docker exec`` argv that runs ``command`` in the container's workspace."""
         args = [self.docker, "exec", "--workdir", WORKDIR]
+        if user is not None:
+            args += ["--user", user]
         if stdin:
             args.append("--interactive")
         if tag is not None:
             args += ["--env", f"{RUN_TAG_VARIABLE}={tag}"]
         if self.verifying:  # an environment the agent did not shape (see stop_agent_processes)
-            args += ["--env", "HOME=/tmp", "--env", "PYTHONNOUSERSITE=1"]
+            args += ["--env", f"HOME={self._verification_home}", "--env", "PYTHONNOUSERSITE=1"]
         return [*args, self.container, *command]
 
     async def _ensure_started(self) -> None:
@@ -197,9 +237,17 @@ class DockerSandbox(Sandbox):
                 return
             if self.closed:
                 raise SandboxError(f"sandbox {self.task_id} is closed")
+            if self._start_error is not None:  # once is enough: the same error, at once
+                raise SandboxUnavailable(self._start_error)
             code, out = await _docker(self.run_argv(), timeout=START_TIMEOUT)
+            if code == 0:
+                # Every command runs with bash: an image without it fails here, at the start.
+                code, out = await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
             if code != 0:
-                raise SandboxError(f"docker could not start the sandbox: {out.strip()[:1000]}")
+                # A container may have been created before it failed to start: remove it.
+                await _docker([self.docker, "rm", "--force", "--volumes", self.container], 60)
+                self._start_error = start_failure(out, self.image)
+                raise SandboxUnavailable(self._start_error)
             self._started = True
 
     async def close(self) -> None:
@@ -220,40 +268,68 @@ class DockerSandbox(Sandbox):
         self._commands_started += 1
         tag = f"{self._tag_prefix}{self._commands_started}"
         # The command starts on line 2, as on the other backends (same line numbers in errors).
-        script = f"cd -- {WORKDIR} || exit 1\n{command}"
-        process = await asyncio.create_subprocess_exec(
-            *self.exec_argv("bash", "-c", script, tag=tag),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        captured = CappedOutput(self.settings.max_output_bytes)
-        reader = asyncio.ensure_future(captured.drain(process.stdout))
-        timed_out = False
-        try:
-            try:
-                await asyncio.wait_for(process.wait(), timeout)
-            except asyncio.TimeoutError:
-                timed_out = True
-                await self._kill(process.pid, tag)
-                await process.wait()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(reader), 5.0)
-        finally:
-            if process.returncode is None:  # cancelled: never leave the command running
-                await asyncio.shield(self._kill(process.pid, tag))
-            if not reader.done():
-                reader.cancel()
-        return captured.result(process.returncode, timeout if timed_out else None)
+        # docker exec carries stdout and stderr as two streams whose order the client loses:
+        # joining them inside keeps the order the command wrote them in.
+        script = f"exec 2>&1; cd -- {WORKDIR} || exit 1\n{command}"
+        argv = self.exec_argv("bash", "-c", script, tag=tag)
+        process = await spawn(argv, dict(os.environ))  # the client needs DOCKER_HOST & co.
+
+        async def kill() -> None:
+            await self._kill(process.pid, tag)
+
+        result = await finish_command(process, self.settings.max_output_bytes, timeout, kill)
+        if result.exit_code != 0 and result.output.startswith(ENGINE_GONE):
+            # The engine stopped under a running sandbox: that is no result of the command.
+            raise SandboxUnavailable(start_failure(result.output, self.image))
+        return result
 
     async def _kill_everything(self) -> None:
-        if self._started:
-            await _docker(self.exec_argv("sh", "-c", KILL_ALL_SCRIPT), timeout=30)
+        if not self._started:
+            return
+        # From the host first, as _kill does: a fork bomb may leave no slot for docker exec.
+        code, out = await _docker(
+            [self.docker, "inspect", "--format", "{{.State.Pid}}", self.container], 30
+        )
+        if code == 0 and out.strip().isdigit():
+            kill_container_processes(int(out.strip()))
+        await _docker(self.exec_argv("bash", "-c", KILL_ALL_SCRIPT), timeout=30)
+
+    async def stop_agent_processes(self) -> None:
+        await super().stop_agent_processes()
+        # Made only now, once (a reward may stop the agent again): nothing of the agent's
+        # can have prepared it.
+        if self._started and not self._verification_home_made:
+            mkdir = self.exec_argv("mkdir", "-m", "0700", "--", self._verification_home)
+            code, out = await _docker(mkdir, timeout=60)
+            if code != 0:
+                raise SandboxError(f"cannot make the verification's HOME: {out.strip()[:500]}")
+            self._verification_home_made = True
+
+    async def install_checks(self, files: dict[str, bytes]) -> str:
+        """Write the check files as root, read-only, into a fresh directory of root's in /tmp.
+
+        The agent's user can neither change them nor rename or replace their directory
+        (``/tmp`` is sticky), even from code of the agent's that a check runs.
+        """
+        await self._ensure_started()
+        directory = f"/tmp/.verify-{uuid.uuid4().hex}"
+        for name, data in files.items():
+            target = f"{directory}/{check_file_name(name)}"
+            argv = self.exec_argv(
+                "sh", "-c", INSTALL_SCRIPT, "sh", directory, target, stdin=True, user="0"
+            )
+            code, _, err = await _exec(argv, data)
+            if code != 0:
+                raise SandboxError(f"cannot install check file {name!r}: {err.strip()[:500]}")
+        return directory
 
     async def _kill(self, client_pid: int, tag: str) -> None:
         """Kill a command: inside the container by its tag, and its ``docker exec`` client."""
-        kill = self.exec_argv("sh", "-c", KILL_SCRIPT, "sh", f"{RUN_TAG_VARIABLE}={tag}")
+        # An engine on this machine runs the container's processes here too: when we may
+        # signal them (root), kill them directly. That needs no process slot in the container,
+        # and a fork bomb at the container's process limit leaves none for docker exec.
+        kill_processes(None, tag)
+        kill = self.exec_argv("bash", "-c", KILL_SCRIPT, "bash", f"{RUN_TAG_VARIABLE}={tag}")
         await _docker(kill, timeout=30)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(client_pid, signal.SIGKILL)
@@ -293,14 +369,7 @@ class DockerSandbox(Sandbox):
     ) -> tuple[int, bytes, str]:
         """Run a file script in the container: its exit code, stdout and stderr."""
         argv = self.exec_argv("sh", "-c", script, "sh", WORKDIR, target, stdin=data is not None)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await process.communicate(data)
-        return process.returncode, out, err.decode(errors="replace")
+        return await _exec(argv, data)
 
     @staticmethod
     def _raise_for(code: int, path: str, err: str) -> None:
@@ -311,9 +380,56 @@ class DockerSandbox(Sandbox):
             raise PathOutsideWorkspace(f"{path} leads outside the workspace {WORKDIR}")
         if code == MISSING:
             raise SandboxError(f"{path}: no such file")
-        if code == NOT_A_FILE:
-            raise SandboxError(f"{path} is a directory or not a regular file")
+        if code == DIRECTORY:
+            raise SandboxError(f"{path} is a directory")
+        if code == NOT_REGULAR:
+            raise SandboxError(f"{path} is not a regular file")
+        if code == NO_PARENT:
+            raise SandboxError(f"{path}: a part of the path is not a directory")
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
+
+
+async def _exec(argv: list[str], data: bytes | None) -> tuple[int, bytes, str]:
+    """Run a ``docker exec`` argv with ``data`` on its stdin: its exit code, stdout, stderr."""
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate(data)
+    return process.returncode, out, err.decode(errors="replace")
+
+
+def kill_container_processes(init_pid: int) -> None:
+    """SIGKILL, from the host, every process of a container but its init and that one's first child.
+
+    Only when the engine runs on this machine and we may signal the container's processes
+    (root); otherwise nothing happens and the in-container script does the work.
+    """
+    try:
+        namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
+    except OSError:
+        return
+    children = [pid for pid in _pids() if parent_pid(pid) == init_pid]
+    # The anchor is init's oldest child: what the agent orphaned came to init later.
+    oldest = min(children, key=lambda pid: int(start_time(pid) or 2**63), default=None)
+    keep = {init_pid, oldest}
+    for _ in range(20):
+        found = False
+        for pid in _pids():
+            if pid in keep:
+                continue
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
+                    os.kill(pid, signal.SIGKILL)
+                    found = True
+        if not found:
+            return
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
 async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
@@ -326,7 +442,9 @@ async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
             stderr=asyncio.subprocess.STDOUT,
         )
     except FileNotFoundError:
-        raise SandboxError("the docker backend needs the docker CLI") from None
+        raise SandboxUnavailable(
+            "the docker backend needs the docker CLI on PATH (Debian: apt-get install docker.io)"
+        ) from None
     try:
         out, _ = await asyncio.wait_for(process.communicate(), timeout)
     except asyncio.TimeoutError:
@@ -334,3 +452,31 @@ async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
         await process.wait()
         return TIMEOUT_EXIT_CODE, f"{argv[1]} timed out after {timeout:g} s"
     return process.returncode, out.decode(errors="replace")
+
+
+def engine_address() -> str:
+    """The Docker engine the CLI talks to, as a message names it."""
+    host = os.environ.get("DOCKER_HOST")
+    return host or "the docker CLI's default (DOCKER_HOST is unset: /var/run/docker.sock)"
+
+
+def start_failure(output: str, image: str) -> str:
+    """One line saying why ``docker run`` could not start a sandbox, and what to do."""
+    engine = engine_address()
+    if ENGINE_GONE in output or "error during connect" in output:
+        return (
+            f"docker backend: no Docker engine answers at {engine}; start one (dockerd, or"
+            " systemctl start docker) or set DOCKER_HOST to one that runs"
+        )
+    if "Unable to find image" in output or "No such image" in output:
+        return (
+            f"docker backend: image {image!r} is not on the engine at {engine} and could not"
+            " be pulled; pull or build it there, or set sandbox_image to an image it has"
+        )
+    if "executable file not found" in output and "bash" in output:
+        return (
+            f"docker backend: image {image!r} has no bash, which every command runs with;"
+            " use an image with bash and coreutils (e.g. python:3.11-slim, debian:bookworm)"
+        )
+    last_line = (output.strip().splitlines() or ["no output"])[-1][:500]
+    return f"docker backend: could not start a container of {image!r} on {engine}: {last_line}"

@@ -30,8 +30,16 @@ class SpawnedProcess:
         return self.returncode
 
 
+def shell_exit_code(code: int) -> int:
+    """An exit code as a shell reports it: a death by signal n is 128 + n, not -n.
+
+    ``docker exec`` can only report 128 + n, so every backend reports it that way.
+    """
+    return 128 - code if code < 0 else code
+
+
 def _exit_status(status: int) -> int:
-    return os.waitstatus_to_exitcode(status)
+    return shell_exit_code(os.waitstatus_to_exitcode(status))
 
 
 async def spawn(
@@ -113,5 +121,9 @@ async def _asyncio_spawn(
         start_new_session=True,
         preexec_fn=preexec_fn,
     )
-    waiter = asyncio.ensure_future(process.wait())
+
+    async def wait() -> int:
+        return shell_exit_code(await process.wait())
+
+    waiter = asyncio.ensure_future(wait())
     return SpawnedProcess(process.pid, process.stdout, waiter)

@@ -1,0 +1,128 @@
+"""End to end on a real Docker engine: a generated env's process and evaluate modes with
+``--env.terminal_backend docker``, against the stub model that solves each task once and gives
+up once. The reward runs the task's checks in the container, so solved and given-up rollouts
+score apart only if the agent's commands really ran there."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import render_template
+from sandbox_helpers import docker_containers, docker_test_image, needs_docker
+
+from hermes_envgen.runtime.sandbox.docker import LABEL
+from hermes_envgen.testing.envs import read_eval_results, validate_groups
+from hermes_envgen.testing.policy import scripted_policy
+from hermes_envgen.testing.runner import offline_environment, run_env_mode
+
+pytestmark = needs_docker
+PROJECT = "dockerenv"  # a package name no other test renders: it is imported here
+
+
+@contextlib.contextmanager
+def containers_created() -> Iterator[list[str]]:
+    """Collect the ids of the sandbox containers the engine creates meanwhile.
+
+    Streamed as they happen: the engine keeps only its last 256 events for later queries.
+    """
+    created: list[str] = []
+    filters = ["type=container", "event=create", f"label={LABEL}"]
+    watcher = subprocess.Popen(
+        ["docker", "events", "--format", "{{.ID}}", *(f"--filter={f}" for f in filters)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.5)  # subscribed before anything starts
+    try:
+        yield created
+        time.sleep(1.0)  # the last events reach the stream
+    finally:
+        watcher.terminate()
+        out, _ = watcher.communicate(timeout=30)
+        created += out.split()
+
+
+def sandbox_containers() -> list[str]:
+    """Every container with the sandboxes' label, running or not."""
+    return docker_containers(f"label={LABEL}")
+
+
+@pytest.fixture(scope="module")
+def generated_env(tmp_path_factory):
+    """A rendered project (atropos provider, binary reward) and its built-in samples."""
+    project = render_template(
+        tmp_path_factory.mktemp("generated") / PROJECT,
+        {
+            "project_name": PROJECT,
+            "provider": "atropos",
+            "reward_pattern": "binary",
+            "ci": False,
+            "use_dataset": False,
+        },
+    )
+    sys.path.insert(0, str(project / "src"))
+    try:
+        samples = importlib.import_module(f"{PROJECT}.samples").SAMPLES
+    finally:
+        sys.path.remove(str(project / "src"))
+    return project, samples
+
+
+@pytest.fixture
+def run_on_docker(generated_env, stub_server, offline_tokenizer, tmp_path):
+    """Run a mode of the generated env on the docker backend against the stub model that
+    solves each task once and gives up once; the ids of the containers it created."""
+    project, samples = generated_env
+    model = stub_server(scripted_policy(samples))
+    pythonpath = f"{project / 'src'}:{offline_environment().get('PYTHONPATH', '')}"
+
+    def run(mode: str, flags: dict) -> list[str]:
+        with containers_created() as created:
+            run_env_mode(
+                PROJECT,
+                mode,
+                flags={
+                    **flags,
+                    "openai.base_url": model.base_url,
+                    "env.tokenizer_name": offline_tokenizer,
+                    "env.sandbox_root": tmp_path / "sandboxes",
+                    "env.terminal_backend": "docker",
+                    "env.sandbox_image": docker_test_image(),
+                },
+                cwd=tmp_path,
+                timeout=300,
+                extra_env={"PYTHONPATH": pythonpath},
+            )
+        return created
+
+    return run
+
+
+def test_process_runs_the_rollouts_in_containers(run_on_docker, tmp_path):
+    out = tmp_path / "groups.jsonl"
+    created = run_on_docker(
+        "process",
+        {"env.total_steps": 1, "env.group_size": 2, "env.data_path_to_save_groups": out},
+    )
+    (group,) = validate_groups(out, group_size=2)
+    assert sorted(group["scores"]) == [0.0, 1.0], "solved and given up should score apart"
+    assert len(created) >= 2  # one per rollout, on the engine
+    assert sandbox_containers() == []  # and every one removed
+
+
+def test_evaluate_runs_the_rollouts_in_containers(run_on_docker, tmp_path):
+    eval_dir = tmp_path / "eval"
+    created = run_on_docker("evaluate", {"env.data_dir_to_save_evals": eval_dir})
+    metrics, samples_saved = read_eval_results(eval_dir)
+    assert samples_saved and metrics["eval/rollouts"] == len(samples_saved)
+    assert metrics["eval/failures"] == 0, "a rollout failed: see failures.jsonl"
+    assert any(sample["tools_used"] for sample in samples_saved)
+    assert 0.0 < metrics["eval/mean_reward"] <= 1.0
+    assert len(created) >= len(samples_saved)
+    assert sandbox_containers() == []
