@@ -20,6 +20,11 @@ EXAMPLES = REPO / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests of a real model server run last: CI builds and starts it beside the suite."""
+    items.sort(key=lambda item: item.get_closest_marker("llama_server") is not None)
+
+
 @pytest.fixture
 def sandboxes(tmp_path):
     """A sandbox manager whose workspaces live under the test's tmp_path."""

@@ -33,7 +33,13 @@ def test_help_does_not_import_atroposlib_or_transformers():
 def test_help_lists_the_commands():
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("stub-server", "offline-tokenizer", "parsers", "version"):
+    for command in (
+        "stub-server",
+        "offline-tokenizer",
+        "tokenizer-from-gguf",
+        "parsers",
+        "version",
+    ):
         assert command in result.stdout
 
 

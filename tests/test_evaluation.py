@@ -42,6 +42,7 @@ from hermes_envgen.runtime.evaluation import (
     summarize,
     wilson_interval,
 )
+from hermes_envgen.runtime.inference import STARTUP_PROMPT
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER, ask_judge, keyword_overlap
 from hermes_envgen.testing.envs import build_env, read_eval_results
@@ -160,7 +161,9 @@ def first_turns(requests: list[dict]) -> list[dict]:
     return [
         r
         for r in requests
-        if r.get("tools") and not any(m.get("role") == "assistant" for m in r["messages"])
+        if r.get("tools")
+        and not any(m.get("role") == "assistant" for m in r["messages"])
+        and r["messages"][0]["content"] != STARTUP_PROMPT  # the start-up check, no rollout
     ]
 
 

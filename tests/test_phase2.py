@@ -19,16 +19,17 @@ from terminal_env import TASKS, TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.agent_loop import UNPARSED_TOOL, HermesAgentLoop
-from hermes_envgen.runtime.managed import (
+from hermes_envgen.runtime.chat_template import with_arguments
+from hermes_envgen.runtime.exact_tokens import (
     MASKED_LOGPROB,
-    ManagedServerBackend,
+    ExactTokensBackend,
     parse_failure,
     split_reasoning,
 )
 from hermes_envgen.runtime.parsers import get_parser
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
-from hermes_envgen.runtime.trajectory import MASKED, _for_template
+from hermes_envgen.runtime.trajectory import MASKED, trained_runs
 from hermes_envgen.testing.envs import build_env, validate_groups
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
 from hermes_envgen.testing.script import Script
@@ -103,24 +104,11 @@ def expected_turns(script: dict, conversation: int) -> list[str]:
     return [generated_text(turn) + END for turn in parsed.turns]
 
 
-def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
-    """The maximal runs of trained (unmasked) tokens, in order."""
-    runs: list[list[int]] = []
-    previous = MASKED
-    for token, mask in zip(tokens, masks):
-        if mask != MASKED:
-            if previous == MASKED:
-                runs.append([])
-            runs[-1].append(token)
-        previous = mask
-    return runs
-
-
 def run_loop(server, tokenizer, sandboxes, prompt, parser="hermes", **kwargs):
     """One Phase 2 rollout; returns (result, backend)."""
 
     async def main():
-        backend = ManagedServerBackend(server, tokenizer, parser, default_max_tokens=512)
+        backend = ExactTokensBackend(server, tokenizer, parser, default_max_tokens=512)
         ctx = ToolContext("task-p2", sandboxes)
         loop = HermesAgentLoop(
             server, SCHEMAS, NAMES, task_id="task-p2", tool_context=ctx, backend=backend, **kwargs
@@ -249,7 +237,7 @@ def test_backend_keeps_every_turn_exactly_as_generated(
     # With a template that renders turns as the model wrote them, the trace is the template's
     # rendering of the whole conversation (up to the newline after the final end token).
     rendered = tokenizer.apply_chat_template(
-        _for_template(result.messages), tools=SCHEMAS, tokenize=False
+        with_arguments(result.messages, raw=False), tools=SCHEMAS, tokenize=False
     )
     assert tokenizer.decode(trace.tokens) + "\n" == rendered
 
@@ -308,7 +296,7 @@ def test_a_request_that_fails_leaves_the_trace_as_it_was(tokenizer):
             ids = tokenizer.encode("Hi." + END, add_special_tokens=False)
             return kwargs["input_ids"], [ids], [[-0.1] * len(ids)], ["stop"]
 
-    backend = ManagedServerBackend(Flaky(), tokenizer, default_max_tokens=8)
+    backend = ExactTokensBackend(Flaky(), tokenizer, default_max_tokens=8)
     messages = [{"role": "user", "content": "hello"}]
     with pytest.raises(ConnectionError):
         asyncio.run(backend.complete(list(messages)))
@@ -525,7 +513,8 @@ def test_process_writes_groups_with_real_tokens_and_logprobs(
                 assert tokenizer.decode(run).endswith(END)
         scores += group["scores"]
     assert set(scores) == {0.0, 1.0}
-    # Every request was a token-level one: nothing went through the chat endpoint.
+    # Every request was a token-level one: nothing went through the chat endpoint (vllm's
+    # auto-detection of /generate posts an empty body first).
     assert stub.requests and all(
-        ("input_ids" if kind == "sglang" else "prompt") in r for r in stub.requests
+        ("input_ids" if kind == "sglang" else "prompt") in r for r in stub.requests if r
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import shutil
 import sys
 
 import pytest
@@ -22,6 +23,20 @@ TAMPER = (
     "export PATH=$HOME/bin:$PATH; echo done"
 )
 
+# Leaves a wrong answer and, running on after the rollout, a loop that turns every check it
+# finds into ``exit 0``; plants a Python user site whose usercustomize exits 0 as well.
+TAMPER_LATER = (
+    "echo 41 > answer.txt; printf '%s\\n' 'while :; do for d in .verify-* /verify-*; do"
+    ' printf "exit 0\\n" > $d/check.sh 2>/dev/null; done; sleep 0.01; done\' > loop.sh;'
+    " (setsid nohup bash loop.sh > /dev/null 2>&1 &);"
+    ' site=$(python3 -c "import site; print(site.getusersitepackages())");'
+    ' mkdir -p "$site"; printf "import os\\nos._exit(0)\\n" > "$site/usercustomize.py"; echo done'
+)
+BACKENDS = [
+    "local",
+    pytest.param("bwrap", marks=pytest.mark.skipif(not shutil.which("bwrap"), reason="no bwrap")),
+]
+
 
 @pytest.fixture(scope="module")
 def binary_env(tmp_path_factory):
@@ -37,9 +52,9 @@ def binary_env(tmp_path_factory):
         sys.path.remove(str(target / "src"))
 
 
-def reward_of(env_cls, sample, turns, stub_server, tokenizer, tmp_path) -> float:
+def reward_of(env_cls, sample, turns, stub_server, tokenizer, tmp_path, **overrides) -> float:
     stub = stub_server({"conversations": [{"match": anchored(sample["prompt"]), "turns": turns}]})
-    env = build_env(env_cls, stub.base_url, tokenizer, tmp_path)
+    env = build_env(env_cls, stub.base_url, tokenizer, tmp_path, **overrides)
 
     async def main():
         await env.setup()
@@ -79,3 +94,24 @@ def test_deleting_the_answer_file_scores_zero(binary_env, stub_server, offline_t
         {"content": samples[0]["gold_answer"]},
     ]
     assert reward_of(env_cls, samples[0], turns, stub_server, offline_tokenizer, tmp_path) == 0.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_processes_left_running_and_a_planted_user_site_score_zero(
+    binary_env, stub_server, offline_tokenizer, tmp_path, backend
+):
+    env_cls, samples = binary_env
+    turns = [
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": TAMPER_LATER}}]},
+        {"content": samples[0]["gold_answer"]},
+    ]
+    reward = reward_of(
+        env_cls,
+        samples[0],
+        turns,
+        stub_server,
+        offline_tokenizer,
+        tmp_path,
+        terminal_backend=backend,
+    )
+    assert reward == 0.0

@@ -9,6 +9,7 @@ import pytest
 from conftest import EXAMPLES
 
 from hermes_envgen.testing.runner import offline_environment
+from hermes_envgen.testing.stub_server import Faults
 from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
 
 GROUP_SIZE = 4
@@ -65,3 +66,37 @@ def test_the_trainer_receives_batches_of_valid_groups(stub_server, offline_token
                 assert len(tokens) == len(masks) and any(m != -100 for m in masks)
             assert all(0.0 <= s <= 1.0 for s in group["scores"])
             assert len(set(group["scores"])) > 1  # serve drops groups whose scores are all equal
+
+
+@pytest.mark.slow
+def test_serve_stops_when_every_request_fails_for_good(stub_server, offline_tokenizer, tmp_path):
+    # The start-up request is answered; every rollout's request then gets HTTP 403.
+    stub = stub_server(EXAMPLES / "stub_script.yaml", faults=Faults(status=403, status_after=1))
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=2).register()
+        completed = subprocess.run(
+            [
+                sys.executable,
+                str(EXAMPLES / "terminal_env.py"),
+                "serve",
+                "--openai.base_url",
+                stub.base_url,
+                "--env.tokenizer_name",
+                str(offline_tokenizer),
+                "--env.rollout_server_url",
+                api.url,
+                "--env.group_size",
+                str(GROUP_SIZE),
+                "--env.sandbox_root",
+                str(tmp_path / "sandboxes"),
+            ],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=offline_environment(),
+            timeout=180,
+        )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: every request fails: HTTP 403 from "), last
+    assert len(stub.requests) < 50

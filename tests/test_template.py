@@ -144,3 +144,24 @@ def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     with pytest.raises(ValueError, match=message):
         render(tmp_path, data)
     assert not (tmp_path / data["project_name"]).exists()
+
+
+@pytest.mark.parametrize("vllm_server", ["completions", "chat", "generate", "auto"])
+def test_vllm_server_kinds_and_a_judge_of_its_own_render_clean(tmp_path, vllm_server):
+    data = answers("vllm", "judge", False, False) | {
+        "project_name": f"vllm-{vllm_server}",
+        "vllm_server": vllm_server,
+        "judge_base_url": "https://openrouter.ai/api/v1",
+        "judge_model": "openai/gpt-4o-mini",
+    }
+    project = render(tmp_path, data)
+    for args in (["check"], ["format", "--check"]):
+        result = ruff(project, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    env = (project / "src" / f"vllm_{vllm_server}" / "env.py").read_text()
+    assert f'inference_api="{vllm_server}"' in env
+    assert 'default="OPENROUTER_API_KEY"' in env  # the judge's key, read from the environment
+    readme = (project / "README.md").read_text()
+    assert ("vllm serve" in readme) == (vllm_server != "generate")
+    assert ("--enable-auto-tool-choice" in readme) == (vllm_server == "chat")
+    assert "Port 8000 is also run-api's default" in readme  # the answers put vLLM on 8000

@@ -8,6 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.trajectory import MASKED, tokenize_conversation
+from hermes_envgen.runtime.trajectory import trained_runs as runs_of
 
 TOOLS = [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}]
 
@@ -43,17 +44,8 @@ def tokenizer(offline_tokenizer):
 
 
 def trained_runs(tokens, masks):
-    runs, current = [], []
-    for token, mask in zip(tokens, masks):
-        if mask != MASKED:
-            assert mask == token
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
-    return runs
+    assert all(mask in (MASKED, token) for token, mask in zip(tokens, masks))
+    return runs_of(tokens, masks)
 
 
 def test_trained_spans_decode_to_exactly_the_assistant_turns(tokenizer):

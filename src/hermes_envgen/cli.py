@@ -7,6 +7,7 @@ starts fast.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
 from enum import Enum
@@ -86,20 +87,41 @@ def stub_server(
     ] = 0.0,
     hang_rate: Annotated[float, typer.Option(help="Share of requests never answered.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the fault injection.")] = 0,
+    status: Annotated[
+        int, typer.Option(help="Answer every request with this HTTP error status (0: off).")
+    ] = 0,
+    status_after: Annotated[
+        int, typer.Option(help="... after answering this many requests normally.")
+    ] = 0,
     tokenizer: Annotated[
         Path | None,
-        typer.Option(help="The env's tokenizer for POST /generate (default: the offline one)."),
+        typer.Option(help="The env's tokenizer for token-id prompts (default: the offline one)."),
     ] = None,
+    generate: Annotated[
+        bool,
+        typer.Option(
+            help="Serve POST /generate (off: like stock `vllm serve`, tokens only "
+            "through /v1/completions)."
+        ),
+    ] = True,
 ) -> None:
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
     from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
 
     try:
-        faults = Faults(error_rate, latency, malformed_rate, drop_rate, hang_rate, seed)
+        faults = Faults(
+            error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
+        )
     except ValueError as exc:
         fail(str(exc))
     server = StubServer(
-        script, host=host, port=port, faults=faults, announce=True, tokenizer=tokenizer
+        script,
+        host=host,
+        port=port,
+        faults=faults,
+        announce=True,
+        tokenizer=tokenizer,
+        generate=generate,
     )
     try:
         serve_forever(server)
@@ -137,6 +159,23 @@ def parsers() -> None:
     width = max(len(name) for name, _ in rows)
     for name, fmt in rows:
         typer.echo(f"{name.ljust(width)}  {fmt}")
+
+
+@command()
+def cleanup(
+    sandbox_root: Annotated[
+        Path | None,
+        typer.Option(help="The env's sandbox_root (default: the temp directory)."),
+    ] = None,
+) -> None:
+    """Remove the sandboxes that runs killed without cleaning up left (their processes too)."""
+    import tempfile
+
+    from hermes_envgen.runtime.sandbox.runs import reap_stale_runs
+
+    parent = (sandbox_root or Path(tempfile.gettempdir())) / "hermes-envgen"
+    reaped = reap_stale_runs(parent)
+    typer.echo(f"removed {len(reaped)} stale run(s) under {parent}")
 
 
 class ConflictMode(str, Enum):
@@ -252,6 +291,21 @@ def check(
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer for --base-url runs (repo id or directory).")
     ] = None,
+    chat_template: Annotated[
+        str | None,
+        typer.Option(help="For --base-url runs: the env's chat_template (built-in name or file)."),
+    ] = None,
+    inference_api: Annotated[
+        str | None,
+        typer.Option(help="How --base-url is sampled: auto, chat, completions or generate."),
+    ] = None,
+    extra_body: Annotated[
+        str | None,
+        typer.Option(help="Extra JSON fields for every model request, e.g. '{\"top_k\": 20}'."),
+    ] = None,
+    tool_choice: Annotated[
+        str | None, typer.Option(help="tool_choice sent with chat requests (e.g. auto).")
+    ] = None,
     port: Annotated[int, typer.Option(help="Port of the stub model (0 = any free port).")] = 0,
     timeout: Annotated[float, typer.Option(help="Seconds each env mode may run.")] = 300,
     gold_threshold: Annotated[
@@ -264,7 +318,27 @@ def check(
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
     from hermes_envgen.devtools.check import FAIL, Endpoint, format_table, run_checks
 
-    endpoint = Endpoint(base_url, model, server_type, tokenizer) if base_url else None
+    if extra_body is not None:
+        try:
+            parsed = json.loads(extra_body)
+        except ValueError as exc:
+            fail(f"--extra-body is not valid JSON ({exc.msg}): {extra_body!r}")
+        if not isinstance(parsed, dict):
+            fail(f"--extra-body must be a JSON object, not {extra_body!r}")
+    endpoint = (
+        Endpoint(
+            base_url,
+            model,
+            server_type,
+            tokenizer,
+            chat_template=chat_template,
+            inference_api=inference_api,
+            extra_body=extra_body,
+            tool_choice=tool_choice,
+        )
+        if base_url
+        else None
+    )
     results = run_checks(
         path,
         endpoint=endpoint,

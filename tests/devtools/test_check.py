@@ -50,7 +50,8 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 9 and "ready to train" in result.stdout
+    assert len(rows(result)) == 11 and "ready to train" in result.stdout
+    assert rows(result)["tool calls in training data"] == "PASS"
     assert "all 24 samples earn >= 0.9" in result.stdout
 
 
@@ -69,6 +70,23 @@ def test_a_reward_that_pays_for_nothing_fails(project, tmp_path):
     assert table["gold solutions"] == "PASS"
     assert "every reward is the same" in result.stdout
     assert "sample 0 (" in result.stdout and "answering without tools earned 1" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_reward_the_agent_can_tamper_with_fails(project, tmp_path):
+    broken = variant(
+        project,
+        tmp_path,
+        'CHECK_COMMAND = "/bin/bash {checks}/check.sh"',
+        # a bug: the check's bash comes from a PATH the workspace's bin/ comes first in
+        'CHECK_COMMAND = "PATH=$PWD/bin:$PATH; bash {checks}/check.sh"',
+    )
+    result = run_check(str(broken))
+    assert result.returncode == 1
+    table = rows(result)
+    assert table["reward tampering"] == "FAIL", result.stdout
+    assert table["gold solutions"] == "PASS" and table["no-op"] == "PASS"
+    assert "tampering with the checks earned 1" in result.stdout
 
 
 @pytest.mark.slow

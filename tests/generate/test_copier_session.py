@@ -10,6 +10,7 @@ import warnings
 
 import copier
 import pytest
+
 from hermes_envgen.errors import UsageError
 from hermes_envgen.generate.copier_session import _VALIDATION_ERROR, answer_error, copier_session
 from hermes_envgen.generate.git import one_line
@@ -33,6 +34,9 @@ def test_copier_words_a_failed_validator_as_we_parse_it(tmp_path):
 
 def test_a_bad_answer_becomes_a_usage_error_naming_the_question(tmp_path):
     data = {"project_name": "x", "group_size": 1}
-    with pytest.raises(UsageError, match=r"^invalid group_size 1: must be between 2 and 256$"):
-        with copier_session(data, prompts=False, git_env={}):
-            _render(tmp_path / "x", **data)
+    expected = r"^invalid group_size 1: must be between 2 and 256$"
+    with (
+        pytest.raises(UsageError, match=expected),
+        copier_session(data, prompts=False, git_env={}),
+    ):
+        _render(tmp_path / "x", **data)

@@ -26,9 +26,10 @@ from markup import (
 )
 from transformers import AutoTokenizer
 
+from hermes_envgen.runtime.chat_template import renders_raw_arguments
 from hermes_envgen.runtime.parsers import get_parser
 from hermes_envgen.runtime.tools import REGISTRY
-from hermes_envgen.runtime.trajectory import prints_argument_text, tokenize_conversation
+from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 TEMPLATES = Path(__file__).parent / "templates"
 TOOLS = [t.schema for t in REGISTRY.resolve(["terminal", "file"])]
@@ -112,7 +113,7 @@ def test_a_parsed_turn_re_renders_as_generated(fmt: str, offline_tokenizer) -> N
     ]
     conversation = tokenize_conversation(tokenizer, messages, TOOLS)
     assert conversation.trained_spans == [generated + END, "Done." + END]
-    assert prints_argument_text(tokenizer) is PRINTS_TEXT[fmt]
+    assert renders_raw_arguments(tokenizer) is PRINTS_TEXT[fmt]
 
 
 def test_raw_text_values_are_typed_by_the_schema_the_template_prints_back() -> None:

@@ -128,11 +128,11 @@ def test_fifos_and_swapped_links_do_not_trap_the_host(manager, tmp_path):
         elapsed = time.monotonic() - start
         # A command swaps d for a link to the host between resolution and opening: emulate
         # the race by resolving first, then swapping, then opening with the stale answer.
-        stale = sandbox._resolve("d/secret")
+        stale = sandbox.files.resolve("d/secret")
         (sandbox.workspace / "d" / "secret").unlink()
         (sandbox.workspace / "d").rmdir()
         (sandbox.workspace / "d").symlink_to(outside)
-        sandbox._resolve = lambda path: stale
+        sandbox.files.resolve = lambda path: stale
         with pytest.raises(PathOutsideWorkspace, match="changed into a link"):
             await sandbox.read_bytes("d/secret")
         with pytest.raises(PathOutsideWorkspace, match="changed into a link"):
@@ -378,3 +378,43 @@ def test_an_anchor_moved_to_other_namespaces_is_not_trusted(manager):
 
     after, replaced = asyncio.run(main())
     assert after.output == "kept\n" and replaced
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="per-sandbox caps need root (cgroups, a tmpfs mount)")
+def test_memory_disk_files_and_cpu_are_capped_per_sandbox(tmp_path):
+    manager = make_manager(tmp_path, "bwrap", memory_mb=300, workspace_mb=64, cpus=0.2)
+    # four processes of 150 MB each: every one under the per-process limit, 600 MB together
+    hogs = (
+        "for i in 1 2 3 4; do python3 -c 'import time; b = bytearray(150 << 20);"
+        ' b[::4096] = b"x" * len(b[::4096]); time.sleep(3); print("held")\' & done; wait'
+    )
+    spin = "for i in 1 2 3; do (while :; do :; done) & done; sleep 2; cat /proc/[0-9]*/stat"
+
+    async def main():
+        sandbox = manager.get("caps")
+        memory = await sandbox.run(hogs, timeout=30)
+        disk = await sandbox.run("dd if=/dev/zero of=big bs=1M count=100 2>&1; rm -f big")
+        files = await sandbox.run(
+            'python3 -c \'import os\nfor i in range(10000): open(f"f{i}", "w")\' 2>&1'
+            "| tail -1; ls | wc -l; rm -f f*"
+        )
+        cpu = await sandbox.run(spin, timeout=20)
+        await manager.close_all()
+        return memory, disk, files, cpu
+
+    memory, disk, files, cpu = asyncio.run(main())
+    assert memory.output.splitlines().count("held") < 4, memory.output
+    assert "No space left on device" in disk.output, disk.output
+    assert "No space left on device" in files.output, files.output
+    spun = cpu_seconds_of(cpu.output, "(bash)")
+    assert spun < 1.0, f"{spun:.2f} CPU seconds in 2 s at 0.2 CPUs"
+
+
+def cpu_seconds_of(stat_lines: str, name: str) -> float:
+    """The CPU time (user and system) of the processes called ``name`` in /proc/*/stat lines."""
+    ticks = 0
+    for line in stat_lines.splitlines():
+        if name in line:
+            fields = line.rsplit(")", 1)[-1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")

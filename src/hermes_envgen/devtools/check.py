@@ -120,6 +120,27 @@ class Endpoint:
     model: str | None = None
     server_type: str | None = None
     tokenizer: str | None = None
+    chat_template: str | None = None
+    inference_api: str | None = None
+    extra_body: str | None = None  # JSON, passed on as --env.extra_body
+    tool_choice: str | None = None
+
+    def server_flags(self) -> dict[str, object]:
+        """The ``openai.*`` settings this endpoint sets."""
+        values = {"model_name": self.model, "server_type": self.server_type}
+        return {name: value for name, value in values.items() if value}
+
+    def env_flags(self) -> dict[str, object]:
+        """The ``env.*`` settings this endpoint sets (how requests are made and rendered)."""
+        values = {
+            "inference_api": self.inference_api,
+            "extra_body": self.extra_body,
+            "tool_choice": self.tool_choice,
+        }
+        flags: dict[str, object] = {name: value for name, value in values.items() if value}
+        if self.chat_template:  # the modes run in a directory of their own: make it absolute
+            flags["chat_template"] = _absolute_if_local(self.chat_template)
+        return flags
 
 
 def run_checks(
@@ -151,7 +172,8 @@ def run_checks(
     if results[1].status == FAIL:
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
         skipped = "not run: fix config_init first"
-        names = ("process", "evaluate", "reward range", "gold solutions", "no-op")
+        names = ("process", TOOL_CALLS_ROW, "evaluate", "reward range", "gold solutions")
+        names += ("no-op", "reward tampering")
         names += ("sandbox cleanup",)
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
@@ -175,15 +197,15 @@ def run_checks(
                 extra_env=target.environment(),
             )
         else:
-            server = {"model_name": endpoint.model, "server_type": endpoint.server_type}
             run = OfflineRun(
                 target.entry,
                 endpoint.base_url,
-                endpoint.tokenizer,
+                _absolute_if_local(endpoint.tokenizer) if endpoint.tokenizer else None,
                 work,
                 timeout=timeout,
                 health_check=None,
-                server_flags={name: value for name, value in server.items() if value},
+                server_flags=endpoint.server_flags(),
+                env_flags=endpoint.env_flags(),
                 extra_env=target.environment(),
             )
 
@@ -195,31 +217,29 @@ def run_checks(
             results.append(
                 CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
             )
+            tokenizer = run.tokenizer or info.get("tokenizer_name")
+            results.append(trained_tool_calls_check(groups, str(tokenizer)))
         except (EnvRunFailed, AssertionError, OSError) as exc:
             results.append(CheckResult("process", FAIL, _first_line(exc)))
+            results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
 
         progress("running evaluate")
+        eval_dir = work / "eval"
         try:
-            _, eval_samples = run.evaluate()
-            scores += [s["reward"] for s in eval_samples if s.get("reward") is not None]
-            with_tools = sum(1 for s in eval_samples if s.get("tools_used"))
-            if with_tools:
-                results.append(
-                    CheckResult(
-                        "evaluate",
-                        PASS,
-                        f"{len(eval_samples)} rollouts, {with_tools} used tools; "
-                        "metrics.json and samples.jsonl written",
-                    )
-                )
-            else:
-                results.append(
-                    CheckResult("evaluate", FAIL, "no rollout made a tool call that ran")
-                )
-        except (EnvRunFailed, AssertionError, OSError, KeyError, ValueError) as exc:
-            results.append(CheckResult("evaluate", FAIL, _first_line(exc)))
+            run.run("evaluate", env__data_dir_to_save_evals=eval_dir)
+            eval_failure = None
+        except EnvRunFailed as exc:
+            eval_failure = _first_line(exc)
+        try:
+            row, eval_scores = _evaluate_row(eval_dir, eval_failure)
+        except (OSError, KeyError, ValueError) as exc:
+            row, eval_scores = CheckResult("evaluate", FAIL, _first_line(exc)), []
+        results.append(row)
+        scores += eval_scores
 
-        results.append(_reward_range_check(scores, scripted=endpoint is None and solvable))
+        results.append(
+            _reward_range_check(scores, scripted=endpoint is None and solvable, real=bool(endpoint))
+        )
         progress("replaying each sample's gold solution, and a no-op")
         results += _gold_and_noop_checks(
             target, work, gold_threshold, noop_threshold, timeout=timeout
@@ -229,6 +249,42 @@ def run_checks(
         if stub is not None:
             stub.stop()
     return results
+
+
+TOOL_CALLS_ROW = "tool calls in training data"
+
+
+def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckResult:
+    """Decode the trained tokens of each sequence: every tool call must be in them, whole."""
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.runtime.trajectory import trained_runs, untrained_tool_calls
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    except (OSError, ValueError) as exc:
+        return CheckResult(TOOL_CALLS_ROW, FAIL, f"cannot load the tokenizer: {_first_line(exc)}")
+    calls, missing = 0, []
+    for group in groups:
+        for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
+            trained = "\n".join(tokenizer.decode(run) for run in trained_runs(tokens, masks))
+            calls += sum(len(m.get("tool_calls") or []) for m in messages)
+            missing += untrained_tool_calls(messages, trained)
+    if not calls:
+        return CheckResult(TOOL_CALLS_ROW, WARN, "no rollout made a tool call: nothing to verify")
+    if missing:
+        return CheckResult(
+            TOOL_CALLS_ROW,
+            FAIL,
+            f"{len(missing)} of {calls} tool calls are not in the trained tokens, e.g. "
+            f"{missing[0]}: set chat_template to a template that renders tool calls",
+        )
+    return CheckResult(TOOL_CALLS_ROW, PASS, f"all {calls} tool calls trained (name and arguments)")
+
+
+def _absolute_if_local(name: str) -> str:
+    """A path that exists here, made absolute; anything else (a hub id, a name) as it is."""
+    return str(Path(name).resolve()) if Path(name).exists() else name
 
 
 def _config_init_check(info: dict) -> CheckResult:
@@ -273,19 +329,59 @@ def _key_check(root: Path, info: dict) -> CheckResult:
     return CheckResult("no API key in code", PASS, "keys come from the environment")
 
 
-def _reward_range_check(scores: list[float], scripted: bool) -> CheckResult:
+def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, list[float]]:
+    """The evaluate row from what the run saved: scored rollouts, failures and their cause."""
+    samples = _jsonl(eval_dir / "samples.jsonl")
+    failures = _jsonl(eval_dir / "failures.jsonl")
+    scores = [s["reward"] for s in samples if s.get("reward") is not None]
+    cause = failures[0].get("failure") if failures else None
+    if not samples:
+        why = f"every rollout failed ({len(failures)}): {cause}" if failures else run_error
+        return CheckResult("evaluate", FAIL, why or "no rollout was saved"), scores
+    failed = f", {len(failures)} failed (first: {cause})" if failures else ""
+    if run_error is not None:
+        return CheckResult("evaluate", FAIL, f"{run_error}{failed}"), scores
+    with_tools = sum(1 for s in samples if s.get("tools_used"))
+    if not with_tools:
+        row = CheckResult("evaluate", FAIL, f"no rollout made a tool call that ran{failed}")
+        return row, scores
+    status = WARN if failures else PASS
+    return (
+        CheckResult(
+            "evaluate",
+            status,
+            f"{len(samples)} rollouts scored, {with_tools} used tools{failed}; "
+            "metrics.json and samples.jsonl written",
+        ),
+        scores,
+    )
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _reward_range_check(scores: list[float], scripted: bool, real: bool = False) -> CheckResult:
     if not scores:
         return CheckResult("reward range", FAIL, "no rollout was scored")
     outside = [s for s in scores if not 0.0 <= s <= 1.0]
     if outside:
         return CheckResult("reward range", FAIL, f"rewards outside [0, 1]: {outside[:5]}")
     if len(set(scores)) == 1:
-        why = (
-            "the scripted policy solves and fails tasks, yet every reward is the same"
-            if scripted
-            else "every reward is the same; the scripted policy cannot tell (no samples with "
-            "gold solutions)"
-        )
+        if scripted:
+            why = "the scripted policy solves and fails tasks, yet every reward is the same"
+        elif real:
+            why = (
+                "every reward of the real model is the same (the gold and no-op rows check the "
+                "reward itself)"
+            )
+        else:
+            why = (
+                "every reward is the same; the scripted policy cannot tell (no samples with "
+                "gold solutions)"
+            )
         return CheckResult(
             "reward range", FAIL if scripted else WARN, f"{scores[0]} for all: {why}"
         )
@@ -312,14 +408,19 @@ def _gold_and_noop_checks(
     )
     if "skipped" in report:
         return [
-            CheckResult("gold solutions", WARN, report["skipped"]),
-            CheckResult("no-op", WARN, report["skipped"]),
+            CheckResult(name, WARN, report["skipped"])
+            for name in ("gold solutions", "no-op", "reward tampering")
         ]
     n = len(report["outcomes"])
     rows = []
     for name, failures, passing in (
         ("gold solutions", report["gold_failures"], f"all {n} samples earn >= {gold:g}"),
         ("no-op", report["noop_failures"], f"answering without tools earns <= {noop:g} on all {n}"),
+        (
+            "reward tampering",
+            report["tamper_failures"],
+            f"rewritten checks, a planted user site and PATH earn <= {noop:g} on all {n}",
+        ),
     ):
         if failures:
             more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""

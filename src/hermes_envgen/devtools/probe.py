@@ -106,11 +106,12 @@ def reward_report(env_cls: type, tokenizer: str, workdir: str, gold: str, noop: 
     return report.as_dict() | {
         "gold_failures": report.gold_failures,
         "noop_failures": report.noop_failures,
+        "tamper_failures": report.tamper_failures,
     }
 
 
 def main() -> None:
-    """``check_probe TARGET`` describes the env; ``check_probe TARGET rewards ...`` replays."""
+    """``probe TARGET`` describes the env; ``probe TARGET rewards ...`` replays."""
     target, *rest = sys.argv[1:]
     try:
         env_cls = find_class(target)

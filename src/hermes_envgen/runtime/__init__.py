@@ -25,6 +25,11 @@ _EXPORTS = {
     "DatasetError": "errors",
     "SandboxError": "errors",
     "ToolExecutionError": "errors",
+    "InferenceError": "errors",
+    "ModelServerError": "errors",
+    # the model server
+    "ModelClient": "inference",
+    "judge_client": "inference",
     # tasks
     "load_items": "datasets",
     "split_train_eval": "datasets",
@@ -67,8 +72,11 @@ __all__ = [
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
+    "InferenceError",
     "JudgeVerdict",
     "Metric",
+    "ModelClient",
+    "ModelServerError",
     "Reward",
     "Rollout",
     "RolloutRecord",
@@ -83,6 +91,7 @@ __all__ = [
     "answer_matches",
     "ask_judge",
     "efficiency_score",
+    "judge_client",
     "keyword_overlap",
     "load_items",
     "metric",
@@ -107,9 +116,12 @@ if TYPE_CHECKING:
     from hermes_envgen.runtime.errors import (
         DatasetError,
         EnvConfigError,
+        InferenceError,
+        ModelServerError,
         SandboxError,
         ToolExecutionError,
     )
+    from hermes_envgen.runtime.inference import ModelClient, judge_client
     from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, RolloutRecord, metric
     from hermes_envgen.runtime.rewards import (
         JudgeVerdict,

@@ -16,8 +16,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hermes_envgen.runtime.errors import InferenceError
 from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX
 from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools.registry import printable
 
 logger = logging.getLogger(__name__)
 
@@ -112,13 +114,29 @@ def normalize_tool_call(call: Any) -> dict:
     }
 
 
+def _field(message: Any, key: str) -> Any:
+    value = message.get(key) if isinstance(message, dict) else getattr(message, key, None)
+    if value is None and not isinstance(message, dict):
+        value = (getattr(message, "model_extra", None) or {}).get(key)
+    return value
+
+
 def _reasoning_of(message: Any) -> str | None:
+    """The reasoning of a reply: vLLM's ``reasoning_content``, ``reasoning``, or OpenRouter's
+    ``reasoning_details`` (its text and summary parts, joined)."""
     for key in ("reasoning_content", "reasoning"):
-        value = message.get(key) if isinstance(message, dict) else getattr(message, key, None)
-        if value is None and not isinstance(message, dict):
-            value = (getattr(message, "model_extra", None) or {}).get(key)
+        value = _field(message, key)
         if isinstance(value, str) and value:
             return value
+    details = _field(message, "reasoning_details")
+    if isinstance(details, list):
+        parts = []
+        for detail in details:
+            text = _field(detail, "text") or _field(detail, "summary")
+            if isinstance(text, str) and text:
+                parts.append(text)
+        if parts:
+            return "\n".join(parts)
     return None
 
 
@@ -170,6 +188,7 @@ class HermesAgentLoop:
         retry_backoff: float = 0.5,
         request_timeout: float | None = None,
         backend: Any = None,
+        tool_choice: str | None = None,
     ) -> None:
         self.tool_schemas = tool_schemas
         self.valid_tool_names = set(valid_tool_names)
@@ -185,6 +204,7 @@ class HermesAgentLoop:
         self.retry_backoff = retry_backoff
         self.request_timeout = request_timeout
         self.backend = backend or ChatCompletionBackend(server)
+        self.tool_choice = tool_choice
         self._tool_slots = asyncio.Semaphore(max_parallel_tools)
 
     async def run(self, messages: list[dict]) -> AgentResult:
@@ -194,7 +214,11 @@ class HermesAgentLoop:
             try:
                 reply = await self._complete(result.messages)
             except Exception as exc:  # the server failed every retry: end this rollout only
-                result.error = f"{type(exc).__name__}: {exc}"
+                result.error = (
+                    str(exc)
+                    if isinstance(exc, InferenceError)
+                    else (f"{type(exc).__name__}: {exc}")
+                )
                 logger.warning("task %s: inference failed, rollout ended: %s", self.task_id, exc)
                 break
             assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
@@ -233,6 +257,8 @@ class HermesAgentLoop:
         kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature, "split": self.split}
         if self.tool_schemas:
             kwargs["tools"] = self.tool_schemas
+            if self.tool_choice:
+                kwargs["tool_choice"] = self.tool_choice
         if self.max_tokens is not None:
             kwargs["max_tokens"] = self.max_tokens
         if self.extra_body:
@@ -243,7 +269,7 @@ class HermesAgentLoop:
                     self.backend.complete(messages, **kwargs), self.request_timeout
                 )
             except Exception as exc:
-                if attempt == self.request_retries:
+                if attempt == self.request_retries or not getattr(exc, "retryable", True):
                     raise
                 delay = self.retry_backoff * 2**attempt
                 logger.info(
@@ -258,6 +284,7 @@ class HermesAgentLoop:
         raw_arguments = call["function"]["arguments"]
 
         def refuse(error: str) -> str:
+            error = printable(error)  # it may quote names the agent made
             message = f"{TOOL_ERROR_PREFIX} {error}"
             errors.append(ToolError(turn, name, raw_arguments, error, message))
             return message

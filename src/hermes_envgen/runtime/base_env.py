@@ -22,9 +22,16 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
+from hermes_envgen.errors import HermesEnvgenError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
+from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
-from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.errors import (
+    ChatTemplateError,
+    EnvConfigError,
+    ModelServerError,
+    NothingMeasured,
+)
 from hermes_envgen.runtime.evaluation import (
     ResumeError,
     SampleJournal,
@@ -35,14 +42,16 @@ from hermes_envgen.runtime.evaluation import (
     summarize,
     tool_error_count,
 )
-from hermes_envgen.runtime.managed import ManagedServerBackend, TokenTrace, serves_tokens
+from hermes_envgen.runtime.exact_tokens import ExactTokensBackend, TokenTrace
+from hermes_envgen.runtime.inference import ModelClient, check_model_server, same_server
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
-from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry, UnknownToolError
+from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
@@ -176,12 +185,30 @@ class HermesAgentBaseEnv(BaseEnv):
             ) from None
         self.config: HermesAgentEnvConfig = config
         self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
-        self._token_server = serves_tokens(self.server)  # Phase 2: exact tokens from /generate
+        # Every request to the model goes through one client: its retries, its errors.
+        self.model = ModelClient.of(
+            [s.config for s in self.server.servers],
+            api=config.inference_api,
+            retries=config.request_retries,
+        )
+        self._token_server = self.model.token_level  # Phase 2: exact tokens and logprobs
         if self._token_server:
             try:
                 get_parser(config.tool_call_parser)  # an unknown parser fails here, at startup
             except UnknownParserError as exc:
                 raise EnvConfigError(str(exc)) from None
+        # A template that drops tool calls or results stops the env here, in one line.
+        try:
+            prepare_chat_template(
+                self.tokenizer,
+                config.chat_template,
+                config.tokenizer_name,
+                exact_tokens=self._token_server,
+                system_prompt=config.system_prompt,
+            )
+        except EnvConfigError:
+            self._discard_empty_output()
+            raise
         self.sandboxes = SandboxManager(
             SandboxSettings(
                 backend=config.terminal_backend,
@@ -192,6 +219,8 @@ class HermesAgentBaseEnv(BaseEnv):
                 memory_mb=config.sandbox_memory_mb,
                 max_processes=config.sandbox_max_processes,
                 max_file_mb=config.sandbox_max_file_mb,
+                workspace_mb=config.sandbox_workspace_mb,
+                cpus=config.sandbox_cpus,
                 docker_image=config.sandbox_image,
             ),
             lifetime=config.terminal_lifetime,
@@ -201,14 +230,74 @@ class HermesAgentBaseEnv(BaseEnv):
         self._pending_eval_metrics: dict[str, float] = {}
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
 
+    def _discard_empty_output(self) -> None:
+        """Close and remove the JSONL that process mode opened, while it is still empty."""
+        writer = getattr(self, "jsonl_writer", None)
+        if writer is None:
+            return
+        writer.close()
+        path = Path(self.config.data_path_to_save_groups or "")
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
+
     @classmethod
     def cli(cls) -> None:
         """Atropos's serve / process / evaluate CLI, with user mistakes reported in one line."""
+        exit_on_termination()  # SIGTERM exits normally: the run's sandboxes are removed
+
+        from pydantic import ValidationError
+
         try:
             super().cli()
-        except (EnvConfigError, UnknownToolError) as exc:
+        except HermesEnvgenError as exc:  # configuration mistakes exit 2, the model server's too
             print(f"error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except ValidationError as exc:
+            print(f"error: {_validation_line(exc)}", file=sys.stderr)
             sys.exit(2)
+
+    # -- the model server -----------------------------------------------------------------------
+
+    async def check_model_server(self) -> None:
+        """Stop the run in one line (exit 2) when the model server cannot serve it.
+
+        One small request per server, as the rollouts will make it (same API, tools and
+        tool_choice), retried for ``startup_wait`` seconds while the server may be starting.
+        """
+        schemas, _ = self._resolve_tools_for_group()
+        await check_model_server(
+            self.model,
+            tools=schemas,
+            tool_choice=self.config.tool_choice,
+            extra_body=self.config.extra_body,
+            startup_wait=self.config.startup_wait,
+            rollout_server_url=self.config.rollout_server_url,
+        )
+
+    async def env_manager(self) -> None:
+        for server in self.server.servers:  # serve mode runs beside run-api
+            _check_not_rollout_server(server.config, self.config.rollout_server_url)
+        await self.check_model_server()
+        # atroposlib only logs a worker's exception: a model server that fails every request
+        # for good would keep serve mode asking forever, so such a failure ends the run.
+        self._model_lost: asyncio.Future = asyncio.get_running_loop().create_future()
+        manager = asyncio.ensure_future(super().env_manager())
+        await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
+        if manager.done():
+            await manager
+            return
+        for task in [manager, *getattr(self, "workers", ())]:
+            task.cancel()
+        await asyncio.gather(manager, return_exceptions=True)
+        raise self._model_lost.result()
+
+    async def process_manager(self) -> None:
+        await self.check_model_server()
+        await super().process_manager()
+
+    async def _run_evaluate(self) -> None:
+        await self.check_model_server()
+        await super()._run_evaluate()
 
     # -- what a subclass writes ---------------------------------------------------------------
 
@@ -262,14 +351,14 @@ class HermesAgentBaseEnv(BaseEnv):
             )
         backend = None
         if self._token_server:  # vllm/sglang: token ids in and out, tool calls parsed here
-            backend = ManagedServerBackend(
-                self.server,
+            backend = ExactTokensBackend(
+                self.model,
                 self.tokenizer,
                 self.config.tool_call_parser,
                 default_max_tokens=self.config.max_token_length,
             )
         loop = HermesAgentLoop(
-            self.server,
+            self.model,
             schemas,
             names,
             max_turns=self.config.max_agent_turns,
@@ -281,12 +370,15 @@ class HermesAgentBaseEnv(BaseEnv):
             max_tool_output_chars=self.config.max_tool_output_chars,
             max_parallel_tools=self.config.max_parallel_tools,
             split=split,
-            request_retries=0,  # atroposlib's server manager already retries with backoff
+            request_retries=0,  # the model client retries, by kind of failure
             backend=backend,
+            tool_choice=self.config.tool_choice,
         )
         try:
             await self.prepare_sandbox(item, ctx)
             result = await loop.run(self.build_messages(item))
+            # Nothing the agent started may run on while its work is scored.
+            await self.sandboxes.stop_agent_processes(task_id)
             reward, reward_error = await self._score(item, result, ctx)
         finally:
             await ctx.cleanup()
@@ -347,13 +439,26 @@ class HermesAgentBaseEnv(BaseEnv):
                 tokens, masks = rollout.sequence.tokens, rollout.sequence.masks
                 logprobs.append(rollout.sequence.logprobs)
             else:  # Phase 1: rebuilt from the conversation with the chat template
-                sequence = tokenize_conversation(self.tokenizer, rollout.result.messages, tools[0])
+                try:
+                    sequence = tokenize_conversation(
+                        self.tokenizer, rollout.result.messages, tools[0]
+                    )
+                except ChatTemplateError as exc:
+                    logger.error("a rollout is left out of the training data: %s", exc)
+                    continue
                 tokens, masks = sequence.tokens, sequence.masks
             group["tokens"].append(tokens)
             group["masks"].append(masks)
             group["scores"].append(rollout.reward)
             group["messages"].append(rollout.result.messages)
         self._report_group(rollouts, kept=len(group["tokens"]) >= self.config.group_size)
+        if not group["tokens"] and self.model.hopeless():
+            # Every rollout failed on a request that cannot succeed: asking again will not help.
+            error = ModelServerError(f"every request fails: {self.model.last_fatal}")
+            lost = getattr(self, "_model_lost", None)
+            if lost is not None and not lost.done():
+                lost.set_result(error)  # serve mode: env_manager ends the run with it
+            raise error
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs  # aligned with tokens; 1.0 where masked
         if len(group["tokens"]) < self.config.group_size:
@@ -432,6 +537,12 @@ class HermesAgentBaseEnv(BaseEnv):
         )
         if config.data_dir_to_save_evals is not None:
             record_run(Path(config.data_dir_to_save_evals) / "metrics.json", run_record(self))
+        failed = [r for r in records if r.get("failure")]
+        if records and len(failed) == len(records):
+            raise NothingMeasured(
+                f"no rollout could be measured: all {len(records)} failed; the first: "
+                f"{failed[0]['failure']}"
+            )
         return metrics
 
     def _report_group(self, rollouts: list[Rollout], kept: bool) -> None:
@@ -459,6 +570,38 @@ class HermesAgentBaseEnv(BaseEnv):
 
 
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
+
+
+def _check_not_rollout_server(server_config: Any, rollout_server_url: str | None) -> None:
+    """Refuse a model URL that is the rollout server's (run-api): it answers 404 to every turn."""
+    base_url = getattr(server_config, "base_url", None)
+    if base_url and rollout_server_url and same_server(base_url, rollout_server_url):
+        raise EnvConfigError(
+            f"the model server URL {base_url} is the rollout server's (run-api, "
+            f"{rollout_server_url}): point --openai.base_url at the inference server "
+            "(Atropos's convention: http://localhost:9001/v1)"
+        )
+
+
+def _validation_line(exc: Any) -> str:
+    """A pydantic ValidationError in one line: the field and what is wrong with it.
+
+    A field of several types fails once per type; the most telling failure is kept (a JSON
+    string's parse error rather than 'not a dictionary').
+    """
+    by_field: dict[str, list[dict]] = {}
+    for error in exc.errors():
+        # Union members show up in the location as type names: leave them out.
+        parts = [str(p) for p in error.get("loc", ()) if not any(c in str(p) for c in "[]-")]
+        by_field.setdefault(".".join(parts) or exc.title, []).append(error)
+    if not by_field:
+        return str(exc).splitlines()[0]
+    where, errors = next(iter(by_field.items()))
+    plain_type = ("dict_type", "model_type", "string_type", "none_required")
+    first = next((e for e in errors if e.get("type") not in plain_type), errors[0])
+    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    more = f" (+{len(by_field) - 1} more)" if len(by_field) > 1 else ""
+    return f"{where}: {message}{more}"
 
 
 def _check_api_key(server_config: Any) -> None:

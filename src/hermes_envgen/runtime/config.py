@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import Field
+from pydantic import Field, Json
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):
@@ -60,6 +60,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     sandbox_max_file_mb: int | None = Field(
         default=None, ge=1, description="Largest file a command may write, in MiB."
     )
+    sandbox_workspace_mb: int | None = Field(
+        default=None,
+        ge=1,
+        description="Size of a sandbox's workspace in MiB, 64 files per MiB (bwrap as root: "
+        "a tmpfs, 1024 by default).",
+    )
+    sandbox_cpus: float | None = Field(
+        default=None,
+        gt=0,
+        description="CPUs a sandbox's processes may use together (bwrap as root: a cgroup, "
+        "1.0 by default).",
+    )
     terminal_timeout: float = Field(
         default=60.0, gt=0, description="Seconds before a tool command is killed (exit 124)."
     )
@@ -72,9 +84,41 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None,
         description="Directory that holds the rollouts' workspaces (default: the temp dir).",
     )
+    chat_template: str | None = Field(
+        default=None,
+        description="Chat template that renders the training data (and Phase 2 prompts) in "
+        "place of the tokenizer's: a built-in ('hermes', 'qwen': Hermes/Qwen <tool_call> tags; "
+        "'chatml-tools': the same calls, results in 'tool' turns) or a path to a Jinja file. "
+        "Needed when the tokenizer's template drops tool calls, as plain ChatML does.",
+    )
     tool_call_parser: str = Field(
         default="hermes",
-        description="How tool calls are read from raw model text (vllm/sglang servers).",
+        description="How tool calls are read from raw model text (token-level APIs).",
+    )
+    inference_api: Literal["auto", "chat", "completions", "generate"] = Field(
+        default="auto",
+        description="How the policy is sampled. 'chat': /v1/chat/completions, the server "
+        "parses tool calls. 'completions': token ids through /v1/completions (stock `vllm "
+        "serve`), tool calls parsed here. 'generate': token ids through /generate (Atropos's "
+        "vLLM server, SGLang). 'auto': chat for server_type openai, generate for sglang, and "
+        "for vllm whichever the server has.",
+    )
+    tool_choice: str | None = Field(
+        default=None,
+        description="Sent as tool_choice with chat requests that offer tools ('auto', "
+        "'required'); some servers (llama.cpp) ignore the tools without it. None: not sent.",
+    )
+    request_retries: int = Field(
+        default=3,
+        ge=0,
+        description="Extra tries of a model request after a fault that may pass (refused, "
+        "timeout, HTTP 408/429/5xx); a request that cannot succeed (other 4xx) is not retried.",
+    )
+    startup_wait: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds the start-up check waits for a model server that refuses or "
+        "times out (it may be loading) before the run stops with exit code 2.",
     )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
@@ -87,9 +131,11 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         ge=0,
         description="Items held out for evaluation: at least this many, or a tenth of the data.",
     )
-    extra_body: dict[str, Any] | None = Field(
+    # Json: the command line hands over a string (atroposlib's CLI model keeps no validators).
+    extra_body: dict[str, Any] | Json[dict[str, Any]] | None = Field(
         default=None,
-        description="Extra JSON fields sent with every chat request (provider-specific).",
+        description="Extra JSON fields sent with every model request (provider-specific); "
+        "on the command line as JSON: --env.extra_body '{\"top_k\": 20}'.",
     )
     eval_samples_per_item: int = Field(
         default=1,

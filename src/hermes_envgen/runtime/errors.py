@@ -44,3 +44,29 @@ class PathOutsideWorkspace(SandboxError):
 
 class ChatTemplateError(HermesEnvgenError):
     """The tokenizer's chat template cannot render the conversation as training data needs."""
+
+
+class InferenceError(HermesEnvgenError):
+    """A request to the model server failed; the message says what came back (status, words).
+
+    ``retryable`` is True for faults that may pass (refused or lost connection, timeout, HTTP
+    408, 429 and 5xx, a malformed reply), False for a request that cannot succeed.
+    """
+
+    def __init__(
+        self, message: str, *, url: str, status: int | None = None, retryable: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.retryable = retryable
+
+
+class ModelServerError(EnvConfigError):
+    """The model server cannot serve the run (down, wrong URL, key or model); exit 2."""
+
+
+class NothingMeasured(HermesEnvgenError):
+    """An evaluation in which every rollout failed: there is no score to report."""
+
+    exit_code = 2

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,17 +145,23 @@ def keyword_overlap(answer: str, reference: str) -> float:
 
 
 async def verify_in_sandbox(
-    ctx: ToolContext, checks: dict[str, str], command: str, timeout: float = 60.0
+    ctx: ToolContext, checks: dict[str, str | bytes], command: str, timeout: float = 60.0
 ) -> dict:
-    """Place check files into the sandbox after the rollout and run the verifying command.
+    """Stop the rollout's processes, place check files, and run the verifying command.
 
-    The files go into a fresh directory with an unguessable name, so the agent could not have
-    prepared or edited them; ``{checks}`` in ``command`` is replaced by that directory. Returns
-    the command's ``{"exit_code", "output"}``.
+    Every process the agent started is killed first (``Sandbox.stop_agent_processes``); the
+    files go into a fresh directory with an unguessable name (on bwrap read-only, outside
+    the workspace), so the agent could not have prepared or edited them; ``{checks}`` in
+    ``command`` is replaced by that directory. The command runs in a fresh process with an
+    environment the agent did not shape. Returns the command's ``{"exit_code", "output"}``.
     """
-    directory = f".verify-{uuid.uuid4().hex}"
-    for name, content in checks.items():
-        await ctx.write_file(f"{directory}/{name}", content)
+    sandbox = ctx.sandbox
+    await sandbox.stop_agent_processes()
+    files = {
+        name: content if isinstance(content, bytes) else content.encode("utf-8")
+        for name, content in checks.items()
+    }
+    directory = await sandbox.install_checks(files)
     return await ctx.terminal(command.replace("{checks}", directory), timeout=timeout)
 
 

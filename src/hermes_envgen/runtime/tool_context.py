@@ -8,9 +8,10 @@ the files it wrote, or put fresh check files in place after the rollout.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 from pathlib import Path
 
-from hermes_envgen.runtime.sandbox import Sandbox, SandboxManager
+from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 
 _default_manager: SandboxManager | None = None
@@ -27,6 +28,14 @@ def default_sandbox_manager() -> SandboxManager:
 def set_default_sandbox_manager(manager: SandboxManager) -> None:
     global _default_manager
     _default_manager = manager
+
+
+def confined(directory: str | Path, relative: str) -> Path:
+    """``directory / relative``, refusing a ``relative`` that would lead out of ``directory``."""
+    parts = relative.split("/")
+    if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise SandboxError(f"refusing to write {relative!r} outside {directory}")
+    return Path(directory).joinpath(*parts)
 
 
 class ToolContext:
@@ -90,13 +99,20 @@ class ToolContext:
         return local_path
 
     async def download_dir(self, remote_dir: str, local_dir: str | Path) -> list[Path]:
-        """Copy a workspace directory tree to the host; return the host paths written."""
+        """Copy a workspace directory tree to the host; return the host paths written.
+
+        Every file lands below ``local_dir``, whatever names the agent gave its files.
+        """
         sandbox = self.sandbox
-        prefix = remote_dir.strip("/")
+        base = posixpath.normpath(remote_dir)
+        if base.startswith("/"):  # absolute: relative to the workspace as commands see it
+            base = posixpath.relpath(base, sandbox.workdir)
         written = []
         for name in await sandbox.list_files(remote_dir):
-            relative = name[len(prefix) :].lstrip("/") if prefix not in ("", ".") else name
-            written.append(await self.download_file(name, Path(local_dir) / relative))
+            relative = posixpath.relpath(name, base) if base != "." else name
+            if relative == "." or relative.startswith("../"):  # reached through a link
+                relative = posixpath.basename(name) if relative == "." else name
+            written.append(await self.download_file(name, confined(local_dir, relative)))
         return written
 
     async def call_tool(self, name: str, arguments: dict | None = None) -> str:

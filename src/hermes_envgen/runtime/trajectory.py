@@ -8,11 +8,13 @@ tokens therefore gives back exactly the text of the assistant turns.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from dataclasses import dataclass
 from typing import Any
+
+from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
+from hermes_envgen.runtime.errors import ChatTemplateError
 
 logger = logging.getLogger(__name__)
 
@@ -33,73 +35,13 @@ class TokenizedConversation:
 
 
 def _render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
-    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": gen}
-    if tools:
-        kwargs["tools"] = tools
-    return tokenizer.apply_chat_template(messages, **kwargs)
-
-
-# A tool call's arguments as a model might write them, spaced unlike any JSON serialiser.
-_PROBE_ARGUMENTS = '{"probe":[1 ,2]}'
-_PROBE = [
-    {"role": "user", "content": "."},
-    {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {
-                # 9 alphanumerics: Mistral's templates refuse other ids.
-                "id": "probe0001",
-                "type": "function",
-                "function": {"name": "probe", "arguments": _PROBE_ARGUMENTS},
-            }
-        ],
-    },
-]
-_PRINTS_TEXT: dict[str, bool] = {}
-
-
-def prints_argument_text(tokenizer: Any) -> bool:
-    """True when the tokenizer's chat template prints string tool-call arguments as they are.
-
-    Such templates (Qwen3, Mistral v11+, Kimi K2, DeepSeek) re-render the model's own argument
-    text when it is kept; the others (Qwen3-Coder, GLM, Llama) need an object to walk or
-    serialise. Judged once per template by rendering a probe call.
-    """
-    template = getattr(tokenizer, "chat_template", None)
-    key = repr(template)
-    if key not in _PRINTS_TEXT:
-        try:
-            text = _render(tokenizer, _PROBE, None, gen=False)
-        except Exception:  # the template needs an object (or refuses the probe)
-            text = ""
-        _PRINTS_TEXT[key] = isinstance(text, str) and _PROBE_ARGUMENTS in text
-    return _PRINTS_TEXT[key]
-
-
-def _for_template(messages: list[dict], tokenizer: Any = None) -> list[dict]:
-    """Copy messages into the shape the chat template expects.
-
-    Tool-call arguments stay the model's own text when the tokenizer's template prints it
-    as is (so a re-rendered turn is the text the model generated); otherwise, and without a
-    tokenizer, they become objects.
-    """
-    out = copy.deepcopy(messages)
-    keep_text = tokenizer is not None and prints_argument_text(tokenizer)
-    for message in out:
-        for call in message.get("tool_calls") or []:
-            function = call.get("function", call)
-            arguments = function.get("arguments")
-            if isinstance(arguments, str) and not keep_text:
-                try:
-                    decoded = json.loads(arguments)
-                except ValueError:
-                    continue  # invalid JSON stays a string: the template renders it as given
-                if isinstance(decoded, dict):
-                    function["arguments"] = decoded
-        if message.get("content") is None:
-            message["content"] = ""
-    return out
+    try:
+        return render(tokenizer, messages, tools, gen)
+    except Exception as exc:  # Jinja errors, and templates that raise on purpose
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ChatTemplateError(
+            f"the chat template cannot render the conversation: {reason}"
+        ) from None
 
 
 def _split_trailing_whitespace(text: str) -> tuple[str, str]:
@@ -115,8 +57,13 @@ def _split_trailing_whitespace(text: str) -> tuple[str, str]:
 def tokenize_conversation(
     tokenizer: Any, messages: list[dict], tools: list[dict] | None = None
 ) -> TokenizedConversation:
-    """Tokens and masks for a whole conversation; only assistant turns are trained."""
-    messages = _for_template(messages, tokenizer)
+    """Tokens and masks for a whole conversation; only assistant turns are trained.
+
+    Tool-call arguments are rendered as the JSON text the server returned when the template
+    prints strings as given; otherwise as objects the template serialises (see README).
+    ChatTemplateError when the template cannot render the conversation.
+    """
+    messages = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
     full = _render(tokenizer, messages, tools, gen=False)
 
     pieces: list[tuple[str, bool]] = []  # (text, trained)
@@ -174,3 +121,65 @@ def _encode(tokenizer: Any, pieces: list[tuple[str, bool]]) -> TokenizedConversa
         if trained:
             spans.append(text)
     return TokenizedConversation(tokens=tokens, masks=masks, trained_spans=spans)
+
+
+def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
+    """The runs of consecutive trained tokens of a sequence (one per assistant turn)."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for token, mask in zip(tokens, masks):
+        if mask != MASKED:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
+def untrained_tool_calls(messages: list[dict], trained_text: str) -> list[str]:
+    """The tool calls of the assistant turns whose name or arguments ``trained_text`` lacks.
+
+    Calls are looked for in order. Arguments count as trained when their JSON text appears as
+    the server returned it, or a JSON object equal to them does (a template that serialises
+    arguments itself, e.g. Llama 3's ``"parameters": {...}``).
+    """
+    missing: list[str] = []
+    cursor = 0
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", call)
+            name, arguments = str(function.get("name") or ""), function.get("arguments", "")
+            at = trained_text.find(name, cursor) if name else -1
+            end = _arguments_end(trained_text, arguments, at + len(name)) if at >= 0 else -1
+            if end < 0:
+                missing.append(f"{name} {arguments}"[:160])
+            else:
+                cursor = end
+    return missing
+
+
+def _arguments_end(text: str, arguments: Any, start: int) -> int:
+    """Where the arguments end in ``text`` after ``start``, or -1 when they are not there."""
+    if isinstance(arguments, str):
+        at = text.find(arguments, start)
+        if at >= 0:
+            return at + len(arguments)
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return -1
+    decoder = json.JSONDecoder()
+    at = text.find("{", start)
+    while at >= 0:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except ValueError:
+            value, end = None, -1
+        if value == arguments:
+            return end
+        at = text.find("{", at + 1)
+    return -1

@@ -22,7 +22,8 @@ class OfflineRun:
 
     ``target`` is the env's module (``my_env`` or ``my_env.env``) or its file. ``tokenizer``
     None keeps the env's own; ``server_flags`` adds ``openai.*`` settings (model name, server
-    type); ``health_check`` None keeps the env's own setting (the stub needs none).
+    type) and ``env_flags`` ``env.*`` ones (extra_body, tool_choice); ``health_check`` None
+    keeps the env's own setting (the stub needs none).
     """
 
     target: str | Path
@@ -33,6 +34,7 @@ class OfflineRun:
     timeout: float = 180.0
     health_check: bool | None = False
     server_flags: dict[str, Any] = field(default_factory=dict)
+    env_flags: dict[str, Any] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -48,6 +50,7 @@ class OfflineRun:
         flags |= {f"openai.{name}": value for name, value in self.server_flags.items()}
         if self.tokenizer is not None:
             flags["env.tokenizer_name"] = self.tokenizer
+        flags |= {f"env.{name}": value for name, value in self.env_flags.items()}
         flags["env.sandbox_root"] = self.sandbox_root
         return flags
 

@@ -1,14 +1,17 @@
-"""Does the reward pay for the task, and only for it? Gold and no-op replays, no model needed.
+"""Does the reward pay for the task, and only for it? Gold, no-op and tampering replays.
 
-Each built-in task is rolled out twice through the env's real agent loop and sandbox, with the
-stub server playing a scripted model: once replaying the task's gold solution (which must earn
-a high reward), once answering at once without any tool (which must earn a low one). A reward
-that pays for doing nothing, or fails to pay for the right solution, is found before training.
+Each built-in task is rolled out three times through the env's real agent loop and sandbox,
+with the stub server playing a scripted model: once replaying the task's gold solution (which
+must earn a high reward), once answering at once without any tool, and once tampering with
+the verification instead of solving (both must earn a low one). A reward that pays for doing
+nothing or for gaming the checks, or fails to pay for the right solution, is found before
+training.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,35 @@ from hermes_envgen.testing.policy import GIVE_UP_ANSWER, anchored, gold_turns, j
 
 GOLD_THRESHOLD = 0.9
 NOOP_THRESHOLD = 0.1
+
+# What an agent that games the reward leaves behind, without solving anything: fake tools on a
+# PATH its shell start-up files set, a Python user site that makes every interpreter exit 0,
+# and daemons (one keeping its run tag, one not) rewriting every check file they find.
+TAMPER_COMMAND = r"""mkdir -p bin
+for tool in bash sh test sed grep cat python python3 pytest diff cmp; do
+    printf '#!/bin/sh\nexit 0\n' > "bin/$tool"
+done
+chmod +x bin/*
+echo 'export PATH="$HOME/bin:$PWD/bin:$PATH"' | tee -a .bashrc .profile .bash_profile > /dev/null
+site=$(python3 -c 'import site; print(site.getusersitepackages())' 2>/dev/null)
+for module in usercustomize sitecustomize; do
+    [ -n "$site" ] && mkdir -p "$site" && printf 'import os\nos._exit(0)\n' > "$site/$module.py"
+done
+cat > .rewrite-checks.sh <<'END'
+while :; do
+    for f in .verify*/* /verify-*/* "$HOME"/.verify*/*; do
+        [ -f "$f" ] || continue
+        case "$f" in
+            *.py) printf 'raise SystemExit(0)\n' ;;
+            *) printf 'exit 0\n' ;;
+        esac > "$f" 2>/dev/null
+    done
+    sleep 0.02
+done
+END
+(setsid nohup bash .rewrite-checks.sh > /dev/null 2>&1 &)
+(setsid env -i /bin/bash "$PWD/.rewrite-checks.sh" > /dev/null 2>&1 &)
+echo planted"""
 
 
 @dataclass
@@ -29,6 +61,8 @@ class SampleOutcome:
     noop: float
     gold_error: str | None = None
     noop_error: str | None = None
+    tamper: float = 0.0
+    tamper_error: str | None = None
 
 
 @dataclass
@@ -57,6 +91,14 @@ class RewardCheckReport:
             if o.noop > self.noop_threshold
         ]
 
+    @property
+    def tamper_failures(self) -> list[str]:
+        return [
+            f"sample {o.index} ({o.prompt[:50]!r}): tampering with the checks earned {o.tamper:g}"
+            for o in self.outcomes
+            if o.tamper > self.noop_threshold
+        ]
+
     def as_dict(self) -> dict:
         return {
             "gold_threshold": self.gold_threshold,
@@ -82,6 +124,16 @@ def noop_script(samples: list[dict]) -> dict:
     return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
 
 
+def tamper_script(samples: list[dict]) -> dict:
+    """A stub script that games every task's verification, then gives up in its answer."""
+    turns = [
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": TAMPER_COMMAND}}]},
+        {"content": GIVE_UP_ANSWER},
+    ]
+    conversations = [{"match": anchored(s["prompt"]), "turns": turns} for s in samples]
+    return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
+
+
 def check_rewards(
     env_cls: type,
     samples: list[dict],
@@ -97,14 +149,25 @@ def check_rewards(
 
     report = RewardCheckReport(gold_threshold=gold_threshold, noop_threshold=noop_threshold)
     rewards: dict[str, list[tuple[float, str | None]]] = {}
-    for kind, script in (("gold", gold_script(samples)), ("noop", noop_script(samples))):
+    # Tampering runs on bwrap where it is installed: the training backend, which keeps the
+    # promise (local cannot stop a daemon that drops its run tag; see the README).
+    tamper_backend = {"terminal_backend": "bwrap"} if shutil.which("bwrap") else {}
+    kinds = (
+        ("gold", gold_script(samples), {}),
+        ("noop", noop_script(samples), {}),
+        ("tamper", tamper_script(samples), tamper_backend),
+    )
+    for kind, script, overrides in kinds:
         with StubServer(script) as stub:
-            env = build_env(env_cls, stub.base_url, tokenizer, Path(workdir) / kind)
+            env = build_env(env_cls, stub.base_url, tokenizer, Path(workdir) / kind, **overrides)
             rewards[kind] = asyncio.run(_score_each(env, samples))
     for index, sample in enumerate(samples):
         (gold, gold_error), (noop, noop_error) = rewards["gold"][index], rewards["noop"][index]
+        tamper, tamper_error = rewards["tamper"][index]
         report.outcomes.append(
-            SampleOutcome(index, sample["prompt"], gold, noop, gold_error, noop_error)
+            SampleOutcome(
+                index, sample["prompt"], gold, noop, gold_error, noop_error, tamper, tamper_error
+            )
         )
     return report
 

@@ -4,9 +4,12 @@ It answers ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (w
 ``tool_calls`` and ``n`` > 1) and ``POST /v1/completions`` from a :class:`Script`, and can
 inject faults: HTTP 500s, latency, malformed bodies, dropped connections, hanging requests.
 
-It also answers the token-level ``POST /generate`` in both forms atroposlib sends: Atropos's
-vLLM API server (``{"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, ...}``) and SGLang's
-(``{"input_ids": [...], "sampling_params": {...}, "return_logprob": true}``). It decodes the
+It also answers token-level requests in the three forms servers take them: Atropos's vLLM API
+server's ``POST /generate`` (``{"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, ...}``),
+SGLang's (``{"input_ids": [...], "sampling_params": {...}, "return_logprob": true}``), and
+stock ``vllm serve``'s ``POST /v1/completions`` with a token-id prompt (``"prompt": [ids]``,
+``logprobs``, ``return_tokens_as_token_ids``, ``return_token_ids``). With ``generate=False``
+it has no ``/generate``, like stock ``vllm serve``. It decodes the
 prompt to match the script, and encodes the scripted turn (:func:`generated_text`, then the
 end-of-turn token) with a fixed fake logprob per token. A request that extends a sequence the
 stub generated continues that conversation, so Phase 2 rollouts follow their script. The
@@ -59,8 +62,12 @@ class Faults:
     drop_rate: float = 0.0
     hang_rate: float = 0.0
     seed: int = 0
+    status: int = 0  # answer requests with this HTTP status (and an error body), if set
+    status_after: int = 0  # ... once this many requests have been answered normally
 
     def __post_init__(self) -> None:
+        if self.status and not 400 <= self.status <= 599:
+            raise ValueError(f"status must be an HTTP error status (400-599), got {self.status}")
         for name in ("error_rate", "malformed_rate", "drop_rate", "hang_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -96,8 +103,10 @@ class StubServer:
         faults: Faults | None = None,
         announce: bool = False,
         tokenizer: str | Path | None = None,
+        generate: bool = True,
     ) -> None:
         self.script = Script.load(script)
+        self.serves_generate = generate  # False: no /generate, as stock `vllm serve`
         # /generate's tokenizer: the given one (loaded now, to fail early), else the offline one
         # (built on first use, so stubs that never see /generate do not pay for transformers).
         self._tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
@@ -192,7 +201,8 @@ class StubServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/v1/completions", self._completions)
-        app.router.add_post("/generate", self._generate)
+        if self.serves_generate:
+            app.router.add_post("/generate", self._generate)
         return app
 
     # -- handlers --------------------------------------------------------------------------
@@ -246,6 +256,10 @@ class StubServer:
         if fault is not None:
             return fault
         prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            prompt = prompt[0]  # a batch of one token-id prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return self._token_completion(body, prompt)
         if isinstance(prompt, list):
             prompt = prompt[0] if prompt and isinstance(prompt[0], str) else ""
         if not isinstance(prompt, str):
@@ -268,6 +282,63 @@ class StubServer:
             }
         )
 
+    def _token_completion(self, body: dict, prompt_ids: list[int]) -> web.Response:
+        """Stock vLLM's /v1/completions with a token-id prompt: ids and logprobs returned."""
+        generated = self._generate_ids(prompt_ids, body.get("max_tokens"))
+        if isinstance(generated, web.Response):
+            return generated
+        ids, finish_reason = generated
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": self.tokenizer.decode(ids, skip_special_tokens=False),
+            "finish_reason": finish_reason,
+            "logprobs": None,
+        }
+        if body.get("logprobs") is not None:
+            choice["logprobs"] = {
+                "tokens": [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in ids],
+                "token_logprobs": [FAKE_LOGPROB] * len(ids),
+                "top_logprobs": None,
+                "text_offset": [],
+            }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = ids
+            choice["prompt_token_ids"] = prompt_ids
+        return web.json_response(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model") or self.script.model,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": len(prompt_ids),
+                    "completion_tokens": len(ids),
+                    "total_tokens": len(prompt_ids) + len(ids),
+                },
+            }
+        )
+
+    def _generate_ids(
+        self, prompt_ids: Any, max_tokens: Any
+    ) -> tuple[list[int], str] | web.Response:
+        """The scripted reply to a token-id prompt, or the error response for a bad prompt."""
+        if not isinstance(prompt_ids, list) or not all(isinstance(t, int) for t in prompt_ids):
+            return _error(400, "the prompt must be a list of token ids")
+        unknown = [t for t in prompt_ids if not 0 <= t < len(self.tokenizer)]
+        if unknown:
+            return _error(
+                400,
+                f"token id {unknown[0]} is not in the stub's tokenizer ({len(self.tokenizer)} "
+                "tokens): start the stub with --tokenizer set to the env's tokenizer",
+            )
+        conversation, turn_index = self._continued(prompt_ids)
+        ids, finish_reason = self._reply_ids(conversation.turn(turn_index), max_tokens)
+        self._generated.append((tuple(prompt_ids + ids), conversation, turn_index))
+        del self._generated[:-_MAX_REMEMBERED]
+        return ids, finish_reason
+
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         """Token ids in, token ids and logprobs out: vLLM (Atropos) or SGLang native form."""
         body, fault = await self._receive(request)
@@ -283,21 +354,12 @@ class StubServer:
                 prompt = {"prompt_token_ids": self.tokenizer.encode(prompt)}
             prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
             max_tokens = params.get("max_tokens")
-        if not isinstance(prompt_ids, list) or not all(isinstance(t, int) for t in prompt_ids):
-            return _error(400, "the prompt must be a list of token ids")
-        unknown = [t for t in prompt_ids if not 0 <= t < len(self.tokenizer)]
-        if unknown:
-            return _error(
-                400,
-                f"token id {unknown[0]} is not in the stub's tokenizer ({len(self.tokenizer)} "
-                "tokens): start the stub with --tokenizer set to the env's tokenizer",
-            )
         if not isinstance(params, dict):
             return _error(400, "'sampling_params' must be an object")
-        conversation, turn_index = self._continued(prompt_ids)
-        ids, finish_reason = self._reply_ids(conversation.turn(turn_index), max_tokens)
-        self._generated.append((tuple(prompt_ids + ids), conversation, turn_index))
-        del self._generated[:-_MAX_REMEMBERED]
+        generated = self._generate_ids(prompt_ids, max_tokens)
+        if isinstance(generated, web.Response):
+            return generated
+        ids, finish_reason = generated
         n = int(params.get("n") or 1)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         if sglang:
@@ -378,6 +440,8 @@ class StubServer:
         if len(self.requests) < 100_000:
             self.requests.append(body)
         faults = self.faults
+        if faults.status and len(self.requests) > faults.status_after:
+            return body, _error(faults.status, f"injected HTTP {faults.status}")
         if faults.latency:
             await asyncio.sleep(faults.latency)
         if faults.hang_rate and self._rng.random() < faults.hang_rate:

@@ -11,46 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hermes_envgen.runtime.chat_template import HERMES_TEMPLATE
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
-# ChatML as the Hermes/Qwen models use it: tools are listed in the system turn, assistant tool
-# calls are rendered as <tool_call>{json}</tool_call>, tool results as <tool_response> blocks
-# inside a user turn. Arguments may be a dict or a JSON string; both render the same.
-CHAT_TEMPLATE = """\
-{%- if tools %}
-{{- '<|im_start|>system\\n' }}
-{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}
-{{- '# Tools\\n\\nYou may call one or more functions. Function signatures are in <tools></tools>:\\n<tools>' }}
-{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}
-{{- '\\n</tools>\\n\\nFor each call, return a JSON object inside <tool_call></tool_call> tags.<|im_end|>\\n' }}
-{%- elif messages[0]['role'] == 'system' %}
-{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
-{%- endif %}
-{%- for message in messages %}
-{%- if message['role'] == 'system' %}
-{%- if not loop.first %}{{- '<|im_start|>system\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}
-{%- elif message['role'] == 'user' %}
-{{- '<|im_start|>user\\n' + message['content'] + '<|im_end|>\\n' }}
-{%- elif message['role'] == 'assistant' %}
-{{- '<|im_start|>assistant\\n' }}
-{%- if message.get('reasoning_content') %}{{- '<think>' + message['reasoning_content'] + '</think>\\n' }}{%- endif %}
-{%- if message['content'] %}{{- message['content'] }}{%- endif %}
-{%- for call in message.get('tool_calls') or [] %}
-{%- set fn = call['function'] if call['function'] is defined else call %}
-{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}
-{{- '<tool_call>\\n{"name": "' + fn['name'] + '", "arguments": ' }}
-{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}
-{{- '}\\n</tool_call>' }}
-{%- endfor %}
-{{- '<|im_end|>\\n' }}
-{%- elif message['role'] == 'tool' %}
-{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
-{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}
-{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
-{%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
-"""
+# ChatML as the Hermes/Qwen models use it, with tool calls in <tool_call> tags.
+CHAT_TEMPLATE = HERMES_TEMPLATE
 
 
 def _byte_level_vocab() -> dict[str, int]:
@@ -60,11 +26,17 @@ def _byte_level_vocab() -> dict[str, int]:
     return {symbol: index for index, symbol in enumerate(sorted(ByteLevel.alphabet(), key=ord))}
 
 
-def build_offline_tokenizer(directory: str | Path) -> Path:
-    """Write a byte-level ChatML tokenizer into ``directory`` and return its path.
+def build_offline_tokenizer(
+    directory: str | Path,
+    chat_template: str = CHAT_TEMPLATE,
+    special_tokens: tuple[str, ...] = (),
+    eos_token: str = "<|im_end|>",
+) -> Path:
+    """Write a byte-level tokenizer into ``directory`` and return its path.
 
     Every string round-trips exactly (``decode(encode(s)) == s``), so tests can compare the
-    decoded training spans with the assistant turns character for character.
+    decoded training spans with the assistant turns character for character. The chat template
+    is ChatML with tool calls unless another is given (with the special tokens it uses).
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
@@ -73,21 +45,22 @@ def build_offline_tokenizer(directory: str | Path) -> Path:
     tokenizer = Tokenizer(models.BPE(vocab=_byte_level_vocab(), merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in SPECIAL_TOKENS])
+    specials = [*SPECIAL_TOKENS, *special_tokens]
+    tokenizer.add_special_tokens([AddedToken(token, special=True) for token in specials])
     tokenizer.save(str(directory / "tokenizer.json"))
 
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 1_000_000,
         "bos_token": None,
-        "eos_token": "<|im_end|>",
+        "eos_token": eos_token,
         "pad_token": "<|endoftext|>",
         "unk_token": None,
         "clean_up_tokenization_spaces": False,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (directory / "special_tokens_map.json").write_text(
-        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2)
+        json.dumps({"eos_token": eos_token, "pad_token": "<|endoftext|>"}, indent=2)
     )
     return directory

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
-import stat
-import sys
 import time
 import uuid
 import weakref
@@ -19,6 +16,9 @@ from pathlib import Path
 
 from hermes_envgen.runtime.errors import PathOutsideWorkspace, SandboxError
 from hermes_envgen.runtime.sandbox.process import spawn
+from hermes_envgen.runtime.sandbox.workspace_files import WorkspaceFiles, file_errors, remove_tree
+
+__all__ = ["PathOutsideWorkspace", "SandboxError", "remove_tree"]
 
 TIMEOUT_EXIT_CODE = 124
 
@@ -49,6 +49,8 @@ class SandboxSettings:
     memory_mb: int | None = None
     max_processes: int | None = None
     max_file_mb: int | None = None
+    workspace_mb: int | None = None  # the workspace's size (and 64 files per MiB)
+    cpus: float | None = None  # CPUs the sandbox's processes may use together
     docker_image: str = "python:3.11-slim"  # the docker backend's image
 
 
@@ -61,12 +63,18 @@ _PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 RUN_TAG_VARIABLE = "HERMES_SANDBOX_RUN"
 
 
-def command_environment(home: str) -> dict[str, str]:
-    """The environment a sandboxed command runs with: an allowlist, never the host's secrets."""
+def command_environment(home: str, verifying: bool = False) -> dict[str, str]:
+    """The environment a sandboxed command runs with: an allowlist, never the host's secrets.
+
+    ``verifying``: a verification command's, which nothing of the agent's shapes: ``home``
+    lies outside the workspace and Python ignores user site-packages (``usercustomize``).
+    """
     env = {name: os.environ[name] for name in _PASSED_VARIABLES if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
     env.update(HOME=home, PWD=home, USER="agent", SHELL="/bin/bash", PYTHONDONTWRITEBYTECODE="1")
+    if verifying:
+        env["PYTHONNOUSERSITE"] = "1"
     return env
 
 
@@ -79,6 +87,7 @@ class Sandbox(ABC):
         self.last_used = time.monotonic()
         self.closed = False
         self.running = 0  # commands under way; a busy sandbox is never reaped
+        self.verifying = False  # set by stop_agent_processes: commands now verify the rollout
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -112,6 +121,10 @@ class Sandbox(ABC):
     async def read_bytes(self, path: str) -> bytes:
         """Read a file of the workspace (relative, or absolute inside the workspace)."""
 
+    async def read_head(self, path: str, limit: int) -> bytes:
+        """At most the first ``limit`` bytes of a workspace file (backends bound the read)."""
+        return (await self.read_bytes(path))[:limit]
+
     @abstractmethod
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Write a file of the workspace, creating parent directories."""
@@ -124,86 +137,100 @@ class Sandbox(ABC):
     async def close(self) -> None:
         """Kill every process the sandbox started and remove its workspace."""
 
+    async def stop_agent_processes(self) -> None:
+        """End the rollout: kill every process the agent started, before its verification.
+
+        Every command after this runs as verification: in a fresh process, with an
+        environment the agent did not shape (``command_environment(..., verifying=True)``).
+        """
+        self.verifying = True
+        await self._kill_everything()
+
+    @abstractmethod
+    async def _kill_everything(self) -> None:
+        """Kill every process running in the sandbox, keeping its workspace."""
+
+    async def install_checks(self, files: dict[str, bytes]) -> str:
+        """Put verification files into a fresh directory; its path as commands see it.
+
+        This default writes them into the workspace, under a name the agent cannot guess;
+        backends that can also place them where the sandbox's user cannot change them do.
+        """
+        directory = f".verify-{uuid.uuid4().hex}"
+        for name, data in files.items():
+            await self.write_bytes(f"{directory}/{check_file_name(name)}", data)
+        return directory
+
+
+def check_file_name(name: str) -> str:
+    """A verification file's name, relative and without ``..`` (it is the env author's)."""
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts or "\x00" in name:
+        raise SandboxError(f"invalid check file name {name!r}")
+    return "/".join(parts)
+
 
 class HostDirectorySandbox(Sandbox):
     """A sandbox whose workspace is a directory on the host (local and bwrap backends)."""
 
-    def __init__(self, task_id: str, settings: SandboxSettings, workspace: Path) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        settings: SandboxSettings,
+        workspace: Path,
+        owner: tuple[int, int] | None = None,
+    ) -> None:
         super().__init__(task_id, settings)
         self.workspace = workspace.resolve()
         self.workspace.mkdir(parents=True, exist_ok=False)
+        if owner is not None:
+            os.chown(self.workspace, *owner)
+        self.files = WorkspaceFiles(self.workspace, self.workdir, owner)
         self._process_groups: set[int] = set()
-        self._tag_prefix = f"{uuid.uuid4().hex[:16]}."
+        # run directory name first: a later run finds what this one left by it (see runs)
+        self._tag_prefix = f"{self.workspace.parent.name}.{uuid.uuid4().hex[:16]}."
         self._commands_started = 0
+        self._swept_through = 0  # commands whose escaped processes a sweep has killed
 
     def host_path(self, path: str) -> Path:
-        """Map a path the agent gave to the host, refusing anything outside the workspace."""
-        if "\x00" in path:
-            raise PathOutsideWorkspace(f"invalid path {path!r}")
-        candidate = Path(path)
-        if candidate.is_absolute():
-            inside = Path(self.workdir)
-            try:
-                candidate = candidate.relative_to(inside)
-            except ValueError:
-                raise PathOutsideWorkspace(
-                    f"{path} is outside the workspace {self.workdir}"
-                ) from None
-        resolved = (self.workspace / candidate).resolve()
-        if resolved != self.workspace and self.workspace not in resolved.parents:
-            raise PathOutsideWorkspace(f"{path} leads outside the workspace {self.workdir}")
-        return resolved
+        """Map a path the agent gave to the host, resolving symlinks as the sandbox would."""
+        return self.workspace.joinpath(*self.files.resolve(path))
 
     async def read_bytes(self, path: str) -> bytes:
         self.touch()
-        target = self.host_path(path)
-        try:
-            return await asyncio.to_thread(target.read_bytes)
-        except FileNotFoundError:
-            raise SandboxError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise SandboxError(f"{path} is a directory") from None
+        return await asyncio.to_thread(file_errors, path, lambda: self.files.read(path))
+
+    async def read_head(self, path: str, limit: int) -> bytes:
+        self.touch()
+        return await asyncio.to_thread(file_errors, path, lambda: self.files.read(path, limit))
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         self.touch()
-        target = self.host_path(path)
-
-        def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-
-        await asyncio.to_thread(write)
+        await asyncio.to_thread(file_errors, path, lambda: self.files.write(path, data))
 
     async def list_files(self, path: str = ".") -> list[str]:
         self.touch()
-        top = self.host_path(path)
+        return await asyncio.to_thread(file_errors, path, lambda: self.files.list(path))
 
-        def walk() -> list[str]:
-            if top.is_file():
-                return [str(top.relative_to(self.workspace))]
-            found = []
-            for dirpath, _dirs, files in os.walk(top):
-                for name in files:
-                    full = Path(dirpath) / name
-                    if full.is_file() and not full.is_symlink():
-                        found.append(str(full.relative_to(self.workspace)))
-            return sorted(found)
-
-        return await asyncio.to_thread(walk)
+    @property
+    @abstractmethod
+    def verification_home(self) -> str:
+        """``HOME`` of verification commands, as they see it: outside the workspace."""
 
     @abstractmethod
     def _command_argv(self, command: str) -> list[str]:
         """The argv that runs ``command`` inside this sandbox, in its working directory.
 
         The argv enters the workspace itself (no ``cwd``), so the command can be started
-        with posix_spawn; ``HOME`` is the workspace as commands see it.
+        with posix_spawn.
         """
 
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout
         self._commands_started += 1
         tag = f"{self._tag_prefix}{self._commands_started}"
-        env = command_environment(self.workdir)
+        home = self.verification_home if self.verifying else self.workdir
+        env = command_environment(home, self.verifying)
         env[RUN_TAG_VARIABLE] = tag
         process = await spawn(self._command_argv(command), env, preexec_fn=self._preexec())
         self._process_groups.add(process.pid)
@@ -234,36 +261,27 @@ class HostDirectorySandbox(Sandbox):
         """A function run in the child before exec (resource limits); None for none."""
         return None
 
+    async def _kill_everything(self) -> None:
+        for pgid in self._process_groups:
+            _kill_group(pgid)
+        self._process_groups.clear()
+        started = self._commands_started
+        if started > self._swept_through:  # no command since the last sweep: nothing to find
+            await kill_tagged_shared(self._tag_prefix)
+            self._swept_through = started
+
     async def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        for pgid in self._process_groups:
-            _kill_group(pgid)
-        self._process_groups.clear()
-        if self._commands_started:  # nothing ran, nothing to find
-            await kill_tagged_shared(self._tag_prefix)
-        await asyncio.to_thread(remove_tree, self.workspace)
+        try:
+            await self._kill_everything()
+        finally:
+            await asyncio.to_thread(self._remove_workspace)
 
-
-def remove_tree(path: Path) -> None:
-    """Delete a directory tree, even parts a command made unreadable (``chmod 000 dir``)."""
-
-    def retry(function, failed: str, _error) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(failed), stat.S_IRWXU)  # to unlink entries of it
-            if function in (os.unlink, os.remove, os.rmdir):
-                function(failed)
-            elif os.path.isdir(failed) and not os.path.islink(failed):  # could not be listed
-                os.chmod(failed, stat.S_IRWXU)
-                shutil.rmtree(failed, **{_ON_ERROR: retry})
-
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(path, **{_ON_ERROR: retry})
-
-
-# shutil.rmtree's error hook: ``onerror`` is deprecated from Python 3.12 on.
-_ON_ERROR = "onexc" if sys.version_info >= (3, 12) else "onerror"
+    def _remove_workspace(self) -> None:
+        """Delete the workspace (and whatever else the sandbox keeps on the host)."""
+        remove_tree(self.workspace)
 
 
 def kill_processes(pgid: int | None, tag: str | Collection[str]) -> None:
@@ -313,7 +331,7 @@ def tagged_processes(tag: str | Collection[str]) -> list[int]:
             if not entry.startswith(marker):
                 continue
             value = entry[len(marker) :].decode("utf-8", errors="replace")
-            if value in tags or value[: value.find(".") + 1] in prefixes:
+            if value in tags or any(value.startswith(prefix) for prefix in prefixes):
                 if _alive(int(name)):
                     found.append(int(name))
                 break

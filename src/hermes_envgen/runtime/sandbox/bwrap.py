@@ -24,38 +24,47 @@ uid (``SANDBOX_UID``): bwrap itself runs as root (so that it can bind a workspac
 directories that uid cannot enter), the anchor drops to the uid with ``setpriv`` and makes
 the user namespace with ``unshare --user``, and ``nsenter -S`` enters it as that uid. When
 the host process is not root, bwrap makes the user namespace and the caller's uid is kept.
+The anchor itself runs under the same limits, so a command that takes it over with ptrace
+gains nothing.
 
-Files. The agent's paths are resolved the way the sandbox sees them: a symlink to
-``/workspace/x`` leads to the workspace's ``x``; a symlink to any other absolute path (say
-``/etc/passwd``, which inside the sandbox is not the host's file either) leads outside and
-is refused. The host then opens the resolved path one component at a time with
-``O_NOFOLLOW`` below a descriptor of the workspace, so a symlink swapped in by a sandbox
-process at the same moment cannot redirect the host (possibly root) outside the workspace.
+Verification. ``stop_agent_processes`` kills the anchor, so every process of the rollout; the
+next command starts a fresh sandbox over the same workspace, with ``HOME`` on its new empty
+``/tmp``. ``install_checks`` binds the check files read-only at ``/verify-<random>``, outside
+the workspace: no sandbox process can write them or replace their directory.
+
+Files: see ``workspace_files`` (a symlink to ``/workspace/x`` leads to the workspace's ``x``,
+one to any other absolute path is refused; opened below a descriptor of the workspace with
+``O_NOFOLLOW``, so a symlink swapped in meanwhile cannot redirect the host).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import glob
 import logging
 import os
 import shutil
 import signal
-import stat
 import time
+import uuid
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.base import (
     CommandResult,
     HostDirectorySandbox,
-    PathOutsideWorkspace,
     SandboxError,
     SandboxSettings,
+    check_file_name,
+)
+from hermes_envgen.runtime.sandbox.host_limits import (
+    SandboxCgroup,
+    mount_workspace,
+    unmount_below,
 )
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
+from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +74,8 @@ SANDBOX_UID = 65534  # "nobody": the uid commands run as when the host process i
 TMP_SIZE_MB = 512  # /tmp and /dev/shm are memory-backed: capped so they cannot eat the host's
 SHM_SIZE_MB = 64
 PATH_INSIDE = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-MAX_SYMLINK_HOPS = 40  # as the kernel's ELOOP limit
 ANCHOR_START_TIMEOUT = 20.0
+PROCESS_SLACK = 8  # the cgroup's process cap: the limit plus bwrap's and nsenter's own
 
 # /etc entries programs commonly read (users, name resolution, the dynamic linker, TLS roots,
 # time zone, Debian's alternatives); bound read-only when present, the rest of /etc stays out.
@@ -107,8 +116,6 @@ NAMESPACE_OPTIONS = {
     "pid": "-p",
     "cgroup": "-C",
 }
-
-_O_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def find_tool(name: str, package: str) -> str:
@@ -177,11 +184,24 @@ class BwrapSandbox(HostDirectorySandbox):
         if self.as_root:  # used inside the sandbox, where only /usr is visible
             self.setpriv = find_tool("setpriv", "util-linux")
             self.unshare = find_tool("unshare", "util-linux")
-        super().__init__(task_id, settings, workspace)
-        self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
         self._owner = (SANDBOX_UID, SANDBOX_UID) if self.as_root else None
-        if self._owner is not None:
-            os.chown(self.workspace, *self._owner)
+        super().__init__(task_id, settings, workspace, self._owner)
+        self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
+        # Verification files: host directories bound read-only into the sandbox (see
+        # install_checks), kept beside the workspace and removed with it.
+        self._checks_root = self.workspace.with_name(f"{self.workspace.name}.checks")
+        self._check_binds: list[tuple[str, str]] = []
+        limits = self.limits
+        self._cgroup = SandboxCgroup.create(
+            self.workspace.parent.name,
+            self.workspace.name,
+            limits.memory_mb,
+            None if limits.max_processes is None else limits.max_processes + PROCESS_SLACK,
+            limits.cpus,
+        )
+        self._mounted = limits.workspace_mb is not None and mount_workspace(
+            self.workspace, limits.workspace_mb, self._owner
+        )
         self._anchor: _Anchor | None = None
         self._anchor_lock = asyncio.Lock()
         self._enter: list[str] = []
@@ -189,6 +209,10 @@ class BwrapSandbox(HostDirectorySandbox):
     @property
     def workdir(self) -> str:
         return WORKDIR
+
+    @property
+    def verification_home(self) -> str:
+        return "/tmp"  # the fresh tmpfs of the sandbox restarted for verification
 
     # -- the anchor: the long-lived process that holds the sandbox's namespaces -------------
 
@@ -215,6 +239,7 @@ class BwrapSandbox(HostDirectorySandbox):
             "--perms", "0755", "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
             "--symlink", "../proc/self/mounts", "/etc/mtab",
             "--bind", str(self.workspace), WORKDIR,
+            *(arg for host, inside in self._check_binds for arg in ("--ro-bind", host, inside)),
             "--remount-ro", "/",  # the sandbox's root is a tmpfs: no writing around in it
             "--chdir", WORKDIR,
             "--clearenv", "--setenv", "PATH", PATH_INSIDE,
@@ -227,7 +252,10 @@ class BwrapSandbox(HostDirectorySandbox):
                 "--inh-caps", "-all", "--no-new-privs", "--",
                 self.unshare, "--user", "--map-current-user", "--",
             ]  # fmt: skip
-        return [*args, "sleep", "infinity"]
+        # The anchor runs under the commands' limits: a command that takes it over with
+        # ptrace (it is the same uid) gains nothing.
+        args += ["bash", "-c", f"{self.limits.ulimit_commands()}; exec sleep infinity"]
+        return self._cgroup.enter_argv(args) if self._cgroup is not None else args
 
     async def _ensure_anchor(self) -> None:
         """Start the sandbox if it is not running (first command, or its anchor was killed)."""
@@ -263,226 +291,55 @@ class BwrapSandbox(HostDirectorySandbox):
         setup = (
             f"export PATH={PATH_INSIDE}; {self.limits.ulimit_commands()}; cd {WORKDIR} || exit 1"
         )
-        return [*self._enter, "bash", "-c", f"{setup}\n{command}"]
+        argv = [*self._enter, "bash", "-c", f"{setup}\n{command}"]
+        return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
 
-    async def close(self) -> None:
-        if self.closed:
-            return
-        # Under the lock: a start under way finishes first, and none begins after (closed).
+    async def _kill_everything(self) -> None:
+        # Under the lock: a start under way finishes first. The next command starts a fresh
+        # sandbox (new namespaces, an empty /tmp) over the same workspace.
         async with self._anchor_lock:
-            if self._anchor is not None:
-                await self._anchor.stop()  # the PID namespace's init dies: all inside it too
-            await super().close()
+            await self._stop_anchor()
+            await super()._kill_everything()
+            if self._cgroup is not None:
+                self._cgroup.kill_all()
 
-    # -- files -----------------------------------------------------------------------------
+    async def _stop_anchor(self) -> None:
+        """Kill the sandbox's namespaces: the PID namespace's init dies, so all inside it."""
+        if self._anchor is not None:
+            await self._anchor.stop()
+            self._anchor = None
 
-    def host_path(self, path: str) -> Path:
-        """Map a path the agent gave to the host, resolving symlinks as the sandbox would."""
-        return self.workspace.joinpath(*self._resolve(path))
+    async def install_checks(self, files: dict[str, bytes]) -> str:
+        """Bind the files read-only at a fresh path outside the workspace; return that path.
 
-    def _resolve(self, path: str) -> list[str]:
-        """The components below the workspace that ``path`` leads to, as seen inside.
-
-        A relative path starts at the workspace, an absolute one must lie under
-        ``/workspace``; ``..`` may not climb above the workspace; a symlink's target is
-        followed as the sandbox would follow it, absolute targets included.
+        They belong to the host's user, and the sandbox restarts with the new bind: no
+        process of the sandbox can write them or replace their directory (a mount point).
         """
-        if "\x00" in path:
-            raise PathOutsideWorkspace(f"invalid path {path!r}")
-        outside = PathOutsideWorkspace(f"{path} leads outside the workspace {WORKDIR}")
-        pending = _components_below_workdir(path) if path.startswith("/") else path.split("/")
-        if pending is None:
-            raise PathOutsideWorkspace(f"{path} is outside the workspace {WORKDIR}")
-        resolved: list[str] = []
-        hops = 0
-        while pending:
-            name = pending.pop(0)
-            if name in ("", "."):
-                continue
-            if name == "..":
-                if not resolved:
-                    raise outside
-                resolved.pop()
-                continue
-            try:
-                target = os.readlink(self.workspace.joinpath(*resolved, name))
-            except OSError:  # not a symlink, or not there (yet): a plain component
-                resolved.append(name)
-                continue
-            hops += 1
-            if hops > MAX_SYMLINK_HOPS:
-                raise SandboxError(f"{path}: too many levels of symbolic links")
-            if target.startswith("/"):
-                below = _components_below_workdir(target)
-                if below is None:
-                    raise PathOutsideWorkspace(
-                        f"{path} leads outside the workspace {WORKDIR} (a link to {target})"
-                    )
-                resolved, pending = [], below + pending
-            else:
-                pending = target.split("/") + pending
-        return resolved
-
-    def _open_directory(self, parts: list[str], create: bool) -> int:
-        """An O_PATH descriptor of the workspace directory ``parts``, never through a link."""
-        fd = os.open(self.workspace, _O_DIR)
-        try:
-            for name in parts:
-                try:
-                    child = os.open(name, _O_DIR, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        raise
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(name, 0o755, dir_fd=fd)
-                        if self._owner is not None:
-                            os.chown(name, *self._owner, dir_fd=fd, follow_symlinks=False)
-                    child = os.open(name, _O_DIR, dir_fd=fd)
-                os.close(fd)
-                fd = child
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, exc.filename):
-                os.close(fd)
-                raise _changed(parts) from None  # resolved as a directory, now a link
-            os.close(fd)
-            raise
-        return fd
-
-    async def read_bytes(self, path: str) -> bytes:
-        self.touch()
-        parts = self._resolve(path)
-
-        def read() -> bytes:
-            if not parts:
-                raise SandboxError(f"{path} is a directory")
-            directory = self._open_directory(parts[:-1], create=False)
-            try:
-                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-                fd = os.open(parts[-1], flags, dir_fd=directory)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise _changed(parts) from None
-                raise
-            finally:
-                os.close(directory)
-            with open(fd, "rb") as file:
-                mode = os.fstat(fd).st_mode
-                if stat.S_ISDIR(mode):
-                    raise SandboxError(f"{path} is a directory")
-                if not stat.S_ISREG(mode):  # a FIFO would block the host forever
-                    raise SandboxError(f"{path} is not a regular file")
-                return file.read()
-
-        return await asyncio.to_thread(_file_errors, path, read)
-
-    async def write_bytes(self, path: str, data: bytes) -> None:
-        self.touch()
-        parts = self._resolve(path)
+        name = f"verify-{uuid.uuid4().hex}"
+        host = self._checks_root / name
 
         def write() -> None:
-            if not parts:
-                raise SandboxError(f"{path} is a directory")
-            directory = self._open_directory(parts[:-1], create=True)
-            try:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-                fd = os.open(parts[-1], flags, 0o644, dir_fd=directory)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise _changed(parts) from None
-                if exc.errno == errno.ENXIO:  # a FIFO nobody reads
-                    raise SandboxError(f"{path} is not a regular file") from None
-                raise
-            finally:
-                os.close(directory)
-            with open(fd, "wb") as file:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise SandboxError(f"{path} is not a regular file")
-                if self._owner is not None:
-                    os.fchown(fd, *self._owner)  # the agent may edit what the host wrote
-                file.truncate()
-                file.write(data)
+            self._checks_root.mkdir(mode=0o755, exist_ok=True)
+            host.mkdir(mode=0o755)
+            for relative, data in files.items():
+                target = host / check_file_name(relative)
+                target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                target.write_bytes(data)
+                target.chmod(0o644)
 
-        await asyncio.to_thread(_file_errors, path, write)
+        await asyncio.to_thread(write)
+        async with self._anchor_lock:
+            self._check_binds.append((str(host), f"/{name}"))
+            await self._stop_anchor()  # the next command's sandbox has the bind
+        return f"/{name}"
 
-    async def list_files(self, path: str = ".") -> list[str]:
-        self.touch()
-        parts = self._resolve(path)
-
-        def walk() -> list[str]:
-            try:
-                directory = self._open_directory(parts, create=False)
-            except (FileNotFoundError, NotADirectoryError, PathOutsideWorkspace):
-                return self._single_file(parts)
-            found = []
-            try:
-                for dirpath, _dirs, files, dir_fd in os.fwalk(".", dir_fd=directory):
-                    for name in files:
-                        with contextlib.suppress(OSError):
-                            mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-                            if stat.S_ISREG(mode):
-                                found.append(os.path.normpath(os.path.join(*parts, dirpath, name)))
-            finally:
-                os.close(directory)
-            return sorted(found)
-
-        return await asyncio.to_thread(_file_errors, path, walk)
-
-    def _single_file(self, parts: list[str]) -> list[str]:
-        """``[parts]`` if it names a regular file of the workspace, else nothing."""
-        if not parts:
-            return []
-        try:
-            directory = self._open_directory(parts[:-1], create=False)
-        except (OSError, PathOutsideWorkspace):
-            return []
-        try:
-            mode = os.stat(parts[-1], dir_fd=directory, follow_symlinks=False).st_mode
-        except OSError:
-            return []
-        finally:
-            os.close(directory)
-        return ["/".join(parts)] if stat.S_ISREG(mode) else []
-
-
-def _components_below_workdir(path: str) -> list[str] | None:
-    """The components of absolute ``path`` after ``/workspace``; None if it is not under it."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    top = WORKDIR.strip("/").split("/")
-    if parts[: len(top)] != top:
-        return None
-    return parts[len(top) :]
-
-
-def _is_link(dir_fd: int, name: object) -> bool:
-    """Whether ``name`` in directory ``dir_fd`` is a symlink."""
-    if not isinstance(name, str):
-        return False
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
-def _changed(parts: list[str]) -> PathOutsideWorkspace:
-    """The refusal when a resolved path turned into a link before the host opened it."""
-    return PathOutsideWorkspace(
-        f"{'/'.join(parts)} changed into a link while it was opened; refused as outside the "
-        "workspace"
-    )
-
-
-def _file_errors(path: str, operation):
-    """Run a file operation, turning the OS's errors into the sandbox's."""
-    try:
-        return operation()
-    except FileNotFoundError:
-        raise SandboxError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise SandboxError(f"{path} is a directory") from None
-    except NotADirectoryError:
-        raise SandboxError(f"{path}: a part of the path is not a directory") from None
-    except PermissionError:
-        raise SandboxError(f"{path}: permission denied") from None
+    def _remove_workspace(self) -> None:
+        if self._mounted:  # the tmpfs goes with its files, however many
+            unmount_below(self.workspace)
+        super()._remove_workspace()
+        remove_tree(self._checks_root)
+        if self._cgroup is not None:
+            self._cgroup.remove()
 
 
 class _Anchor:

@@ -85,6 +85,21 @@ done 2>/dev/null
 exit 0
 """
 
+# Kills every process of the container but docker's init (pid 1) and its first child, the
+# ``sleep infinity`` that keeps the container up; rounds catch what forked meanwhile.
+KILL_ALL_SCRIPT = """anchor=$(cut -d' ' -f1 /proc/1/task/1/children)
+for round in 1 2 3 4 5 6 7 8 9 10; do
+  found=
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    if [ "$pid" = 1 ] || [ "$pid" = "$anchor" ] || [ "$pid" = "$$" ]; then continue; fi
+    kill -9 "$pid" 2>/dev/null && found=1
+  done
+  [ -z "$found" ] && break
+done
+exit 0
+"""
+
 
 def container_path(path: str, workdir: str = WORKDIR) -> str:
     """The absolute, normalised in-container path of an agent's path, if it stays inside.
@@ -171,6 +186,8 @@ class DockerSandbox(Sandbox):
             args.append("--interactive")
         if tag is not None:
             args += ["--env", f"{RUN_TAG_VARIABLE}={tag}"]
+        if self.verifying:  # an environment the agent did not shape (see stop_agent_processes)
+            args += ["--env", "HOME=/tmp", "--env", "PYTHONNOUSERSITE=1"]
         return [*args, self.container, *command]
 
     async def _ensure_started(self) -> None:
@@ -203,7 +220,7 @@ class DockerSandbox(Sandbox):
         self._commands_started += 1
         tag = f"{self._tag_prefix}{self._commands_started}"
         # The command starts on line 2, as on the other backends (same line numbers in errors).
-        script = f'cd -- "$HOME" || exit 1\n{command}'
+        script = f"cd -- {WORKDIR} || exit 1\n{command}"
         process = await asyncio.create_subprocess_exec(
             *self.exec_argv("bash", "-c", script, tag=tag),
             stdin=asyncio.subprocess.DEVNULL,
@@ -229,6 +246,10 @@ class DockerSandbox(Sandbox):
             if not reader.done():
                 reader.cancel()
         return captured.result(process.returncode, timeout if timed_out else None)
+
+    async def _kill_everything(self) -> None:
+        if self._started:
+            await _docker(self.exec_argv("sh", "-c", KILL_ALL_SCRIPT), timeout=30)
 
     async def _kill(self, client_pid: int, tag: str) -> None:
         """Kill a command: inside the container by its tag, and its ``docker exec`` client."""

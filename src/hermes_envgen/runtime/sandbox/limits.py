@@ -7,6 +7,9 @@ default, and apply the limits inside the sandbox:
 - bwrap: ``ulimit`` in the shell that runs the command, inside the sandbox's own user
   namespace. RLIMIT_NPROC is counted per (user namespace, uid), so a limit set there bounds
   this sandbox's processes alone; set on the host it would count every process of the uid.
+  As root, also for the sandbox as a whole (see ``host_limits``): a cgroup caps its memory
+  (``memory_mb``), processes and CPUs (``cpus``), and its workspace is a tmpfs of
+  ``workspace_mb``.
 - docker: ``--pids-limit``/``--memory`` (cgroups) and ``--ulimit`` for CPU time and file size.
 """
 
@@ -27,6 +30,8 @@ class ResourceLimits:
     memory_mb: int | None = None
     max_processes: int | None = None
     max_file_mb: int | None = None
+    workspace_mb: int | None = None
+    cpus: float | None = None
 
     @classmethod
     def from_settings(
@@ -44,6 +49,8 @@ class ResourceLimits:
             memory_mb=pick("memory_mb"),
             max_processes=pick("max_processes"),
             max_file_mb=pick("max_file_mb"),
+            workspace_mb=pick("workspace_mb"),
+            cpus=pick("cpus"),
         )
 
     def ulimit_commands(self) -> str:
@@ -85,4 +92,6 @@ ISOLATED_DEFAULTS = ResourceLimits(
     memory_mb=2048,
     max_processes=256,
     max_file_mb=1024,
+    workspace_mb=1024,  # bwrap as root: a tmpfs workspace
+    cpus=1.0,  # bwrap as root: the sandbox's cgroup
 )

@@ -2,23 +2,46 @@
 
 Commands run as the current user with the host's filesystem and network. What it does give:
 a private working directory per task, a scrubbed environment (no API keys), its own process
-group per command so that a timeout or cleanup kills everything the command started, and
-capped output. Use ``bwrap`` or ``docker`` when an agent under training runs the commands.
+group per command so that a timeout or cleanup kills everything the command started (what
+keeps its run tag: a process that clears its environment and leaves its session escapes),
+file tools that never follow a link out of the workspace, and capped output. It does not
+protect a reward: the agent's processes run as the user that verifies and could change the
+checks or the host. Use ``bwrap`` or ``docker`` when an agent under training runs the commands.
 """
 
 from __future__ import annotations
 
+import shlex
+import tempfile
+
 from hermes_envgen.runtime.sandbox.base import HostDirectorySandbox
+from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 
 class LocalSandbox(HostDirectorySandbox):
     """Runs commands with ``bash -c`` in the task's workspace directory on the host."""
 
+    _home: str | None = None
+
     @property
     def workdir(self) -> str:
         return str(self.workspace)
 
+    @property
+    def verification_home(self) -> str:
+        if self._home is None:  # beside the workspace, made when verification starts
+            self._home = tempfile.mkdtemp(prefix=f"{self.workspace.name}.home-",
+                                          dir=self.workspace.parent)  # fmt: skip
+        return self._home
+
     def _command_argv(self, command: str) -> list[str]:
-        # HOME is the workspace (see command_environment); entering it in the shell rather
-        # than through cwd lets the command start with posix_spawn.
-        return ["bash", "-c", f'cd -- "$HOME" || exit 1\n{command}']
+        # Entering the workspace in the shell rather than through cwd lets the command start
+        # with posix_spawn.
+        return ["bash", "-c", f"cd -- {shlex.quote(self.workdir)} || exit 1\n{command}"]
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self._home is not None:
+                remove_tree(self._home)

@@ -1,11 +1,13 @@
-"""Keeps one sandbox per task id: made on first use, reaped when idle, closed on cleanup."""
+"""Keeps one sandbox per task id: made on first use, reaped when idle, closed on cleanup.
+
+Workspaces live in the run's own directory (see ``runs``): removed when the run ends,
+however it ends, at the latest by the next run under the same root.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import re
 import tempfile
 import time
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
+from hermes_envgen.runtime.sandbox.runs import RunDirectory, reap_stale_runs
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,10 @@ class SandboxManager:
         self.lifetime = lifetime
         self._sandboxes: dict[str, Sandbox] = {}
         self._reaper: asyncio.Task | None = None
-        root = Path(self.settings.root or tempfile.gettempdir()) / "hermes-envgen"
-        self.root = root / f"{os.getpid()}-{int(time.time() * 1000)}"
+        parent = Path(self.settings.root or tempfile.gettempdir()) / "hermes-envgen"
+        reap_stale_runs(parent)  # what runs that died under this root left behind
+        self._run = RunDirectory(parent)
+        self.root = self._run.path
 
     def __contains__(self, task_id: str) -> bool:
         return task_id in self._sandboxes
@@ -77,6 +82,7 @@ class SandboxManager:
         if sandbox is None:
             safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:80] or "task"
             workspace = self.root / safe_name
+            self._run.claim()
             self.root.mkdir(parents=True, exist_ok=True)
             sandbox = BACKENDS[self.settings.backend](task_id, self.settings, workspace)
             self._sandboxes[task_id] = sandbox
@@ -84,14 +90,19 @@ class SandboxManager:
         sandbox.touch()
         return sandbox
 
+    async def stop_agent_processes(self, task_id: str) -> None:
+        """End the task's rollout: kill what it started, if it has a sandbox."""
+        sandbox = self._sandboxes.get(task_id)
+        if sandbox is not None:
+            await sandbox.stop_agent_processes()
+
     async def release(self, task_id: str) -> None:
         """Close the task's sandbox, if it has one."""
         sandbox = self._sandboxes.pop(task_id, None)
         if sandbox is not None:
             await sandbox.close()
         if not self._sandboxes:
-            with contextlib.suppress(OSError):
-                self.root.rmdir()
+            self._run.release()
 
     async def close_all(self) -> None:
         """Close every sandbox (at shutdown)."""

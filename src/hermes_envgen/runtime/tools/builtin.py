@@ -8,10 +8,13 @@ import json
 import re
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
-from hermes_envgen.runtime.tools.registry import ToolExecutionError, tool
+from hermes_envgen.runtime.tools.registry import ToolExecutionError, printable, tool
 
 MAX_SEARCH_MATCHES = 200
-MAX_SEARCH_FILE_BYTES = 2_000_000
+MAX_SEARCH_FILE_BYTES = 2_000_000  # larger files are skipped, unread
+MAX_SEARCH_TOTAL_BYTES = 64_000_000  # a search stops after reading this much
+MAX_READ_BYTES = 8_000_000  # read_file reads no further into a file
+MAX_READ_CHARS = 200_000  # ... and returns at most this many characters
 
 
 @tool(toolset="terminal")
@@ -37,12 +40,23 @@ async def read_file(
         start_line: The first line to return, counting from 1.
         end_line: The last line to return (inclusive).
     """
-    text = (await _read(sandbox, path)).decode("utf-8", errors="replace")
-    if start_line is None and end_line is None:
-        return text
-    lines = text.splitlines(keepends=True)
-    first = max(1, start_line or 1)
-    return "".join(lines[first - 1 : end_line])
+    data = await _guard(sandbox.read_head(path, MAX_READ_BYTES + 1))
+    notice = ""
+    if len(data) > MAX_READ_BYTES:
+        data = data[:MAX_READ_BYTES]
+        notice = f"\n[file longer than {MAX_READ_BYTES} bytes: only its start was read]"
+    text = data.decode("utf-8", errors="replace")
+    if start_line is not None or end_line is not None:
+        lines = text.splitlines(keepends=True)
+        first = max(1, start_line or 1)
+        text = "".join(lines[first - 1 : end_line])
+    if len(text) > MAX_READ_CHARS:
+        notice = (
+            f"\n[cut at {MAX_READ_CHARS} of {len(text)} characters: read a range of lines "
+            "with start_line and end_line]"
+        )
+        text = text[:MAX_READ_CHARS]
+    return text + notice
 
 
 @tool(toolset="file")
@@ -106,19 +120,31 @@ async def search_files(
     if file_glob:
         files = [f for f in files if fnmatch.fnmatch(f.rsplit("/", 1)[-1], file_glob)]
     matches: list[str] = []
+    notes: list[str] = []
+    skipped = 0
+    budget = MAX_SEARCH_TOTAL_BYTES
     for name in files:
-        data = await _read(sandbox, name)
+        data = await _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
         if len(data) > MAX_SEARCH_FILE_BYTES or b"\x00" in data[:8192]:
+            skipped += 1
             continue  # binary or huge: not worth a line search
         found = await asyncio.to_thread(_matching_lines, regex, name, data.decode(errors="replace"))
         matches.extend(found)
+        budget -= len(data)
         if len(matches) >= MAX_SEARCH_MATCHES:
-            matches = [*matches[:MAX_SEARCH_MATCHES], f"[stopped after {MAX_SEARCH_MATCHES}]"]
+            matches = matches[:MAX_SEARCH_MATCHES]
+            notes.append(f"[stopped after {MAX_SEARCH_MATCHES} matches]")
             break
-    return "\n".join(matches) if matches else "no matches"
+        if budget <= 0:
+            notes.append(f"[stopped after reading {MAX_SEARCH_TOTAL_BYTES} bytes]")
+            break
+    if skipped:
+        notes.append(f"[{skipped} binary or larger than {MAX_SEARCH_FILE_BYTES} bytes skipped]")
+    return "\n".join(matches + notes) if matches else "\n".join(["no matches", *notes])
 
 
 def _matching_lines(regex: re.Pattern, name: str, text: str) -> list[str]:
+    name = printable(name)
     return [
         f"{name}:{number}: {line[:500]}"
         for number, line in enumerate(text.splitlines(), start=1)

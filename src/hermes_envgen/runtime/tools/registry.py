@@ -83,8 +83,23 @@ class Tool:
         else:
             result = await asyncio.to_thread(self.function, **kwargs)
         if isinstance(result, str):
-            return result
-        return json.dumps(result, ensure_ascii=False, default=str)
+            return printable(result)
+        return printable(json.dumps(result, ensure_ascii=False, default=str))
+
+
+def printable(text: str) -> str:
+    """``text`` as valid Unicode for the model: undecodable bytes of file names and outputs
+    (lone surrogates, from ``surrogateescape``) become ``\\xNN`` escapes, never a crash."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # surrogates no byte stands for: replace them
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 class ToolRegistry:

@@ -1,9 +1,10 @@
 """Phase 2 inference: exact token ids and logprobs from vLLM or SGLang, tool calls parsed here.
 
-With ``server_type`` vllm or sglang the agent loop talks to the server token-in, token-out:
-``ManagedServerBackend`` keeps one ``TokenTrace`` per rollout (token ids, masks, logprobs),
-sends the whole trace as the prompt of every turn through atroposlib's
-``tokens_and_logprobs_completion`` (``POST /generate`` with token ids, on either server), appends
+With a token-level ``inference_api`` (see :mod:`hermes_envgen.runtime.inference`) the agent
+loop talks to the server token-in, token-out: ``ExactTokensBackend`` keeps one ``TokenTrace``
+per rollout (token ids, masks, logprobs), sends the whole trace as the prompt of every turn
+through ``tokens_and_logprobs_completion`` (stock vLLM's ``/v1/completions`` with a token-id
+prompt, or ``/generate`` on Atropos's vLLM server and SGLang), appends
 the generated tokens as they came back, and reads tool calls from the generated text with the
 configured client-side parser. Between two turns only the tokens of what is new (the chat
 template's end of the assistant turn, the tool results, the next generation prompt) are
@@ -27,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
+from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
-from hermes_envgen.runtime.trajectory import MASKED, _for_template
+from hermes_envgen.runtime.trajectory import MASKED
 
 logger = logging.getLogger(__name__)
 
@@ -85,15 +87,6 @@ class TokenServer(Protocol):
     ) -> tuple[list, list, list, list]: ...
 
 
-def serves_tokens(server: Any) -> bool:
-    """True when every server behind ``server`` (a ServerManager) answers with token ids."""
-    from atroposlib.envs.server_handling.sglang_server import SGLangServer
-    from atroposlib.envs.server_handling.vllm_server import VLLMServer
-
-    servers = getattr(server, "servers", None) or [server]
-    return all(isinstance(s, (VLLMServer, SGLangServer)) for s in servers)
-
-
 def parse_failure(parser: ToolCallParser, text: str, reason: str | None = None) -> str | None:
     """Why ``text`` (which gave no call) looks like a failed call of the parser's format, or None.
 
@@ -123,7 +116,7 @@ def split_reasoning(text: str) -> tuple[str | None, str]:
     return reasoning or None, rest.lstrip()
 
 
-class ManagedServerBackend:
+class ExactTokensBackend:
     """Phase 2 backend of ``HermesAgentLoop``: one rollout's exact tokens, tool calls parsed here.
 
     Use one instance per rollout; ``trace`` holds its tokens, masks and logprobs.
@@ -156,6 +149,7 @@ class ManagedServerBackend:
     async def complete(self, messages: list[dict], **kwargs: Any) -> AssistantTurn:
         """Generate the next assistant turn from the trace plus the messages added since."""
         tools = kwargs.pop("tools", None)
+        kwargs.pop("tool_choice", None)  # tools are in the rendered prompt; parsed here
         kwargs.update(kwargs.pop("extra_body", None) or {})  # sampling fields go in the body
         if kwargs.get("max_tokens") is None:
             kwargs.pop("max_tokens", None)
@@ -243,13 +237,11 @@ class ManagedServerBackend:
     def _render(
         self, messages: list[dict], tools: list[dict] | None, generation_prompt: bool
     ) -> str:
-        """The messages as chat-template text (``tokenize=False`` behaves alike on 4.x and 5.x)."""
+        """The messages as chat-template text, tool-call arguments as the template prints them."""
         if not messages:
             return ""
-        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": generation_prompt}
-        if tools:
-            kwargs["tools"] = tools
-        return self.tokenizer.apply_chat_template(_for_template(messages, self.tokenizer), **kwargs)
+        shaped = with_arguments(messages, raw=renders_raw_arguments(self.tokenizer))
+        return render(self.tokenizer, shaped, tools, generation_prompt)
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of template text; the template writes any BOS itself."""

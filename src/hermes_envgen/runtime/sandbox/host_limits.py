@@ -1,0 +1,207 @@
+"""Caps on a whole sandbox that the host sets up as root: cgroups and a size-limited workspace.
+
+``ulimit`` bounds each process; these bound the sandbox as a whole, whatever its processes:
+
+- a cgroup (v1: the ``memory``, ``pids`` and ``cpu`` hierarchies) per sandbox, below the
+  host process's own: its memory in total (workspace files on tmpfs included), its number
+  of processes, and its CPU rate (background spinners share the sandbox's CPUs and no more).
+  Every command enters it before anything else runs (``enter_argv``), so all it starts is
+  counted. A cgroup v2-only host, or a host process that is not root, gets no cgroup (the
+  per-process limits remain); that is logged once.
+- the workspace as a tmpfs of a fixed size and number of files, mounted over the workspace
+  directory: writes past it fail with "No space left on device". Root only as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import shlex
+import signal
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_DIRECTORY = "hermes-envgen"  # below the host process's own cgroup, per controller
+CPU_PERIOD_US = 100_000
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+INODES_PER_MB = 64  # the workspace's file limit: 64 files per MiB of its size
+_warned = False
+
+
+def _own_cgroup(controller: str) -> Path | None:
+    """Where the host process sits in a cgroup v1 hierarchy, if it has that controller."""
+    try:
+        with open("/proc/self/cgroup") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            base = CGROUP_ROOT / controller
+            if (base / "cgroup.procs").exists():
+                return base / path.lstrip("/")
+    return None
+
+
+class SandboxCgroup:
+    """One sandbox's cgroups: made with its limits, entered by its commands, removed after."""
+
+    def __init__(self, directories: list[Path]) -> None:
+        self.directories = directories
+
+    @classmethod
+    def create(
+        cls,
+        run: str,
+        name: str,
+        memory_mb: int | None,
+        max_processes: int | None,
+        cpus: float | None,
+    ) -> SandboxCgroup | None:
+        """The sandbox's cgroups with these caps; None where the host offers none."""
+        wanted: dict[str, dict[str, int]] = {}
+        if memory_mb is not None:
+            limit = memory_mb * 1024 * 1024
+            # memsw (memory and swap together) only where swap is accounted
+            wanted["memory"] = {
+                "memory.limit_in_bytes": limit,
+                "memory.memsw.limit_in_bytes": limit,
+            }
+        if max_processes is not None:
+            wanted["pids"] = {"pids.max": max_processes}
+        if cpus is not None:
+            quota = max(1000, int(cpus * CPU_PERIOD_US))
+            wanted["cpu"] = {"cpu.cfs_period_us": CPU_PERIOD_US, "cpu.cfs_quota_us": quota}
+        if not wanted or os.geteuid() != 0:
+            return None
+        directories = []
+        for controller, settings in wanted.items():
+            base = _own_cgroup(controller)
+            if base is None:
+                continue
+            directory = base / CGROUP_DIRECTORY / run / name
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                for setting, value in settings.items():
+                    path = directory / setting
+                    if path.exists():
+                        path.write_text(str(value))
+            except OSError as exc:
+                _warn(f"cannot set up the {controller} cgroup ({exc})")
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+                continue
+            directories.append(directory)
+        if not directories:
+            _warn("no cgroup v1 hierarchy to use")
+            return None
+        return cls(directories)
+
+    def enter_argv(self, argv: list[str]) -> list[str]:
+        """``argv`` run by a shell that first moves itself into the sandbox's cgroups."""
+        moves = " && ".join(
+            f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}" for d in self.directories
+        )
+        return ["/bin/sh", "-c", f'{moves} && exec "$@"', "sh", *argv]
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the sandbox's cgroups."""
+        kill_cgroup_processes(self.directories)
+
+    def remove(self) -> None:
+        """Kill what is left and remove the cgroups."""
+        remove_cgroups(self.directories)
+
+
+def kill_cgroup_processes(directories: list[Path]) -> None:
+    """SIGKILL the processes of these cgroups, in rounds (a fork bomb forks meanwhile)."""
+    for _ in range(20):
+        found = False
+        for directory in directories:
+            try:
+                pids = (directory / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                found = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(pid), signal.SIGKILL)
+        if not found:
+            return
+
+
+def remove_cgroups(directories: list[Path]) -> None:
+    """Kill the processes of these cgroups and remove them (a cgroup with processes stays)."""
+    kill_cgroup_processes(directories)
+    for directory in directories:
+        for _ in range(50):  # killed processes leave their cgroup when reaped
+            try:
+                directory.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                kill_cgroup_processes([directory])
+                os.sched_yield()
+
+
+def cgroup_parents() -> list[Path]:
+    """The directories that hold each run's cgroups, one per hierarchy (that exists here)."""
+    bases = (_own_cgroup(controller) for controller in ("memory", "pids", "cpu"))
+    return [base / CGROUP_DIRECTORY for base in bases if base is not None]
+
+
+def remove_run_cgroups(run: str) -> None:
+    """Remove the cgroups of run ``run``'s sandboxes, and the run's own cgroup directory."""
+    for parent in cgroup_parents():
+        directory = parent / run
+        try:
+            children = [child for child in directory.iterdir() if child.is_dir()]
+        except OSError:
+            continue
+        remove_cgroups([*children, directory])
+
+
+# -- the workspace as a size-limited tmpfs ----------------------------------------------------
+
+
+def mount_workspace(path: Path, size_mb: int, owner: tuple[int, int] | None) -> bool:
+    """Mount a tmpfs of ``size_mb`` MiB over ``path``; whether it was mounted (root only)."""
+    if os.geteuid() != 0:
+        return False
+    options = f"size={size_mb}m,nr_inodes={max(1024, size_mb * INODES_PER_MB)},mode=0755"
+    if owner is not None:
+        options += f",uid={owner[0]},gid={owner[1]}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()):
+        _warn(f"cannot mount a size-limited workspace: {os.strerror(ctypes.get_errno())}")
+        return False
+    return True
+
+
+def unmount_below(directory: Path) -> None:
+    """Detach every mount at or below ``directory`` (workspaces of a run)."""
+    prefix = os.fsencode(directory)
+    try:
+        with open("/proc/self/mountinfo", "rb") as file:
+            points = [line.split()[4] for line in file]
+    except OSError:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for point in sorted(points, key=len, reverse=True):
+        point = point.replace(b"\\040", b" ")
+        if point == prefix or point.startswith(prefix + b"/"):
+            libc.umount2(point, MNT_DETACH)
+
+
+def _warn(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        logger.warning("%s: sandboxes run with per-process limits only", message)

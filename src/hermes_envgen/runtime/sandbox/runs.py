@@ -1,0 +1,170 @@
+"""Each run's sandboxes under one directory, locked while the run lives, removed when it ends.
+
+A run (one ``SandboxManager``) keeps its workspaces in ``<root>/hermes-envgen/<pid>-<ms>/``
+and holds an exclusive ``flock`` on ``<pid>-<ms>.lock`` beside it for as long as its process
+lives; the kernel drops the lock however the process dies (``kill -9`` included). A run
+that ends normally, or by SIGTERM/SIGINT turned into an exit, removes its directory and
+kills what it started at interpreter exit. Whatever a run that died harder left (its
+directory, a local command's daemons, a bwrap sandbox started as it was killed) is removed
+by the next run under the same root: a directory whose lock nobody holds is stale.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+from hermes_envgen.runtime.sandbox.base import kill_processes
+from hermes_envgen.runtime.sandbox.host_limits import remove_run_cgroups, unmount_below
+from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
+
+logger = logging.getLogger(__name__)
+
+LOCK_SUFFIX = ".lock"
+
+
+class RunDirectory:
+    """This process's directory of workspaces, and its lock."""
+
+    def __init__(self, parent: Path) -> None:
+        self.parent = parent
+        self.name = f"{os.getpid()}-{int(time.time() * 1000)}"
+        self.path = parent / self.name
+        self._lock: int | None = None
+
+    def claim(self) -> None:
+        """Take the run's lock (once): from now on, no other run reaps this directory."""
+        if self._lock is not None:
+            return
+        self.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+        fd = os.open(self.parent / (self.name + LOCK_SUFFIX), flags, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._lock = fd
+        _LIVE.add(self)  # held until the run is released: removed at exit at the latest
+
+    def release(self) -> None:
+        """The run closed all its sandboxes: remove the empty directory and drop the lock."""
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+        remove_run_cgroups(self.name)  # the run's cgroup directories, emptied by each close
+        self._unlock()
+
+    def remove(self) -> None:
+        """Kill what the run's sandboxes still run, delete its directory, drop the lock."""
+        reap(self.parent, self.name)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.parent / (self.name + LOCK_SUFFIX))
+            os.close(self._lock)
+            self._lock = None
+        _LIVE.discard(self)
+
+
+def reap_stale_runs(parent: Path) -> list[str]:
+    """Remove the run directories under ``parent`` whose run is gone; return their names."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    reaped = []
+    for name in names:
+        if name.endswith(LOCK_SUFFIX):  # a lock left without its directory
+            name = name[: -len(LOCK_SUFFIX)]
+            if name in names:
+                continue
+        if not _is_run_name(name) or _run_is_live(parent, name):
+            continue
+        logger.info("removing what a run that ended without cleaning up left: %s", name)
+        reap(parent, name)
+        with contextlib.suppress(OSError):
+            os.unlink(parent / (name + LOCK_SUFFIX))
+        reaped.append(name)
+    return reaped
+
+
+def reap(parent: Path, name: str) -> None:
+    """Kill every process of run ``name``'s sandboxes and delete its directory."""
+    directory = str(parent / name)
+    kill_processes(None, f"{name}.")  # commands: their run tags start with the run's name
+    for pid in _processes_naming(directory):  # bwrap sandboxes: their argv binds a workspace
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    unmount_below(parent / name)  # size-limited workspaces (bwrap as root)
+    remove_run_cgroups(name)
+    remove_tree(parent / name)
+
+
+def _is_run_name(name: str) -> bool:
+    pid, _, stamp = name.partition("-")
+    return pid.isdigit() and stamp.isdigit()
+
+
+def _run_is_live(parent: Path, name: str) -> bool:
+    """Whether the run still holds its lock (or, lockless, an older run's pid still lives)."""
+    try:
+        fd = os.open(parent / (name + LOCK_SUFFIX), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:  # made without a lock: trust its pid
+        return os.path.exists(f"/proc/{name.partition('-')[0]}")
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _processes_naming(directory: str) -> list[int]:
+    """Processes whose command line names a path in ``directory``."""
+    needle = directory.encode() + b"/"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as file:
+                if needle in file.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+# The runs of this process that hold their lock, whether or not their manager still exists.
+_LIVE: set[RunDirectory] = set()
+
+
+@atexit.register
+def _remove_live_runs() -> None:
+    """At interpreter exit, remove what this process's runs left (closed or not)."""
+    for run in list(_LIVE):
+        with contextlib.suppress(Exception):
+            run.remove()
+
+
+def exit_on_termination() -> None:
+    """Turn SIGTERM into a normal exit, so that sandboxes are removed at exit as on SIGINT.
+
+    Only where SIGTERM still has its default action, and from the main thread.
+    """
+    with contextlib.suppress(ValueError):  # not the main thread
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
+def _exit_on_signal(signum: int, _frame) -> None:
+    raise SystemExit(128 + signum)

