@@ -62,24 +62,6 @@ def format_project(project: Path) -> bool:
     return True
 
 
-def is_clean(ruff: str, project: Path) -> bool:
-    """Whether ruff would change nothing: its fix and format checks, run side by side.
-
-    Both only read, so they may run while git stages the same files.
-    """
-    checks = [
-        subprocess.Popen(
-            [ruff, *args, "--quiet", "--no-cache", "."],
-            cwd=project,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for args in (["check", "--diff"], ["format", "--check"])
-    ]
-    return all(check.wait() == 0 for check in checks)
-
-
 def git_init(project: Path) -> list[str]:
     """Make ``project`` a git repository; the ``-c`` options its first commit needs."""
     pattern = r"^(user\.name|user\.email|init\.defaultbranch)$"
@@ -100,11 +82,6 @@ def git_init(project: Path) -> list[str]:
 def git_commit_all(project: Path, message: str, options: Sequence[str] = ()) -> None:
     """Commit every file of ``project`` (the generated code as its first commit)."""
     run_git("add", "--all", cwd=project)
-    git_commit(project, message, options)
-
-
-def git_commit(project: Path, message: str, options: Sequence[str] = ()) -> None:
-    """Commit what is staged."""
     # No hooks or signing: they belong to the user's later commits, not to generated code.
     run_git(
         *options, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "-m", message, cwd=project
@@ -112,21 +89,14 @@ def git_commit(project: Path, message: str, options: Sequence[str] = ()) -> None
 
 
 def run(project: Path, project_name: str, template_version: str) -> None:
-    """Everything that follows rendering: format, ``git init``, the first commit.
-
-    The template renders formatted, lint-clean code, so the usual case needs only ruff's
-    read-only checks, and those run while git initialises and stages the files. Only when a
-    check finds something does ruff rewrite files, and git stage them again.
-    """
-    ruff = find_ruff()
+    """Everything that follows rendering: format, ``git init``, the first commit."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        checked = pool.submit(is_clean, ruff, project) if ruff is not None else None
-        options = git_init(project)
-        run_git("add", "--all", cwd=project)
-        if checked is not None and not checked.result():
-            format_project(project)
-            run_git("add", "--all", cwd=project)
-    git_commit(project, f"Generate {project_name} from hermes-envgen {template_version}", options)
+        formatting = pool.submit(format_project, project)
+        options = git_init(project)  # writes only .git/: it may overlap ruff's rewrites
+        formatting.result()
+    git_commit_all(
+        project, f"Generate {project_name} from hermes-envgen {template_version}", options
+    )
 
 
 def main(argv: list[str]) -> int:
