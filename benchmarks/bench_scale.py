@@ -217,9 +217,10 @@ async def run_long_part(base_url: str, tokenizer_dir: str) -> None:
     from transformers import AutoTokenizer
 
     from hermes_envgen.runtime.agent_loop import HermesAgentLoop
+    from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
     from hermes_envgen.runtime.tool_context import ToolContext
     from hermes_envgen.runtime.tools import ToolRegistry, tool
-    from hermes_envgen.runtime.trajectory import _for_template, _render, tokenize_conversation
+    from hermes_envgen.runtime.trajectory import tokenize_conversation
 
     registry = ToolRegistry()
 
@@ -284,7 +285,8 @@ async def run_long_part(base_url: str, tokenizer_dir: str) -> None:
     start = time.perf_counter()
     tokenize_conversation(tokenizer, result.messages, schemas)
     tokenize_seconds = time.perf_counter() - start
-    text = _render(tokenizer, _for_template(result.messages, tokenizer), schemas, gen=False)
+    shaped = with_arguments(result.messages, renders_raw_arguments(tokenizer))
+    text = render(tokenizer, shaped, schemas, gen=False)
     start = time.perf_counter()
     tokenizer.encode(text, add_special_tokens=False)
     encode_seconds = time.perf_counter() - start
