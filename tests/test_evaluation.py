@@ -331,7 +331,9 @@ def test_a_line_separator_inside_a_record_does_not_split_it(tmp_path):
     journal.append(_journal_record("a", "one\u2028two\u2029three"))
     journal.close()
     reread = SampleJournal(tmp_path, {}, resume=True)
-    assert reread.records["a"]["note"] == "one\u2028two\u2029three"
+    assert set(reread.records) == {"a"}
+    line = (tmp_path / "samples.jsonl").read_bytes().split(b"\n")[0]
+    assert json.loads(line)["note"] == "one\u2028two\u2029three"
 
 
 def test_resuming_a_finished_run_runs_nothing(stub_server, offline_tokenizer, tmp_path):
@@ -416,6 +418,68 @@ def test_summarize_leaves_failures_out_of_every_outcome_metric():
     assert metrics["eval/mean_reward"] == 1.0 and metrics["eval/mean_turns"] == 3
     assert metrics["eval/pass@2_items"] == 0 and "eval/pass@2" not in metrics
     assert metrics["eval/failures"] == 1 and metrics["eval/rollouts"] == 1
+
+
+def test_the_journal_keeps_a_summary_in_memory_and_the_conversation_in_the_file(tmp_path):
+    record = _journal_record("a") | {
+        "messages": [{"role": "user", "content": "x" * 100_000}],
+        "tool_errors": [{"tool_result": "y" * 10_000}],
+        "tool_calls": 3,
+    }
+    journal = SampleJournal(tmp_path, {}, resume=False)
+    journal.append(record)
+    journal.close()
+    for reread in (journal, SampleJournal(tmp_path, {}, resume=True)):
+        kept = reread.records["a"]
+        assert "messages" not in kept and len(json.dumps(kept)) < 1000
+        assert (kept["tool_calls"], kept["tool_errors"], kept["reward"]) == (3, 1, 1.0)
+    assert read_jsonl(tmp_path / "samples.jsonl")[0]["messages"] == record["messages"]
+
+
+def _fixed_script(items: list[dict]) -> dict:
+    """Each item always gets the same conversation: outcomes do not depend on the order."""
+    outcomes = [SOLVE, WRONG, TOOL_ERROR, HALF, GARBLED]
+    script = mix_script()
+    script["conversations"] = [
+        {"match": rf"\ATask {i}:", "turns": outcomes[i % len(outcomes)]} for i in range(len(items))
+    ] + [c for c in script["conversations"] if "candidate_answer" in c["match"]]
+    return script
+
+
+def test_a_run_resumed_at_half_has_the_metrics_of_an_uninterrupted_run(
+    stub_server, offline_tokenizer, tmp_path
+):
+    items = [{"prompt": f"Task {i}: question {i}?", "answer": "Paris"} for i in range(12)]
+    server = stub_server(_fixed_script(items))
+    settings = {"eval_samples_per_item": 4, "max_eval_workers": 3}
+    whole = asyncio.run(
+        make_env(server.base_url, offline_tokenizer, tmp_path / "whole", **settings).run_eval(items)
+    )
+
+    halves = tmp_path / "halves"
+
+    async def first_half() -> None:
+        env = make_env(server.base_url, offline_tokenizer, halves, **settings)
+        run = asyncio.create_task(env.run_eval(items))
+        while (
+            _count_lines(halves / "eval" / "samples.jsonl")
+            + _count_lines(halves / "eval" / "failures.jsonl")
+            < len(items) * 2
+        ):
+            await asyncio.sleep(0.01)
+        run.cancel()  # stopped mid-run, rollouts in flight
+        with pytest.raises(asyncio.CancelledError):
+            await run
+
+    asyncio.run(first_half())
+    assert not (halves / "eval" / "metrics.json").exists()
+    resumed = asyncio.run(
+        make_env(server.base_url, offline_tokenizer, halves, resume=True, **settings).run_eval(
+            items
+        )
+    )
+    assert whole["eval/rollouts"] + whole["eval/failures"] == len(items) * 4
+    assert resumed == whole
 
 
 # -- resume after a kill, as a subprocess ----------------------------------------------------

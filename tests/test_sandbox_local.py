@@ -147,3 +147,51 @@ def test_a_sandbox_running_a_long_command_is_not_reaped(tmp_path):
         return result
 
     assert asyncio.run(main()).output == "finished\n"
+
+
+def test_sandboxes_closed_together_share_one_scan_and_lose_every_escaped_process(
+    sandboxes, monkeypatch
+):
+    from hermes_envgen.runtime.sandbox import base
+
+    sweeps = []
+    real_sweep = base.kill_processes
+
+    def counted(pgid, tag):
+        if pgid is None:  # a sweep for what left the process groups
+            sweeps.append(tag)
+        return real_sweep(pgid, tag)
+
+    monkeypatch.setattr(base, "kill_processes", counted)
+
+    async def main():
+        pids = []
+        for name in "abcdef":
+            sandbox = sandboxes.get(name)
+            await sandbox.run("setsid sleep 60 > /dev/null 2>&1 & echo $! > bg.pid")
+            pids.append(int((await sandbox.read_bytes("bg.pid")).decode()))
+        assert all(pid_alive(pid) for pid in pids)
+        await asyncio.gather(*(sandboxes.release(name) for name in "abcdef"))
+        return pids
+
+    pids = asyncio.run(main())
+    assert not any(pid_alive(pid) for pid in pids)
+    # one sweep of /proc for the six sandboxes closed at once (not one each)
+    assert len(sweeps) == 1, sweeps
+
+
+def test_a_sandbox_that_ran_nothing_closes_without_a_scan(sandboxes, monkeypatch):
+    from hermes_envgen.runtime.sandbox import base
+
+    def no_scan(tag):
+        raise AssertionError("scanned /proc for a sandbox that never ran a command")
+
+    monkeypatch.setattr(base, "tagged_processes", no_scan)
+
+    async def main():
+        sandbox = sandboxes.get("files-only")
+        await sandbox.write_bytes("a.txt", b"x")
+        await sandboxes.release("files-only")
+        return sandbox.workspace
+
+    assert not asyncio.run(main()).exists()

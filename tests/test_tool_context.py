@@ -81,3 +81,24 @@ def test_reward_code_stays_responsive_while_a_command_runs(sandboxes):
         return ticks
 
     assert asyncio.run(main()) == 10
+
+
+def test_a_tool_without_a_sandbox_parameter_makes_no_sandbox(sandboxes):
+    from hermes_envgen.runtime.tools import ToolRegistry, tool
+
+    registry = ToolRegistry()
+
+    @tool(registry=registry)
+    async def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    async def main():
+        ctx = ToolContext("pure", sandboxes, registry)
+        output = await ctx.call_tool("echo", {"text": "hi"})
+        made = "pure" in sandboxes
+        await ctx.cleanup()
+        return output, made
+
+    assert asyncio.run(main()) == ("hi", False)
+    assert not sandboxes.root.exists()  # not even the run's directory was created

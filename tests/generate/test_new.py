@@ -222,3 +222,24 @@ def test_help_lists_new_and_update(run_cli: RunCli):
     result = run_cli("--help")
     assert result.returncode == 0
     assert "new" in result.stdout and "update" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("rendered", "committed"),
+    [
+        ("x = 1\n", "x = 1\n"),  # clean: checked only, never rewritten
+        ("import os\nx=1\n", "x = 1\n"),  # a safe fix and a reformat, both committed
+    ],
+)
+def test_the_post_generation_hook_commits_what_ruff_would_make_of_the_files(
+    tmp_path, rendered, committed
+):
+    from hermes_envgen.generate import hooks
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.py").write_text(rendered)
+    hooks.load("post_gen_project").run(project, "p", "v0")
+    assert (project / "a.py").read_text() == committed
+    assert git(project, "show", "HEAD:a.py") == committed
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""

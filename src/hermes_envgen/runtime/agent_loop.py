@@ -148,7 +148,9 @@ class ChatCompletionBackend:
 
     async def complete(self, messages: list[dict], **kwargs: Any) -> AssistantTurn:
         # Past reasoning stays in the result but is not sent back: APIs differ on accepting it.
-        outgoing = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+        outgoing = list(messages)  # the list only: the server sees the turn as it was sent
+        if any("reasoning_content" in m for m in messages):
+            outgoing = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
         response = await self.server.chat_completion(messages=outgoing, **kwargs)
         choice = response.choices[0]
         message = choice.message
@@ -239,9 +241,12 @@ class HermesAgentLoop:
             if not reply.tool_calls:
                 result.finished_naturally = True
                 break
-            outputs = await asyncio.gather(
-                *(self._execute(call, turn, result.tool_errors) for call in reply.tool_calls)
-            )
+            if len(reply.tool_calls) == 1:  # the common case: no task per call
+                outputs = [await self._execute(reply.tool_calls[0], turn, result.tool_errors)]
+            else:
+                outputs = await asyncio.gather(
+                    *(self._execute(call, turn, result.tool_errors) for call in reply.tool_calls)
+                )
             for call, output in zip(reply.tool_calls, outputs):
                 result.messages.append(
                     {"role": "tool", "tool_call_id": call["id"], "content": output}

@@ -33,7 +33,6 @@ from hermes_envgen.runtime.errors import (
     NothingMeasured,
 )
 from hermes_envgen.runtime.evaluation import (
-    EvalTask,
     ResumeError,
     SampleJournal,
     eval_settings,
@@ -41,6 +40,7 @@ from hermes_envgen.runtime.evaluation import (
     record_run,
     run_record,
     summarize,
+    tool_error_count,
 )
 from hermes_envgen.runtime.exact_tokens import ExactTokensBackend, TokenTrace
 from hermes_envgen.runtime.inference import ModelClient, check_model_server, same_server
@@ -56,6 +56,8 @@ from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
+
+GROUP_ID_KEY = "group_id"  # in each scored group's ``group_overrides``
 
 
 @dataclass
@@ -372,10 +374,13 @@ class HermesAgentBaseEnv(BaseEnv):
         )
         try:
             try:
-                await ctx.sandbox.start()
+                # A sandbox that cannot start fails before the model is asked; rollouts whose
+                # tools take no sandbox make none (prepare_sandbox makes one if it needs it).
+                if any("sandbox" in self.tool_registry.get(name).injected for name in names):
+                    await ctx.sandbox.start()
+                await self.prepare_sandbox(item, ctx)
             except SandboxUnavailable as exc:
                 return self._unstarted_rollout(item, task_id, str(exc))
-            await self.prepare_sandbox(item, ctx)
             result = await loop.run(self.build_messages(item))
             # Nothing the agent started may run on while its work is scored.
             await self.sandboxes.stop_agent_processes(task_id)
@@ -437,6 +442,9 @@ class HermesAgentBaseEnv(BaseEnv):
             )
         )
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
+        # Unique across env workers and restarts: a trainer fed by many workers can tell groups
+        # apart and drop a repeat (a submission retried after its answer was lost).
+        group["group_overrides"] = {GROUP_ID_KEY: uuid.uuid4().hex}
         logprobs: list[list[float]] = []
         for rollout in rollouts:
             self._train_stats.add(rollout)
@@ -511,22 +519,22 @@ class HermesAgentBaseEnv(BaseEnv):
         progress = RunProgress("evaluate", len(tasks), "rollouts", completed=len(saved))
         for record in saved:
             progress.record(
-                None if record.get("failure") else record["reward"],
-                len(record.get("tool_errors") or []),
+                None if record.get("failure") else record["reward"], tool_error_count(record)
             )
-        slots = asyncio.Semaphore(max(1, config.max_eval_workers))
+        pending = (t for t in tasks if t.key not in journal.records)
 
-        async def one(task: EvalTask) -> None:
-            async with slots:
+        async def worker() -> None:
+            # A fixed pool pulling from the plan: no task object per rollout of the whole run.
+            for task in pending:
                 rollout = await self.run_agent(task.item, split="eval")
-            journal.append(rollout.sample() | task.identity())
-            progress.record(
-                None if rollout.failure else rollout.reward, len(rollout.result.tool_errors)
-            )
-            progress.advance()
+                journal.append(rollout.sample() | task.identity())
+                progress.record(
+                    None if rollout.failure else rollout.reward, len(rollout.result.tool_errors)
+                )
+                progress.advance()
 
         try:
-            await asyncio.gather(*(one(t) for t in tasks if t.key not in journal.records))
+            await asyncio.gather(*(worker() for _ in range(max(1, config.max_eval_workers))))
         finally:
             progress.close()
             journal.close()

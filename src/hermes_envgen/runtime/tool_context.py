@@ -117,7 +117,11 @@ class ToolContext:
 
     async def call_tool(self, name: str, arguments: dict | None = None) -> str:
         """Call a registered tool in this sandbox, as the agent would."""
-        return await self.registry.get(name).call(arguments or {}, sandbox=self.sandbox)
+        tool = self.registry.get(name)
+        # A tool that takes no sandbox never makes one: a rollout of pure Python tools
+        # creates, scans and removes nothing.
+        sandbox = self.sandbox if "sandbox" in tool.injected else None
+        return await tool.call(arguments or {}, sandbox=sandbox)
 
     async def cleanup(self) -> None:
         """Kill everything the task started and remove its workspace."""

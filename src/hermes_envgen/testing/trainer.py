@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -69,6 +70,7 @@ class MinimalTrainer:
         self.api_url = api_url
         self.batch_size = batch_size
         self.num_steps = num_steps
+        self.batches: list[list[dict]] = []  # every batch received, in order
 
     def register(self) -> None:
         _post(
@@ -92,9 +94,32 @@ class MinimalTrainer:
         while time.monotonic() < deadline:
             batch = _get(self.api_url + "/batch").get("batch")
             if batch:
+                self.batches.append(batch)
                 return batch
             time.sleep(poll)
         raise TimeoutError(f"no batch within {timeout:g} s")
+
+    def status(self) -> dict:
+        """run-api's ``current_step`` and ``queue_size`` (groups waiting for a batch)."""
+        return _get(self.api_url + "/status")
+
+    def env_registered(self, env_id: int) -> bool:
+        """Whether run-api has an env with this id (ids count registrations from 0)."""
+        request = urllib.request.Request(
+            self.api_url + "/status-env",
+            data=json.dumps({"env_id": env_id}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="GET",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10):
+                return True
+        except urllib.error.HTTPError:  # run-api answers an unknown id with an error
+            return False
+
+    def groups(self) -> list[dict]:
+        """Every group received so far, in order."""
+        return [group for batch in self.batches for group in batch]
 
 
 def _get(url: str) -> dict:

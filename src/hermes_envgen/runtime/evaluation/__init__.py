@@ -29,7 +29,15 @@ of every reward, turn and tool metric.
 """
 
 from hermes_envgen.runtime.errors import ResumeError
-from hermes_envgen.runtime.evaluation.journal import EvalTask, SampleJournal, item_key, plan_eval
+from hermes_envgen.runtime.evaluation.journal import (
+    EvalTask,
+    SampleJournal,
+    item_key,
+    plan_eval,
+    summary,
+    tool_call_count,
+    tool_error_count,
+)
 from hermes_envgen.runtime.evaluation.metrics import INTERVALS, summarize
 from hermes_envgen.runtime.evaluation.provenance import (
     env_version,
@@ -71,6 +79,9 @@ __all__ = [
     "record_run",
     "run_record",
     "summarize",
+    "summary",
     "template_version",
+    "tool_call_count",
+    "tool_error_count",
     "wilson_interval",
 ]

@@ -57,6 +57,43 @@ def plan_eval(items: Iterable[Any], samples_per_item: int) -> list[EvalTask]:
     return tasks
 
 
+def summary(record: dict) -> dict:
+    """What metrics, progress and resume need of a saved rollout: its key and a few numbers.
+
+    The journal keeps only this in memory (the conversation stays in the file), so an
+    evaluation of any size holds a few hundred bytes per rollout.
+    """
+    return {
+        "key": record["key"],
+        "item_key": record.get("item_key"),
+        "sample_index": record.get("sample_index"),
+        "reward": record.get("reward"),
+        "failure": record.get("failure"),
+        "rollout_error": record.get("rollout_error"),
+        "turns_used": record.get("turns_used", 0),
+        "finished_naturally": bool(record.get("finished_naturally")),
+        "tool_calls": tool_call_count(record),
+        "tool_errors": tool_error_count(record),
+        "reward_counts": record.get("reward_counts") or {},
+        "reward_signals": record.get("reward_signals") or {},
+    }
+
+
+def tool_call_count(record: dict) -> int:
+    """Tool calls of a saved rollout (records of older versions lack the count: from messages)."""
+    if "tool_calls" in record:
+        return int(record["tool_calls"])
+    return sum(
+        len(m.get("tool_calls") or []) for m in record.get("messages", []) if isinstance(m, dict)
+    )
+
+
+def tool_error_count(record: dict) -> int:
+    """Failed tool calls of a saved rollout (a list in the file, a count in a summary)."""
+    errors = record.get("tool_errors")
+    return errors if isinstance(errors, int) else len(errors or [])
+
+
 class SampleJournal:
     """samples.jsonl and failures.jsonl of one evaluation, appended to as rollouts finish.
 
@@ -65,14 +102,15 @@ class SampleJournal:
     not run again; without it, the files of an earlier run are moved to ``*.bak`` first, so
     that a new run never mixes with an old one. ``settings`` (model, temperature, ...) are
     saved beside them, and a resume with other settings is refused. With no ``directory``
-    the records are kept in memory only.
+    the records are kept in memory only. In memory, ``records`` holds each rollout's
+    :func:`summary`, never its conversation.
     """
 
     def __init__(
         self, directory: str | Path | None, settings: dict[str, Any], *, resume: bool
     ) -> None:
         self.directory = Path(directory) if directory is not None else None
-        self.records: dict[str, dict] = {}  # key -> record: earlier runs' and this run's
+        self.records: dict[str, dict] = {}  # key -> summary: earlier runs' and this run's
         self._files: dict[str, Any] = {}
         if self.directory is None:
             if resume:
@@ -92,7 +130,7 @@ class SampleJournal:
 
     def append(self, record: dict) -> None:
         """Save one finished rollout: to failures.jsonl if it has a failure, else samples.jsonl."""
-        self.records[record["key"]] = record
+        self.records[record["key"]] = summary(record)
         if self.directory is None:
             return
         name = FAILURES_FILE if record.get("failure") else SAMPLES_FILE
@@ -127,30 +165,34 @@ class SampleJournal:
             )
 
     def _load(self, path: Path) -> None:
-        """Read the records a file holds, repairing what a kill left: a line cut short (even
-        inside a UTF-8 character) is dropped, a last line with no newline gets one.
+        """Read the records a file holds, line by line, repairing what a kill left: a line cut
+        short (even inside a UTF-8 character) is dropped, a last line with no newline gets one.
         """
         if not path.exists():
             return
-        data = path.read_bytes()
-        lines = data.splitlines()
-        kept: list[bytes] = []
-        for line in lines:
-            try:
-                record = json.loads(line.decode("utf-8"))
-            except ValueError:  # also UnicodeDecodeError: cut inside a character
-                continue
-            if isinstance(record, dict) and isinstance(record.get("key"), str):
-                self.records[record["key"]] = record
-                kept.append(line)
-        if len(kept) < len(lines):
-            logger.warning("%s: %d unreadable line(s) dropped", path, len(lines) - len(kept))
-        if len(kept) < len(lines) or (data and not data.endswith(b"\n")):
-            # Rewritten whole (and atomically), so the next append starts on a line of its own.
+        kept = dropped = 0
+        unterminated = False
+        with path.open("rb") as lines:
+            for line in lines:
+                unterminated = not line.endswith(b"\n")
+                record = _parse(line)
+                if record is None:
+                    dropped += 1
+                    continue
+                self.records[record["key"]] = summary(record)
+                kept += 1
+        if dropped:
+            logger.warning("%s: %d unreadable line(s) dropped", path, dropped)
+        if dropped or unterminated:
+            # Rewritten (streamed, then renamed over), so the next append starts on a line of
+            # its own.
             partial = path.with_name(f".{path.name}.repair")
-            partial.write_bytes(b"".join(line + b"\n" for line in kept))
+            with path.open("rb") as lines, partial.open("wb") as out:
+                for line in lines:
+                    if _parse(line) is not None:
+                        out.write(line.rstrip(b"\n") + b"\n")
             partial.replace(path)
-        logger.info("resuming: %d rollout(s) read from %s", len(kept), path)
+        logger.info("resuming: %d rollout(s) read from %s", kept, path)
 
     def _move_aside(self) -> None:
         moved = []
@@ -166,3 +208,14 @@ class SampleJournal:
                 self.directory,
                 ", ".join(moved),
             )
+
+
+def _parse(line: bytes) -> dict | None:
+    """A journal line's record; None for a line a kill cut short, or one that is no record."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except ValueError:  # also UnicodeDecodeError: cut inside a character
+        return None
+    if isinstance(record, dict) and isinstance(record.get("key"), str):
+        return record
+    return None

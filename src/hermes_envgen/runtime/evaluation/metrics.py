@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
+from hermes_envgen.runtime.evaluation.journal import tool_call_count, tool_error_count
 from hermes_envgen.runtime.evaluation.stats import (
     normal_interval,
     pass_at_k,
@@ -84,8 +85,8 @@ def summarize(
     if interval is not None:
         metrics[f"{prefix}/mean_turns_ci_low"], metrics[f"{prefix}/mean_turns_ci_high"] = interval
 
-    calls = sum(_tool_calls(r) for r in scored)
-    errors = sum(len(r.get("tool_errors") or []) for r in scored)
+    calls = sum(tool_call_count(r) for r in scored)
+    errors = sum(tool_error_count(r) for r in scored)
     if calls:
         rate(f"{prefix}/tool_error_rate", errors / calls, calls)
     else:
@@ -98,12 +99,3 @@ def summarize(
         / n,
     }
     return metrics
-
-
-def _tool_calls(record: dict) -> int:
-    """Tool calls of a saved rollout (records of older versions lack the count: from messages)."""
-    if "tool_calls" in record:
-        return int(record["tool_calls"])
-    return sum(
-        len(m.get("tool_calls") or []) for m in record.get("messages", []) if isinstance(m, dict)
-    )

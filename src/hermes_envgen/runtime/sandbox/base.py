@@ -8,8 +8,9 @@ import os
 import signal
 import time
 import uuid
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,6 +202,7 @@ class HostDirectorySandbox(Sandbox):
         # run directory name first: a later run finds what this one left by it (see runs)
         self._tag_prefix = f"{self.workspace.parent.name}.{uuid.uuid4().hex[:16]}."
         self._commands_started = 0
+        self._swept_through = 0  # commands whose escaped processes a sweep has killed
 
     def host_path(self, path: str) -> Path:
         """Map a path the agent gave to the host, resolving symlinks as the sandbox would."""
@@ -261,7 +263,10 @@ class HostDirectorySandbox(Sandbox):
         for pgid in self._process_groups:
             _kill_group(pgid)
         self._process_groups.clear()
-        await asyncio.to_thread(kill_processes, None, self._tag_prefix)
+        started = self._commands_started
+        if started > self._swept_through:  # no command since the last sweep: nothing to find
+            await kill_tagged_shared(self._tag_prefix)
+            self._swept_through = started
 
     async def close(self) -> None:
         if self.closed:
@@ -277,11 +282,12 @@ class HostDirectorySandbox(Sandbox):
         remove_tree(self.workspace)
 
 
-def kill_processes(pgid: int | None, tag: str) -> None:
+def kill_processes(pgid: int | None, tag: str | Collection[str]) -> None:
     """SIGKILL a process group and every process whose run tag is ``tag`` (or starts with it).
 
     The tag finds what left the group (``setsid``, ``nohup ... &`` of a subshell); more rounds
     catch children forked while the previous round was killing their parents (a fork bomb).
+    Several tags cost one scan of /proc per round, as one does.
     """
     if pgid is not None:
         _kill_group(pgid)
@@ -294,11 +300,15 @@ def kill_processes(pgid: int | None, tag: str) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def tagged_processes(tag: str) -> list[int]:
-    """The live processes (not zombies) whose environment has a run tag starting with ``tag``."""
-    needle = f"\0{RUN_TAG_VARIABLE}={tag}".encode()
-    if tag[-1:] != ".":  # one command's tag, not a sandbox's prefix: match it exactly
-        needle += b"\0"
+def tagged_processes(tag: str | Collection[str]) -> list[int]:
+    """The live processes (not zombies) whose environment has a run tag matching ``tag``.
+
+    A tag ending in ``.`` is a sandbox's prefix and matches all its commands' tags; any other
+    is one command's tag and matches exactly.
+    """
+    tags = {tag} if isinstance(tag, str) else set(tag)
+    prefixes = {t for t in tags if t.endswith(".")}
+    marker = f"{RUN_TAG_VARIABLE}=".encode()
     found = []
     try:
         entries = os.listdir("/proc")
@@ -313,9 +323,61 @@ def tagged_processes(tag: str) -> list[int]:
                 environ = file.read()
         except OSError:
             continue
-        if needle in b"\0" + environ + b"\0" and is_alive(int(name)):
-            found.append(int(name))
+        if marker not in environ:
+            continue
+        for entry in environ.split(b"\0"):
+            if not entry.startswith(marker):
+                continue
+            value = entry[len(marker) :].decode("utf-8", errors="replace")
+            if value in tags or any(value.startswith(prefix) for prefix in prefixes):
+                if is_alive(int(name)):
+                    found.append(int(name))
+                break
     return found
+
+
+class _SharedSweep:
+    """Kills what closing sandboxes left behind, one scan of /proc for all that wait.
+
+    Reading every process's environment takes milliseconds on a busy host and a run closes a
+    sandbox per rollout: the sandboxes that close while a scan runs share the next one.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[str, asyncio.Future]] = []
+        self._worker: asyncio.Task | None = None
+
+    async def kill(self, prefix: str) -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._waiting.append((prefix, done))
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._work())
+        await asyncio.shield(done)  # a cancelled close still has its processes killed
+
+    async def _work(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                await asyncio.to_thread(kill_processes, None, {prefix for prefix, _ in batch})
+            finally:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+
+_sweeps: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SharedSweep] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def kill_tagged_shared(prefix: str) -> None:
+    """Kill every process tagged with a sandbox's ``prefix``, sharing the scan with others."""
+    loop = asyncio.get_running_loop()
+    sweep = _sweeps.get(loop)
+    if sweep is None:
+        sweep = _sweeps[loop] = _SharedSweep()
+    await sweep.kill(prefix)
 
 
 def _kill_group(pgid: int) -> None:

@@ -1,0 +1,338 @@
+"""What a user sees at 10x and 100x the work: throughput, memory and per-turn cost at scale.
+
+Three parts, each against the stub server in its own process:
+
+1. ``process``: rollouts/s and peak RSS of process mode's group loop (collect a group of 3-turn
+   terminal tasks on bwrap, tokenize it, serialise it as process writes it) at concurrency 1,
+   8, 64 and 256 (the group size: a group's rollouts run at once). Each level runs in a fresh
+   process, so its peak RSS is its own. Target: throughput grows until the CPUs are full, RSS
+   under 1 GB at 256, no error.
+2. ``evaluate``: 2,000 items x 4 samples through ``run_eval``; RSS is sampled as the run goes.
+   Target: flat (no growth with the rollouts done).
+3. long rollouts: 50 turns with 20 KB tool outputs. Per turn: the loop's time outside the HTTP
+   request (which grows with the conversation, as it must: the whole conversation is sent).
+   Then tokenizing the finished conversation for training, against encoding its rendered text
+   once (the tokenizer's own cost). Target: the loop's own time per turn does not grow.
+
+    .venv/bin/python benchmarks/bench_scale.py [--parts process,evaluate,long] [--items 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import stub_server_process
+
+HERE = Path(__file__).resolve().parent
+LEVELS = (1, 8, 64, 256)
+ROLLOUTS_PER_LEVEL = 512  # at least two groups per level
+
+
+def terminal_turn(command: str) -> dict:
+    return {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}
+
+
+# 3 turns: two terminal calls, then the answer; every prompt gets it.
+PROCESS_SCRIPT = {
+    "conversations": [],
+    "default": {
+        "turns": [
+            terminal_turn("echo hello > greeting.txt"),
+            terminal_turn("cat greeting.txt"),
+            {"content": "done"},
+        ]
+    },
+}
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- 1. process -------------------------------------------------------------------------------
+
+
+async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency: int) -> dict:
+    """Run process mode's loop (collect, tokenize, serialise) for one concurrency level."""
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    from terminal_env import TerminalTaskEnv
+
+    from hermes_envgen.testing.envs import build_env
+
+    env = build_env(
+        TerminalTaskEnv,
+        base_url,
+        tokenizer,
+        workdir,
+        group_size=concurrency,
+        terminal_backend="bwrap",
+        max_agent_turns=4,
+    )
+    await env.setup()
+    groups = max(2, ROLLOUTS_PER_LEVEL // concurrency)
+    errors = 0
+    with open(os.path.join(workdir, "groups.jsonl"), "w") as out:
+        start = time.perf_counter()
+        for _ in range(groups):
+            group, _ = await env.collect_trajectories(await env.get_next_item())
+            if group is None:
+                errors += 1
+                continue
+            out.write(json.dumps(group) + "\n")
+        seconds = time.perf_counter() - start
+    await env.sandboxes.close_all()
+    return {
+        "concurrency": concurrency,
+        "rollouts_per_s": groups * concurrency / seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "errors": errors,
+    }
+
+
+def run_process_part(base_url: str, tokenizer: str) -> None:
+    print("process: 3-turn terminal tasks on bwrap against the stub")
+    print(f"{'concurrency':>12} {'rollouts/s':>11} {'peak RSS MB':>12} {'errors':>7}")
+    for level in LEVELS:
+        with tempfile.TemporaryDirectory(prefix="bench-scale.") as workdir:
+            completed = subprocess.run(
+                [sys.executable, __file__, "--one-level", str(level), base_url, tokenizer, workdir],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                check=False,
+            )
+        if completed.returncode != 0:
+            print(f"{level:>12}  failed: {completed.stderr.strip().splitlines()[-1:]}")
+            continue
+        row = json.loads(completed.stdout.strip().splitlines()[-1])
+        print(
+            f"{level:>12} {row['rollouts_per_s']:>11.1f} {row['peak_rss_mb']:>12.0f} "
+            f"{row['errors']:>7}"
+        )
+
+
+# -- 2. evaluate ------------------------------------------------------------------------------
+
+
+async def run_evaluate_part(base_url: str, tokenizer: str, items: int, samples: int) -> None:
+    from hermes_envgen.runtime import AgentResult, HermesAgentBaseEnv, Reward, ToolContext
+    from hermes_envgen.testing.envs import build_env
+
+    class AnswerEnv(HermesAgentBaseEnv):
+        """One-turn answers with no tools: the run's bookkeeping is what is measured."""
+
+        name = "bench_scale_eval"
+
+        @classmethod
+        def config_init(cls):
+            from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+
+            from hermes_envgen.runtime import HermesAgentEnvConfig
+
+            config = HermesAgentEnvConfig(enabled_toolsets=[], use_wandb=False)
+            return config, [APIServerConfig(base_url="http://x/v1", model_name="stub-model")]
+
+        async def setup(self) -> None: ...
+
+        async def get_next_item(self):
+            return {}
+
+        def format_prompt(self, item) -> str:
+            return item["prompt"]
+
+        async def compute_reward(self, item, result: AgentResult, ctx: ToolContext) -> Reward:
+            return Reward(float(item["n"] % 3 == 0))
+
+        async def evaluate(self, *args, **kwargs) -> None: ...
+
+    dataset = [{"prompt": f"Question {n}: " + "words " * 50, "n": n} for n in range(items)]
+    with tempfile.TemporaryDirectory(prefix="bench-scale-eval.") as workdir:
+        env = build_env(
+            AnswerEnv,
+            base_url,
+            tokenizer,
+            workdir,
+            eval_samples_per_item=samples,
+            max_eval_workers=64,
+            max_agent_turns=1,
+        )
+        total = items * samples
+        samples_path = Path(workdir) / "eval" / "samples.jsonl"
+        readings: list[tuple[int, float]] = []
+
+        async def sample_rss() -> None:
+            while True:
+                done = _count_lines(samples_path)
+                readings.append((done, rss_mb()))
+                await asyncio.sleep(1.0)
+
+        sampler = asyncio.create_task(sample_rss())
+        start = time.perf_counter()
+        metrics = await env.run_eval(dataset)
+        seconds = time.perf_counter() - start
+        sampler.cancel()
+    print(f"evaluate: {items} items x {samples} samples = {total} rollouts in {seconds:.0f} s")
+    for fraction in (0.1, 0.25, 0.5, 0.75, 1.0):
+        done, mb = min(readings, key=lambda r: abs(r[0] - fraction * total))
+        print(f"  {done:>6} rollouts saved: RSS {mb:6.0f} MB")
+    print(f"  peak RSS {peak_rss_mb():.0f} MB; eval/rollouts = {metrics['eval/rollouts']:.0f}")
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as file:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+# -- 3. long rollouts -------------------------------------------------------------------------
+
+LONG_TURNS = 50
+OUTPUT_CHARS = 20_000
+
+
+async def run_long_part(base_url: str, tokenizer_dir: str) -> None:
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+    from atroposlib.envs.server_handling.server_manager import ServerManager
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.runtime.agent_loop import HermesAgentLoop
+    from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
+    from hermes_envgen.runtime.tool_context import ToolContext
+    from hermes_envgen.runtime.tools import ToolRegistry, tool
+    from hermes_envgen.runtime.trajectory import tokenize_conversation
+
+    registry = ToolRegistry()
+
+    @tool(registry=registry)
+    async def dump(part: int) -> str:
+        """Return 20 KB of text."""
+        return (f"line {part} " + "x" * 70 + "\n") * (OUTPUT_CHARS // 80)
+
+    server = ServerManager(
+        [
+            APIServerConfig(
+                base_url=base_url, model_name="stub-model", api_key="EMPTY", health_check=False
+            )
+        ]
+    )
+
+    class TimedServer:
+        """Passes requests on and keeps how long each took."""
+
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+
+        async def chat_completion(self, **kwargs):
+            start = time.perf_counter()
+            try:
+                return await server.chat_completion(**kwargs)
+            finally:
+                self.seconds.append(time.perf_counter() - start)
+
+    timed = TimedServer()
+    turn_ends: list[float] = []
+
+    class TimedContext(ToolContext):
+        async def call_tool(self, name, arguments=None):
+            output = await super().call_tool(name, arguments)
+            turn_ends.append(time.perf_counter())
+            return output
+
+    schemas = [t.schema for t in registry.resolve()]
+    ctx = TimedContext("long", registry=registry)
+    loop = HermesAgentLoop(
+        timed, schemas, {"dump"}, max_turns=LONG_TURNS + 1, tool_context=ctx, request_retries=0
+    )
+    start = time.perf_counter()
+    result = await loop.run([{"role": "user", "content": "long task"}])
+    await ctx.cleanup()
+    assert result.turns_used == LONG_TURNS + 1, result.error
+    starts = [start, *turn_ends[:-1]]
+    turn = [end - begin for begin, end in zip(starts, turn_ends)]
+    own = [t - r for t, r in zip(turn, timed.seconds)]
+
+    def window(values: list[float], first: int) -> float:
+        return statistics.median(values[first - 1 : first + 4]) * 1000
+
+    print(f"long rollout: {LONG_TURNS} turns, {OUTPUT_CHARS // 1000} KB tool output each")
+    print(f"{'turns':>8} {'request ms':>11} {'loop own ms':>12}")
+    for first in (1, 11, 21, 31, 46):
+        request, loop_own = window(timed.seconds, first), window(own, first)
+        print(f"{first:>3}-{first + 4:<4} {request:>11.1f} {loop_own:>12.2f}")
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    start = time.perf_counter()
+    tokenize_conversation(tokenizer, result.messages, schemas)
+    tokenize_seconds = time.perf_counter() - start
+    shaped = with_arguments(result.messages, renders_raw_arguments(tokenizer))
+    text = render(tokenizer, shaped, schemas, gen=False)
+    start = time.perf_counter()
+    tokenizer.encode(text, add_special_tokens=False)
+    encode_seconds = time.perf_counter() - start
+    print(
+        f"tokenize_conversation {tokenize_seconds * 1000:.0f} ms; encoding the rendered "
+        f"{len(text) / 1e6:.1f} MB once {encode_seconds * 1000:.0f} ms "
+        f"(ratio {tokenize_seconds / encode_seconds:.1f})"
+    )
+
+
+def long_script() -> dict:
+    turns = [
+        {"tool_calls": [{"name": "dump", "arguments": {"part": n}}]} for n in range(LONG_TURNS)
+    ]
+    return {"conversations": [{"match": "long task", "turns": [*turns, {"content": "done"}]}]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="process,evaluate,long")
+    parser.add_argument("--items", type=int, default=2000)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--one-level", nargs=4, metavar=("LEVEL", "URL", "TOKENIZER", "DIR"))
+    args = parser.parse_args()
+    if args.one_level:
+        level, url, tokenizer, workdir = args.one_level
+        row = asyncio.run(process_level(url, tokenizer, workdir, int(level)))
+        print(json.dumps(row))
+        return
+
+    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+    parts = args.parts.split(",")
+    with tempfile.TemporaryDirectory(prefix="bench-scale-tok.") as tok:
+        tokenizer = str(build_offline_tokenizer(Path(tok)))
+        if "process" in parts:
+            with stub_server_process(PROCESS_SCRIPT) as url:
+                run_process_part(url, tokenizer)
+        if "evaluate" in parts:
+            script = {"conversations": [], "default": {"turns": [{"content": "an answer"}]}}
+            with stub_server_process(script) as url:
+                asyncio.run(run_evaluate_part(url, tokenizer, args.items, args.samples))
+        if "long" in parts:
+            with stub_server_process(long_script()) as url:
+                asyncio.run(run_long_part(url, tokenizer))
+
+
+if __name__ == "__main__":
+    main()
