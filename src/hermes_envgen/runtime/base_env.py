@@ -49,7 +49,7 @@ from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_view
-from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
@@ -211,20 +211,7 @@ class HermesAgentBaseEnv(BaseEnv):
             self._discard_empty_output()
             raise
         self.sandboxes = SandboxManager(
-            SandboxSettings(
-                backend=config.terminal_backend,
-                root=config.sandbox_root,
-                command_timeout=config.terminal_timeout,
-                network=config.sandbox_network,
-                cpu_seconds=config.sandbox_cpu_seconds,
-                memory_mb=config.sandbox_memory_mb,
-                max_processes=config.sandbox_max_processes,
-                max_file_mb=config.sandbox_max_file_mb,
-                workspace_mb=config.sandbox_workspace_mb,
-                cpus=config.sandbox_cpus,
-                docker_image=config.sandbox_image,
-            ),
-            lifetime=config.terminal_lifetime,
+            config.sandbox_settings(), lifetime=config.terminal_lifetime
         )
         set_default_sandbox_manager(self.sandboxes)
         self._sandbox_errors_logged: set[str] = set()

@@ -7,6 +7,8 @@ from typing import Any, Literal
 from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, Json, field_validator
 
+from hermes_envgen.runtime.sandbox import SandboxSettings
+
 
 class HermesAgentEnvConfig(BaseEnvConfig):
     """Settings of a multi-turn, tool-using agent environment."""
@@ -169,3 +171,19 @@ class HermesAgentEnvConfig(BaseEnvConfig):
                     "(half of an escaped emoji?): write the character itself"
                 ) from None
         return value
+
+    def sandbox_settings(self) -> SandboxSettings:
+        """The settings of the rollouts' sandboxes (the ``terminal_*`` and ``sandbox_*`` fields)."""
+        return SandboxSettings(
+            backend=self.terminal_backend,
+            root=self.sandbox_root,
+            command_timeout=self.terminal_timeout,
+            network=self.sandbox_network,
+            cpu_seconds=self.sandbox_cpu_seconds,
+            memory_mb=self.sandbox_memory_mb,
+            max_processes=self.sandbox_max_processes,
+            max_file_mb=self.sandbox_max_file_mb,
+            workspace_mb=self.sandbox_workspace_mb,
+            cpus=self.sandbox_cpus,
+            docker_image=self.sandbox_image,
+        )
