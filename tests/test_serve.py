@@ -16,6 +16,19 @@ GROUP_SIZE = 4
 BATCH_SIZE = 8  # two groups per batch
 
 
+def serve_command(model_url: str, tokenizer, rollout_server: str, sandboxes, *flags: str) -> list:
+    """The example env's ``serve`` against the stub model and a run-api, plus ``flags``."""
+    return [
+        sys.executable, str(EXAMPLES / "terminal_env.py"), "serve",
+        "--openai.base_url", model_url,
+        "--env.tokenizer_name", str(tokenizer),
+        "--env.rollout_server_url", rollout_server,
+        "--env.group_size", str(GROUP_SIZE),
+        "--env.sandbox_root", str(sandboxes),
+        *flags,
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_the_trainer_receives_batches_of_valid_groups(stub_server, offline_tokenizer, tmp_path):
     stub = stub_server(EXAMPLES / "stub_script.yaml")
@@ -24,25 +37,16 @@ def test_the_trainer_receives_batches_of_valid_groups(stub_server, offline_token
         trainer.register()
         log = open(tmp_path / "env.log", "w")  # noqa: SIM115
         env = subprocess.Popen(
-            [
-                sys.executable,
-                str(EXAMPLES / "terminal_env.py"),
-                "serve",
-                "--openai.base_url",
+            serve_command(
                 stub.base_url,
-                "--env.tokenizer_name",
-                str(offline_tokenizer),
-                "--env.rollout_server_url",
+                offline_tokenizer,
                 api.url,
-                "--env.group_size",
-                str(GROUP_SIZE),
+                tmp_path / "sandboxes",
                 "--env.total_steps",
                 "2",
                 "--env.steps_per_eval",
                 "1000",
-                "--env.sandbox_root",
-                str(tmp_path / "sandboxes"),
-            ],
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -75,21 +79,7 @@ def test_serve_stops_when_every_request_fails_for_good(stub_server, offline_toke
     with RunApi(log=tmp_path / "run-api.log") as api:
         MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=2).register()
         completed = subprocess.run(
-            [
-                sys.executable,
-                str(EXAMPLES / "terminal_env.py"),
-                "serve",
-                "--openai.base_url",
-                stub.base_url,
-                "--env.tokenizer_name",
-                str(offline_tokenizer),
-                "--env.rollout_server_url",
-                api.url,
-                "--env.group_size",
-                str(GROUP_SIZE),
-                "--env.sandbox_root",
-                str(tmp_path / "sandboxes"),
-            ],
+            serve_command(stub.base_url, offline_tokenizer, api.url, tmp_path / "sandboxes"),
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
@@ -119,13 +109,13 @@ def test_the_trainer_command_pulls_batches_from_a_serving_env(
     env = None
     try:
         announced = trainer.stdout.readline()
-        assert announced.startswith(f"run-api on http://127.0.0.1:{port}"), announced
+        api_url = f"http://127.0.0.1:{port}"
+        assert announced.startswith(f"run-api on {api_url}"), announced
         env = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / "terminal_env.py"), "serve",
-             "--openai.base_url", stub.base_url, "--env.tokenizer_name", str(offline_tokenizer),
-             "--env.rollout_server_url", f"http://127.0.0.1:{port}",
-             "--env.group_size", str(GROUP_SIZE), "--env.total_steps", "1",
-             "--env.steps_per_eval", "1000", "--env.sandbox_root", str(tmp_path / "sandboxes")],
+            serve_command(
+                stub.base_url, offline_tokenizer, api_url, tmp_path / "sandboxes",
+                "--env.total_steps", "1", "--env.steps_per_eval", "1000",
+            ),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
             env=offline_environment(),
         )  # fmt: skip
