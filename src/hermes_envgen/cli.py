@@ -199,11 +199,9 @@ def cleanup(
     ] = None,
 ) -> None:
     """Remove the sandboxes that runs killed without cleaning up left (their processes too)."""
-    import tempfile
+    from hermes_envgen.runtime.sandbox.runs import reap_stale_runs, runs_directory
 
-    from hermes_envgen.runtime.sandbox.runs import reap_stale_runs
-
-    parent = (sandbox_root or Path(tempfile.gettempdir())) / "hermes-envgen"
+    parent = runs_directory(sandbox_root)
     reaped = reap_stale_runs(parent)
     typer.echo(f"removed {len(reaped)} stale run(s) under {parent}")
 

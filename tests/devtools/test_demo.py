@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_envgen.runtime.sandbox.host_limits import mounts_below
 from hermes_envgen.testing.runner import offline_environment
 
 
@@ -98,4 +99,5 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
             demo.kill()
     time.sleep(1)
     assert processes_mentioning(str(tmp_path)) == []
+    assert mounts_below(tmp_path) == [], "size-limited workspaces left mounted"
     assert not list((tmp_path / "demo-output").glob("sandboxes/*"))

@@ -17,7 +17,7 @@ import pytest
 from sandbox_helpers import BWRAP, LOCAL, eventually, processes_running
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
-from hermes_envgen.runtime.sandbox.host_limits import cgroup_parents
+from hermes_envgen.runtime.sandbox.host_limits import cgroup_parents, mounts_below
 from hermes_envgen.testing.runner import offline_environment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -74,11 +74,13 @@ def test_a_killed_run_leaves_no_sandbox_behind(
         assert eventually(lambda: not processes_running(needle), seconds=10)
     if signum != signal.SIGKILL:
         assert eventually(lambda: not list(root.rglob("started")), seconds=5)
+        assert mounts_below(root) == [], "the run left size-limited workspaces mounted"
     # the next run under the same root removes whatever is left
     SandboxManager(SandboxSettings(backend=backend, root=str(root)))
     assert not processes_running(needle)
     assert not list(root.rglob("started"))
     assert [path.name for path in (root / "hermes-envgen").iterdir()] == []
+    assert mounts_below(root) == [], "size-limited workspaces left mounted"
     assert not run_cgroups(run.pid), "the run's cgroups were not removed"
 
 

@@ -68,6 +68,7 @@ def run_demo(
     """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
     from hermes_envgen.devtools.check import find_env, probe
     from hermes_envgen.generate import new_project
+    from hermes_envgen.runtime.sandbox.runs import reap_stale_runs, runs_directory
     from hermes_envgen.testing import (
         OfflineRun,
         StubServer,
@@ -109,8 +110,11 @@ def run_demo(
     except KeyboardInterrupt:
         raise Interrupted("demo interrupted; every process it started was stopped") from None
     finally:
-        # An interrupted env may not have removed its sandboxes: they are ours to remove.
-        shutil.rmtree(outputs / "sandboxes", ignore_errors=True)
+        # An env killed past its grace period may have left sandboxes (size-limited
+        # workspaces are mounts): removed as a next run would, then their directory.
+        sandboxes = outputs / "sandboxes"  # the OfflineRun's sandbox_root
+        reap_stale_runs(runs_directory(sandboxes))
+        shutil.rmtree(sandboxes, ignore_errors=True)
 
     scores = [s for g in written for s in g["scores"]]
     return DemoResult(

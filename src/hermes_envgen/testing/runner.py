@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -18,6 +20,7 @@ OFFLINE_ENVIRONMENT = {
     "WANDB_MODE": "disabled",
     "TOKENIZERS_PARALLELISM": "false",
 }
+GRACE_SECONDS = 30.0  # for an interrupted or timed-out env to remove its sandboxes
 
 
 def offline_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -45,22 +48,47 @@ def run_env_mode(
     for name, value in (flags or {}).items():
         args += (f"--{name}", str(value).lower() if isinstance(value, bool) else str(value))
     command: Sequence[str] = [python or sys.executable, *entry, mode, *args]
-    try:
-        completed = subprocess.run(
-            command,
-            cwd=cwd,
-            env=offline_environment(extra_env),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        output = (exc.stdout or b"")[-4000:], (exc.stderr or b"")[-4000:]
-        raise EnvRunFailed(f"{mode} ran past {timeout:g} s\n{output}") from None
-    if completed.returncode != 0:
+    # Its own process group: a terminal's Ctrl-C reaches the env once, forwarded from here,
+    # so that the env's cleanup (sandboxes, mounts) is not cut short by a second signal.
+    with subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=offline_environment(extra_env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = stop_gracefully(process, signal.SIGTERM)
+            raise EnvRunFailed(
+                f"{mode} ran past {timeout:g} s\n--- stdout\n{stdout[-4000:]}"
+                f"\n--- stderr\n{stderr[-4000:]}"
+            ) from None
+        except BaseException:  # KeyboardInterrupt above all: the env removes its sandboxes
+            stop_gracefully(process, signal.SIGINT)
+            raise
+    if process.returncode != 0:
         raise EnvRunFailed(
-            f"{mode} exited {completed.returncode}\n--- stdout\n{completed.stdout[-4000:]}"
-            f"\n--- stderr\n{completed.stderr[-6000:]}"
+            f"{mode} exited {process.returncode}\n--- stdout\n{stdout[-4000:]}"
+            f"\n--- stderr\n{stderr[-6000:]}"
         )
-    return completed
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def stop_gracefully(process: subprocess.Popen, signum: int) -> tuple[str, str]:
+    """Signal the env's process group, give it ``GRACE_SECONDS`` to clean up, then kill it.
+
+    Returns what it wrote meanwhile. The process has exited (and is reaped) on return.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
+    try:
+        return process.communicate(timeout=GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return process.communicate()

@@ -185,18 +185,24 @@ def mount_workspace(path: Path, size_mb: int, owner: tuple[int, int] | None) -> 
     return True
 
 
-def unmount_below(directory: Path) -> None:
-    """Detach every mount at or below ``directory`` (workspaces of a run)."""
+def mounts_below(directory: Path) -> list[bytes]:
+    """The mount points at or below ``directory``, deepest first."""
     prefix = os.fsencode(directory)
     try:
         with open("/proc/self/mountinfo", "rb") as file:
-            points = [line.split()[4] for line in file]
+            points = [line.split()[4].replace(b"\\040", b" ") for line in file]
     except OSError:
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    for point in sorted(points, key=len, reverse=True):
-        point = point.replace(b"\\040", b" ")
-        if point == prefix or point.startswith(prefix + b"/"):
+        return []
+    below = [p for p in points if p == prefix or p.startswith(prefix + b"/")]
+    return sorted(below, key=len, reverse=True)
+
+
+def unmount_below(directory: Path) -> None:
+    """Detach every mount at or below ``directory`` (workspaces of a run)."""
+    points = mounts_below(directory)
+    if points:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for point in points:
             libc.umount2(point, MNT_DETACH)
 
 

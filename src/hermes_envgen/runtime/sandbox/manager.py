@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
-from hermes_envgen.runtime.sandbox.runs import RunDirectory, reap_stale_runs
+from hermes_envgen.runtime.sandbox.runs import RunDirectory, reap_stale_runs, runs_directory
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ class SandboxManager:
         self.lifetime = lifetime
         self._sandboxes: dict[str, Sandbox] = {}
         self._reaper: asyncio.Task | None = None
-        parent = Path(self.settings.root or tempfile.gettempdir()) / "hermes-envgen"
+        parent = runs_directory(self.settings.root)
         reap_stale_runs(parent)  # what runs that died under this root left behind
         self._run = RunDirectory(parent)
         self.root = self._run.path

@@ -17,6 +17,7 @@ import fcntl
 import logging
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +28,12 @@ from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 logger = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
+RUNS_DIRECTORY = "hermes-envgen"
+
+
+def runs_directory(root: str | Path | None) -> Path:
+    """Where the runs under a sandbox root (default: the temp directory) keep their sandboxes."""
+    return Path(root or tempfile.gettempdir()) / RUNS_DIRECTORY
 
 
 class RunDirectory:
