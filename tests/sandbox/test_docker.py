@@ -7,13 +7,16 @@ import asyncio
 import hashlib
 import os
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from sandbox_helpers import (
     alive,
+    docker_containers,
     docker_test_image,
     eventually,
     make_manager,
@@ -25,6 +28,7 @@ from hermes_envgen.runtime.sandbox import (
     BACKENDS,
     PathOutsideWorkspace,
     SandboxError,
+    SandboxManager,
     SandboxSettings,
     check_backend,
 )
@@ -34,6 +38,7 @@ from hermes_envgen.runtime.sandbox.docker import (
     KILL_SCRIPT,
     LIST_SCRIPT,
     READ_SCRIPT,
+    RUN_LABEL,
     WRITE_SCRIPT,
     DockerSandbox,
     _docker,
@@ -348,6 +353,46 @@ def test_close_removes_the_container_even_after_a_crash(docker_manager):
             ).stdout.strip()
         )
     )
+
+
+@needs_docker
+@pytest.mark.parametrize("reaper", ["cleanup command", "next run"])
+def test_a_killed_runs_containers_are_removed_after_it(reaper, tmp_path):
+    root = tmp_path / "sandboxes"
+    # a run that starts two containers, then dies as kill -9 would leave it
+    dies = f"""
+import asyncio, os
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+
+async def main():
+    image, root = {docker_test_image()!r}, {str(root)!r}
+    manager = SandboxManager(SandboxSettings(backend="docker", root=root, docker_image=image))
+    for task in ("a", "b"):
+        await manager.get(task).run("true")
+    print(manager.root.name, flush=True)
+    os._exit(9)
+
+asyncio.run(main())
+"""
+    died = subprocess.run([sys.executable, "-c", dies], capture_output=True, text=True, timeout=300)
+    run_name = died.stdout.strip()
+    assert run_name, died.stderr
+    label = f"label={RUN_LABEL}={socket.gethostname()}/{run_name}"
+    assert len(docker_containers(label)) == 2
+    if reaper == "cleanup command":
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_envgen", "cleanup", "--sandbox-root", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    else:
+        make_manager(tmp_path, "docker")  # under tmp_path/"docker": another root, reaps nothing
+        assert len(docker_containers(label)) == 2
+        SandboxManager(SandboxSettings(backend="local", root=str(root)))
+    assert docker_containers(label) == []
+    assert list((root / "hermes-envgen").iterdir()) == []
 
 
 @needs_docker

@@ -119,6 +119,28 @@ def test_a_planted_user_site_path_or_rc_file_does_not_change_the_check(backend, 
     assert login_shell["exit_code"] == 1, login_shell
 
 
+@pytest.mark.parametrize("backend", ISOLATED)
+def test_verification_sees_none_of_what_the_agent_left_in_tmp(backend, tmp_path):
+    # A check that trusts a path in /tmp (a cache, a lock file, a tool it drops there) must
+    # not find the agent's version of it, whatever its permissions.
+    plant = (
+        "printf 'exit 0\\n' > /tmp/check-helper.sh; mkdir -p /tmp/.cache/x /tmp/locked;"
+        " touch /tmp/locked/f; chmod 000 /tmp/locked /tmp/check-helper.sh"
+    )
+
+    async def main():
+        ctx = ToolContext("tmp-plant", manager)
+        planted = await ctx.terminal(plant)
+        outcome = await verify(ctx, "ls -A /tmp | grep -v '^\\.verify-' | grep -v '^\\.home-'")
+        await manager.close_all()
+        return planted, outcome
+
+    manager = make_manager(tmp_path, backend)
+    planted, outcome = asyncio.run(main())
+    assert planted["exit_code"] == 0, planted
+    assert outcome["output"] == "", outcome  # nothing listed: /tmp was emptied
+
+
 @pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
 @pytest.mark.parametrize("backend", [BWRAP])
 def test_the_anchor_taken_over_with_ptrace_runs_under_the_limits(backend, tmp_path):

@@ -17,19 +17,28 @@ each first resolves the path with ``realpath`` inside the container (symlinks as
 container sees them) and refuses anything outside ``/workspace``.
 
 Verification: ``stop_agent_processes`` kills every process but docker's init and the
-``sleep``, then makes the verification's ``HOME`` in ``/tmp``; ``install_checks`` writes the
-check files as root (``docker exec --user 0``), read-only, into a directory of root's.
+``sleep``, empties ``/tmp`` and makes the verification's ``HOME`` there; ``install_checks``
+writes the check files as root (``docker exec --user 0``), read-only, into a directory of
+root's.
+
+Every container carries the label ``hermes-envgen.run=<host>/<run>`` and the run's directory
+notes the engine (``runs.ENGINE_FILE``): a run killed before it removed its containers has
+them removed by the next run, or ``hermes-envgen cleanup``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
 import posixpath
 import re
 import shutil
 import signal
+import socket
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -50,6 +59,9 @@ from hermes_envgen.runtime.sandbox.base import (
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
 from hermes_envgen.runtime.sandbox.process import spawn
 from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
+from hermes_envgen.runtime.sandbox.runs import ENGINE_FILE
+
+logger = logging.getLogger(__name__)
 
 WORKDIR = "/workspace"
 HOSTNAME = "sandbox"
@@ -58,6 +70,7 @@ CONTAINER_USER = "65534:65534"  # nobody: no root inside, even without a user na
 WORKSPACE_SIZE_MB = 2048  # the workspace is a tmpfs: it counts against the host's memory
 TMP_SIZE_MB = 512
 LABEL = "hermes-envgen.sandbox"
+RUN_LABEL = "hermes-envgen.run"  # host/run directory: what a next run reaps if this one dies
 START_TIMEOUT = 600.0  # includes pulling the image the first time
 ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
 # Exit codes of the file scripts.
@@ -123,6 +136,12 @@ for round in 1 2 3 4 5 6 7 8 9 10; do
 done
 exit 0
 """
+# Before verification, as the agent's user (the owner of all it left): /tmp emptied (as on
+# bwrap, where verification gets a fresh one) and the verification's HOME ($1) made.
+VERIFICATION_TMP_SCRIPT = """chmod -R u+rwX /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null
+find /tmp -mindepth 1 -delete 2>/dev/null
+mkdir -m 0700 -- "$1"
+"""
 # Writes stdin to the check file $2 below the fresh check directory $1, as root: the
 # directory (in the sticky /tmp) and the file are root's and read-only to everyone else.
 INSTALL_SCRIPT = """umask 022
@@ -175,6 +194,7 @@ class DockerSandbox(Sandbox):
         self.image = getattr(settings, "docker_image", None) or DEFAULT_IMAGE
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
         self.container = container_name(task_id)
+        self.run_directory = workspace.parent  # the run's (see runs): reaped with it
         self._started = False
         self._start_error: str | None = None  # why the container could not start, once known
         self._start_lock = asyncio.Lock()
@@ -199,6 +219,7 @@ class DockerSandbox(Sandbox):
             "--name", self.container,
             "--hostname", HOSTNAME,
             "--label", f"{LABEL}={self.task_id[:200]}",
+            "--label", f"{RUN_LABEL}={run_label(self.run_directory)}",
             "--network", "bridge" if self.settings.network else "none",
             "--read-only",
             "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,mode=1777,size={WORKSPACE_SIZE_MB}m",
@@ -239,6 +260,7 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"sandbox {self.task_id} is closed")
             if self._start_error is not None:  # once is enough: the same error, at once
                 raise SandboxUnavailable(self._start_error)
+            record_engine(self.run_directory)
             code, out = await _docker(self.run_argv(), timeout=START_TIMEOUT)
             if code == 0:
                 # Every command runs with bash: an image without it fails here, at the start.
@@ -299,8 +321,10 @@ class DockerSandbox(Sandbox):
         # Made only now, once (a reward may stop the agent again): nothing of the agent's
         # can have prepared it.
         if self._started and not self._verification_home_made:
-            mkdir = self.exec_argv("mkdir", "-m", "0700", "--", self._verification_home)
-            code, out = await _docker(mkdir, timeout=60)
+            script = self.exec_argv(
+                "sh", "-c", VERIFICATION_TMP_SCRIPT, "sh", self._verification_home
+            )
+            code, out = await _docker(script, timeout=60)
             if code != 0:
                 raise SandboxError(f"cannot make the verification's HOME: {out.strip()[:500]}")
             self._verification_home_made = True
@@ -452,6 +476,45 @@ async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
         await process.wait()
         return TIMEOUT_EXIT_CODE, f"{argv[1]} timed out after {timeout:g} s"
     return process.returncode, out.decode(errors="replace")
+
+
+def run_label(run_directory: Path) -> str:
+    """The run label's value: the host and the run, unique on an engine that hosts share."""
+    return f"{socket.gethostname()}/{run_directory.name}"
+
+
+def record_engine(run_directory: Path) -> None:
+    """Note in the run's directory which engine its containers run on (for ``reap``)."""
+    engine = {name: value for name, value in os.environ.items() if name.startswith("DOCKER_")}
+    path = run_directory / ENGINE_FILE
+    if not path.exists():
+        with contextlib.suppress(OSError):
+            path.write_text(json.dumps(engine))
+
+
+def remove_run_containers(run_directory: Path) -> int:
+    """Remove the containers a run left on its engine, if it used one; how many."""
+    try:
+        engine = json.loads((run_directory / ENGINE_FILE).read_text())
+    except (OSError, ValueError):
+        return 0  # the run started no container
+    environment = {**os.environ, **engine}
+    docker = shutil.which("docker") or "docker"
+
+    def cli(*args: str) -> str:
+        return subprocess.run(
+            [docker, *args], env=environment, capture_output=True, text=True, timeout=120
+        ).stdout
+
+    try:
+        label = f"label={RUN_LABEL}={run_label(run_directory)}"
+        containers = cli("ps", "--all", "--quiet", "--filter", label).split()
+        if containers:
+            cli("rm", "--force", "--volumes", *containers)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.warning("cannot remove the containers of run %s: %s", run_directory.name, exc)
+        return 0
+    return len(containers)
 
 
 def engine_address() -> str:

@@ -5,8 +5,10 @@ and holds an exclusive ``flock`` on ``<pid>-<ms>.lock`` beside it for as long as
 lives; the kernel drops the lock however the process dies (``kill -9`` included). A run
 that ends normally, or by SIGTERM/SIGINT turned into an exit, removes its directory and
 kills what it started at interpreter exit. Whatever a run that died harder left (its
-directory, a local command's daemons, a bwrap sandbox started as it was killed) is removed
-by the next run under the same root: a directory whose lock nobody holds is stale.
+directory, mounts and cgroups, a local command's daemons, a bwrap sandbox started as it was
+killed, its Docker containers, found by their run label on the engine noted in
+``ENGINE_FILE``) is removed by the next run under the same root, or by ``hermes-envgen
+cleanup``: a directory whose lock nobody holds is stale.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
 RUNS_DIRECTORY = "hermes-envgen"
+ENGINE_FILE = ".docker-engine"  # in a run's directory: the Docker engine of its containers
 
 
 def runs_directory(root: str | Path | None) -> Path:
@@ -58,6 +61,8 @@ class RunDirectory:
 
     def release(self) -> None:
         """The run closed all its sandboxes: remove the empty directory and drop the lock."""
+        with contextlib.suppress(OSError):
+            (self.path / ENGINE_FILE).unlink()  # its containers are gone with their sandboxes
         with contextlib.suppress(OSError):
             self.path.rmdir()
         remove_run_cgroups(self.name)  # the run's cgroup directories, emptied by each close
@@ -109,6 +114,10 @@ def reap(parent: Path, name: str) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     unmount_below(parent / name)  # size-limited workspaces (bwrap as root)
+    if (parent / name / ENGINE_FILE).exists():  # containers on a Docker engine
+        from hermes_envgen.runtime.sandbox.docker import remove_run_containers
+
+        remove_run_containers(parent / name)
     remove_run_cgroups(name)
     remove_tree(parent / name)
 
