@@ -64,7 +64,9 @@ def test_the_container_is_locked_down_by_default(tmp_path, monkeypatch):
     assert "--read-only" in argv and "--init" in argv
     assert option_values(argv, "--cap-drop") == ["ALL"]
     assert option_values(argv, "--security-opt") == ["no-new-privileges"]
-    assert option_values(argv, "--user") == ["65534:65534"]
+    # init and the anchor run as root without capabilities; every exec as nobody
+    assert option_values(argv, "--user") == ["0:0"]
+    assert option_values(sandbox_with(tmp_path).exec_argv("true"), "--user") == ["65534:65534"]
     assert option_values(argv, "--pids-limit") == ["256"]
     assert option_values(argv, "--memory") == ["2048m"]
     assert option_values(argv, "--memory-swap") == ["2048m"]
@@ -450,6 +452,40 @@ def container_pid_namespace(name: str) -> str:
 
 
 @needs_docker
+def test_the_agent_can_neither_ptrace_nor_signal_init_or_the_anchor(docker_manager):
+    # Taken over with ptrace, the anchor (which outlives every agent process) would run the
+    # agent's code into verification.
+    attack = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+anchor = open("/proc/1/task/1/children").read().split()[0]
+for pid in (1, int(anchor)):
+    attached = libc.ptrace(16, pid, None, None)  # PTRACE_ATTACH
+    error = os.strerror(ctypes.get_errno())
+    try:
+        os.kill(pid, 0)
+        signalled = "yes"
+    except PermissionError:
+        signalled = "no"
+    print(pid == 1 and "init" or "anchor", attached, error, signalled)
+"""
+
+    async def main():
+        sandbox = docker_manager.get("ptrace")
+        await sandbox.write_bytes("attack.py", attack.encode())
+        result = await sandbox.run("python3 attack.py")
+        await docker_manager.close_all()
+        return result
+
+    result = asyncio.run(main())
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "init -1 Operation not permitted no",
+        "anchor -1 Operation not permitted no",
+    ]
+
+
+@needs_docker
 def test_the_kill_all_script_alone_keeps_only_init_and_anchor(docker_manager):
     # The path for an engine on another machine, where the host cannot signal the container.
     async def main():
@@ -459,6 +495,8 @@ def test_the_kill_all_script_alone_keeps_only_init_and_anchor(docker_manager):
             " (nohup sleep 7303 >/dev/null 2>&1 &); sleep 7304 >/dev/null 2>&1 &"
         )
         namespace = container_pid_namespace(sandbox.container)
+        # init, the anchor and the three sleeps (the exec's own bash may still be exiting)
+        eventually(lambda: len(namespace_members(namespace)) == 5)
         before = len(namespace_members(namespace))
         code, out = await _docker(sandbox.exec_argv("bash", "-c", KILL_ALL_SCRIPT), 30)
         left = namespace_members(namespace)

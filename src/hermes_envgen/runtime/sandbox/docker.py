@@ -4,7 +4,8 @@ The container (``settings.docker_image``, default ``python:3.11-slim``; it must 
 starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
 (``--network none``) unless ``settings.network``; a read-only root filesystem with size-capped
 tmpfs mounts at ``/workspace`` (the working directory and ``HOME``) and ``/tmp``; no
-capabilities; no new privileges; an unprivileged user; memory, process-count and file-size
+capabilities; no new privileges; commands as an unprivileged user (init and the anchor as
+root: out of the agent's reach by ptrace or signal); memory, process-count and file-size
 limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A container that cannot
 start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what is missing.
 
@@ -66,7 +67,10 @@ logger = logging.getLogger(__name__)
 WORKDIR = "/workspace"
 HOSTNAME = "sandbox"
 DEFAULT_IMAGE = "python:3.11-slim"
-CONTAINER_USER = "65534:65534"  # nobody: no root inside, even without a user namespace
+AGENT_USER = "65534:65534"  # nobody: every command and file script runs as it
+# docker's init and the anchor run as root (with no capabilities, as all in the container):
+# of another user than the agent's, which can neither ptrace nor signal them.
+ANCHOR_USER = "0:0"
 WORKSPACE_SIZE_MB = 2048  # the workspace is a tmpfs: it counts against the host's memory
 TMP_SIZE_MB = 512
 LABEL = "hermes-envgen.sandbox"
@@ -227,7 +231,7 @@ class DockerSandbox(Sandbox):
             # No --workdir here: with it, docker 20.10 mounts the /workspace tmpfs root-owned
             # 0755 whatever its mode option says, and the agent cannot write its own workspace.
             # Every exec enters the workspace itself (exec_argv).
-            "--user", CONTAINER_USER,
+            "--user", ANCHOR_USER,
             "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges",
             *self.limits.docker_flags(),
@@ -240,9 +244,7 @@ class DockerSandbox(Sandbox):
         self, *command: str, stdin: bool = False, tag: str | None = None, user: str | None = None
     ) -> list[str]:
         """The ``docker exec`` argv that runs ``command`` in the container's workspace."""
-        args = [self.docker, "exec", "--workdir", WORKDIR]
-        if user is not None:
-            args += ["--user", user]
+        args = [self.docker, "exec", "--workdir", WORKDIR, "--user", user or AGENT_USER]
         if stdin:
             args.append("--interactive")
         if tag is not None:
