@@ -7,6 +7,8 @@ daemons) goes when the next run starts under the same root.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import signal
 import subprocess
@@ -17,7 +19,10 @@ import pytest
 from sandbox_helpers import BWRAP, LOCAL, eventually, processes_running
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox import runs as runs_module
 from hermes_envgen.runtime.sandbox.host_limits import cgroup_parents, mounts_below
+from hermes_envgen.runtime.sandbox.local import LocalSandbox
+from hermes_envgen.runtime.sandbox.manager import BACKENDS, register_backend
 from hermes_envgen.testing.runner import offline_environment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -116,4 +121,38 @@ asyncio.run(main())
     assert done.returncode == 0, done.stderr
     assert "removed 1 stale run(s)" in done.stdout
     assert not processes_running(needle)
+    assert list((root / "hermes-envgen").iterdir()) == []
+
+
+class CutShortSandbox(LocalSandbox):
+    """A sandbox whose close is cancelled before it removed anything (as on Ctrl-C)."""
+
+    async def close(self) -> None:
+        if self.task_id == "cut-short":
+            raise asyncio.CancelledError
+        await super().close()
+
+
+def test_a_close_cut_short_keeps_the_run_to_be_reaped_at_exit(tmp_path):
+    # The last close must not release the run (and its lock) while a cancelled sandbox's
+    # workspace is still on disk: nothing would remove it then.
+    register_backend("cut-short", CutShortSandbox)
+    root = tmp_path / "sandboxes"
+    manager = SandboxManager(SandboxSettings(backend="cut-short", root=str(root)))
+
+    async def main():
+        for task in ("cut-short", "closed"):
+            await manager.get(task).run("touch started")
+        with contextlib.suppress(asyncio.CancelledError):
+            await manager.release("cut-short")
+        await manager.release("closed")
+
+    try:
+        asyncio.run(main())
+    finally:
+        BACKENDS.pop("cut-short")
+    assert len(list(root.rglob("started"))) == 1  # the cut-short sandbox's
+    assert runs_module._run_is_live(root / "hermes-envgen", manager.root.name)
+    runs_module._remove_live_runs()  # what interpreter exit runs
+    assert not list(root.rglob("started"))
     assert list((root / "hermes-envgen").iterdir()) == []

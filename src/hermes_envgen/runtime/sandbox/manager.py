@@ -64,6 +64,7 @@ class SandboxManager:
         self.lifetime = lifetime
         self._sandboxes: dict[str, Sandbox] = {}
         self._reaper: asyncio.Task | None = None
+        self._close_failed = False  # a sandbox not closed for sure: the run stays to be reaped
         parent = runs_directory(self.settings.root)
         reap_stale_runs(parent)  # what runs that died under this root left behind
         self._run = RunDirectory(parent)
@@ -99,8 +100,12 @@ class SandboxManager:
         """Close the task's sandbox, if it has one."""
         sandbox = self._sandboxes.pop(task_id, None)
         if sandbox is not None:
-            await sandbox.close()
-        if not self._sandboxes:
+            try:
+                await sandbox.close()
+            except BaseException:  # cut short (cancelled on Ctrl-C, say): reaped at exit
+                self._close_failed = True
+                raise
+        if not self._sandboxes and not self._close_failed:
             self._run.release()
 
     async def close_all(self) -> None:

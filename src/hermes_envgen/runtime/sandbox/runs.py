@@ -60,11 +60,21 @@ class RunDirectory:
         _LIVE.add(self)  # held until the run is released: removed at exit at the latest
 
     def release(self) -> None:
-        """The run closed all its sandboxes: remove the empty directory and drop the lock."""
-        with contextlib.suppress(OSError):
-            (self.path / ENGINE_FILE).unlink()  # its containers are gone with their sandboxes
-        with contextlib.suppress(OSError):
+        """The run closed all its sandboxes: remove the empty directory and drop the lock.
+
+        A directory that is not empty (a close cut short, e.g. cancelled on Ctrl-C) keeps the
+        run locked and live: it is reaped at exit, or by the next run once this one is gone.
+        """
+        try:
+            if set(os.listdir(self.path)) - {ENGINE_FILE}:
+                return
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / ENGINE_FILE).unlink()  # its containers went with their sandboxes
             self.path.rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
         remove_run_cgroups(self.name)  # the run's cgroup directories, emptied by each close
         self._unlock()
 
