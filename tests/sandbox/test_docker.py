@@ -32,7 +32,7 @@ from hermes_envgen.runtime.sandbox import (
     SandboxSettings,
     check_backend,
 )
-from hermes_envgen.runtime.sandbox.base import RUN_TAG_VARIABLE
+from hermes_envgen.runtime.sandbox.base import RUN_TAG_VARIABLE, CommandResult
 from hermes_envgen.runtime.sandbox.docker import (
     KILL_ALL_SCRIPT,
     KILL_SCRIPT,
@@ -43,6 +43,7 @@ from hermes_envgen.runtime.sandbox.docker import (
     DockerSandbox,
     _docker,
     container_path,
+    explain_start_failure,
 )
 
 # -- without an engine: the argv, the path rules, the scripts ----------------------------------
@@ -175,6 +176,21 @@ def test_the_file_scripts_confine_symlinks_as_the_container_resolves_them(tmp_pa
     listed = run_script(LIST_SCRIPT, workspace, ".").stdout.split(b"\0")
     names = sorted(os.path.relpath(n.decode(), workspace) for n in listed if n)
     assert names == ["new/deep/blob.bin", "real/f"]  # symlinks are not files of the listing
+
+
+def test_a_command_runc_could_not_start_is_said_in_the_sandboxs_words():
+    # what docker exec printed in a container a background fork bomb had filled
+    runc = (
+        "OCI runtime exec failed: exec failed: unable to start container process:"
+        " read init-p: connection reset by peer: unknown\r\n"
+    )
+    result = explain_start_failure(CommandResult(126, runc))
+    assert result.exit_code == 126
+    assert result.output.startswith("the command could not start: the sandbox is out of")
+    assert "read init-p" in result.output and result.output.count("\n") == 1
+    # a command's own exit code 126 (not executable) is left alone
+    own = CommandResult(126, "bash: ./x: Permission denied\n")
+    assert explain_start_failure(own) is own
 
 
 def test_the_kill_script_kills_exactly_the_tagged_processes():

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -77,6 +78,8 @@ LABEL = "hermes-envgen.sandbox"
 RUN_LABEL = "hermes-envgen.run"  # host/run directory: what a next run reaps if this one dies
 START_TIMEOUT = 600.0  # includes pulling the image the first time
 ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
+RUNTIME_EXEC_FAILED = "OCI runtime exec failed"  # docker exec's start failure, exit code 126
+CANNOT_START = 126
 # Exit codes of the file scripts.
 OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR = 3, 4, 5, 6, 7
 
@@ -305,7 +308,7 @@ class DockerSandbox(Sandbox):
         if result.exit_code != 0 and result.output.startswith(ENGINE_GONE):
             # The engine stopped under a running sandbox: that is no result of the command.
             raise SandboxUnavailable(start_failure(result.output, self.image))
-        return result
+        return explain_start_failure(result)
 
     async def _kill_everything(self) -> None:
         if not self._started:
@@ -478,6 +481,19 @@ async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
         await process.wait()
         return TIMEOUT_EXIT_CODE, f"{argv[1]} timed out after {timeout:g} s"
     return process.returncode, out.decode(errors="replace")
+
+
+def explain_start_failure(result: CommandResult) -> CommandResult:
+    """A command runc could not start, said in the sandbox's words rather than the runtime's.
+
+    Seen when a fork bomb left in the background holds the container's memory and process
+    slots: ``docker exec`` exits 126 with "OCI runtime exec failed: ...".
+    """
+    if result.exit_code != CANNOT_START or not result.output.startswith(RUNTIME_EXEC_FAILED):
+        return result
+    detail = result.output.strip().splitlines()[0][:300]
+    message = "the command could not start: the sandbox is out of processes or memory"
+    return dataclasses.replace(result, output=f"{message} ({detail})\n")
 
 
 def run_label(run_directory: Path) -> str:
