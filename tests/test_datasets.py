@@ -1,10 +1,10 @@
-"""The train/eval split: most of a small task set is left for training."""
+"""The train/eval split (most of a small task set is left for training) and the training order."""
 
 from __future__ import annotations
 
 import pytest
 
-from hermes_envgen.runtime.datasets import split_train_eval
+from hermes_envgen.runtime.datasets import split_train_eval, training_order
 
 
 @pytest.mark.parametrize(
@@ -16,3 +16,12 @@ def test_the_default_eval_size_leaves_most_tasks_for_training(tasks: int, held_o
     train, evaluation = split_train_eval(list(range(tasks)), eval_size=20, seed=0)
     assert len(evaluation) == held_out and len(train) == tasks - held_out
     assert sorted(train + evaluation) == list(range(tasks))
+
+
+def test_the_training_order_is_a_shuffle_of_its_own_seed_and_leaves_the_split_alone():
+    # Serve workers with their own --env.seed share one split (split_seed) and differ in order.
+    train, _ = split_train_eval(list(range(40)), eval_size=4, seed=0)
+    orders = [training_order(train, seed) for seed in (0, 1, 1)]
+    assert all(sorted(order) == sorted(train) for order in orders)
+    assert orders[1] == orders[2] and orders[0] != orders[1]
+    assert train == split_train_eval(list(range(40)), eval_size=4, seed=0)[0]  # left as it was

@@ -33,6 +33,7 @@ _EXPORTS = {
     # tasks
     "load_items": "datasets",
     "split_train_eval": "datasets",
+    "training_order": "datasets",
     # rewards
     "Reward": "rewards",
     "JudgeVerdict": "rewards",
@@ -100,6 +101,7 @@ __all__ = [
     "tokenize_conversation",
     "tool",
     "tool_usage_score",
+    "training_order",
     "verify_in_sandbox",
     "weighted_score",
 ]
@@ -112,7 +114,7 @@ if TYPE_CHECKING:
     from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, ToolError
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv, Rollout
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
-    from hermes_envgen.runtime.datasets import load_items, split_train_eval
+    from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
     from hermes_envgen.runtime.errors import (
         DatasetError,
         EnvConfigError,

@@ -26,6 +26,7 @@ from hermes_envgen.errors import HermesEnvgenError, ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
+from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
     EnvConfigError,
@@ -56,8 +57,6 @@ from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
-
-GROUP_ID_KEY = "group_id"  # in each scored group's ``group_overrides``
 
 
 @dataclass
@@ -218,6 +217,7 @@ class HermesAgentBaseEnv(BaseEnv):
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
+        self._delivery: GroupDelivery | None = None  # serve mode's, from registration on
 
     def _discard_empty_output(self) -> None:
         """Close and remove the JSONL that process mode opened, while it is still empty."""
@@ -274,11 +274,42 @@ class HermesAgentBaseEnv(BaseEnv):
         await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
         if manager.done():
             await manager
+            await self._finish_deliveries()
             return
         for task in [manager, *getattr(self, "workers", ())]:
             task.cancel()
         await asyncio.gather(manager, return_exceptions=True)
+        await self._finish_deliveries()
         raise self._model_lost.result()
+
+    async def register_env(self) -> None:
+        """Register with run-api; from then on groups go out through :class:`GroupDelivery`.
+
+        The groups file (``data_path_to_save_groups``) then records what run-api accepted,
+        not what was about to be posted.
+        """
+        await super().register_env()
+        if self._delivery is None:
+            record = None
+            if self.jsonl_writer is not None:  # atroposlib opened it; it is still empty
+                self.jsonl_writer.close()
+                self.jsonl_writer = None
+                record = Path(self.config.data_path_to_save_groups)
+            self._delivery = GroupDelivery(self.config.rollout_server_url, record)
+
+    async def _send_scored_data_to_api(self, scored_data: ScoredDataGroup | list) -> None:
+        """Post the group(s) in a task that cancelling the rollout's worker does not stop."""
+        if self._delivery is None:  # never registered: atroposlib's own post
+            await super()._send_scored_data_to_api(scored_data)
+            return
+        for group in scored_data if isinstance(scored_data, list) else [scored_data]:
+            group["env_id"] = self.env_id
+        await self._delivery.send(scored_data)
+
+    async def _finish_deliveries(self) -> None:
+        """The end of serve mode: every group under way is accepted, or logged as not."""
+        if self._delivery is not None:
+            await self._delivery.drain()
 
     async def _run_evaluate(self) -> None:
         await self.check_model_server()

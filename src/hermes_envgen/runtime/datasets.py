@@ -63,3 +63,14 @@ def split_train_eval(
     quarter = max(len(shuffled) // 4, 1)
     n_eval = min(max(eval_size, len(shuffled) // 10), quarter, len(shuffled) - 1)
     return shuffled[n_eval:], shuffled[:n_eval]
+
+
+def training_order(items: list[Any], seed: int) -> list[Any]:
+    """The training items in the order one worker draws them: a shuffle by its own seed.
+
+    Workers of one run share the split (``split_train_eval`` with one seed) and each gets its
+    own order, so that they do not all work on the same task at the same time.
+    """
+    ordered = list(items)
+    random.Random(seed).shuffle(ordered)
+    return ordered

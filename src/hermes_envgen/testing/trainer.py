@@ -63,6 +63,9 @@ class RunApi:
                 self._process.wait()
 
 
+PADDING_KEY = "padding"  # in the group_overrides of a group drain() adds to fill a batch
+
+
 class MinimalTrainer:
     """Registers with run-api like a trainer and pulls batches of scored groups."""
 
@@ -99,6 +102,29 @@ class MinimalTrainer:
             time.sleep(poll)
         raise TimeoutError(f"no batch within {timeout:g} s")
 
+    def drain(self, group_size: int) -> list[dict]:
+        """After the run, every group run-api still holds, the last batch padded to full size.
+
+        run-api hands out full batches only, so groups queued when a trainer stops are never
+        trained. Here the rest below a batch is completed with groups of ``group_size`` empty
+        sequences marked ``group_overrides["padding"]``, which :meth:`groups` leaves out.
+        """
+        drained: list[dict] = []
+        padded = 0  # padding groups since the last batch
+        while True:
+            batch = _get(self.api_url + "/batch").get("batch")
+            if batch:
+                self.batches.append(batch)
+                drained.extend(g for g in batch if not _is_padding(g))
+                padded = 0
+            elif self.status()["queue_size"] == 0:
+                return drained
+            elif padded * group_size >= self.batch_size:
+                raise RuntimeError(f"run-api makes no batch of its queue padded with {padded}")
+            else:
+                _post(self.api_url + "/scored_data", _padding_group(group_size))
+                padded += 1
+
     def status(self) -> dict:
         """run-api's ``current_step`` and ``queue_size`` (groups waiting for a batch)."""
         return _get(self.api_url + "/status")
@@ -118,8 +144,21 @@ class MinimalTrainer:
             return False
 
     def groups(self) -> list[dict]:
-        """Every group received so far, in order."""
-        return [group for batch in self.batches for group in batch]
+        """Every group received so far, in order (without drain's padding)."""
+        return [group for batch in self.batches for group in batch if not _is_padding(group)]
+
+
+def _padding_group(size: int) -> dict:
+    return {
+        "tokens": [[0]] * size,
+        "masks": [[-100]] * size,
+        "scores": [0.0] * size,
+        "group_overrides": {PADDING_KEY: True},
+    }
+
+
+def _is_padding(group: dict) -> bool:
+    return bool((group.get("group_overrides") or {}).get(PADDING_KEY))
 
 
 def _get(url: str) -> dict:

@@ -43,6 +43,7 @@ def run_record(env: Any) -> dict[str, Any]:
         },
         "tool_call_parser": config.tool_call_parser,
         "seed": getattr(config, "seed", None),
+        "split_seed": getattr(config, "split_seed", None),
         "evaluation": {
             "samples_per_item": config.eval_samples_per_item,
             "pass_threshold": config.eval_pass_threshold,

@@ -1,0 +1,142 @@
+"""Scored groups to Atropos's run-api, each recorded once run-api has accepted it.
+
+atroposlib's serve mode writes a group to ``data_path_to_save_groups`` before it posts it, and
+cancels a rollout's worker task whenever run-api's queue is full, at the end of the run and
+after ``worker_timeout``: a worker cancelled mid-post has recorded a group that run-api may
+never have received, and a refused post (HTTP 4xx) is logged without the group's id. Here the
+post runs in a task of its own that cancelling the worker does not stop, transient failures
+are retried, and the record line is written only when run-api answers that it took the group;
+a group that cannot be delivered is logged with its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+
+logger = logging.getLogger(__name__)
+
+GROUP_ID_KEY = "group_id"  # in each scored group's ``group_overrides``
+ACCEPTED = frozenset({"received", "buffered"})  # run-api's answers when it took the data
+RETRYABLE_STATUS = frozenset({408, 429})  # besides 5xx: run-api may take it a moment later
+RETRY_FOR = 120.0  # seconds a group is retried on transient failures before it is dropped
+REQUEST_TIMEOUT = 60.0  # seconds per post; a timed-out post that did land is sent twice
+FIRST_DELAY, MAX_DELAY = 0.5, 10.0  # back-off between attempts, doubling
+
+
+class GroupDelivery:
+    """Posts scored groups to run-api from tasks of their own and records the accepted ones."""
+
+    def __init__(self, api_url: str, record: Path | None = None) -> None:
+        self.api_url = api_url.rstrip("/")
+        # One JSON line per group run-api accepted, flushed at once: a killed worker leaves
+        # a record of what it delivered, never of what it did not.
+        self._record: IO[str] | None = open(record, "a", encoding="utf-8") if record else None  # noqa: SIM115
+        self._session: aiohttp.ClientSession | None = None
+        self._pending: set[asyncio.Task] = set()
+
+    async def send(self, payload: dict | list[dict]) -> bool:
+        """Deliver one group or a list; whether run-api accepted it.
+
+        Cancelling the caller does not cancel the delivery: ``drain`` waits for it.
+        """
+        delivery = asyncio.ensure_future(self._deliver(payload))
+        self._pending.add(delivery)
+        delivery.add_done_callback(self._pending.discard)
+        return await asyncio.shield(delivery)
+
+    async def drain(self) -> None:
+        """Wait for every delivery under way, then close the session and the record."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._record is not None:
+            self._record.close()
+            self._record = None
+
+    async def _deliver(self, payload: dict | list[dict]) -> bool:
+        groups = payload if isinstance(payload, list) else [payload]
+        ids = ", ".join(_group_id(g) for g in groups)
+        url = self.api_url + ("/scored_data_list" if isinstance(payload, list) else "/scored_data")
+        body, headers = _encode(payload)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_FOR
+        delay = FIRST_DELAY
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                status, answer = await self._post(url, body, headers)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            else:
+                if status == 200 and isinstance(answer, dict) and answer.get("status") in ACCEPTED:
+                    self._write_record(groups)
+                    return True
+                if status < 500 and status not in RETRYABLE_STATUS:
+                    logger.error(
+                        "run-api refused group(s) %s (HTTP %d: %s); they are not delivered",
+                        ids,
+                        status,
+                        _first_line(answer),
+                    )
+                    return False
+                problem = f"HTTP {status}: {_first_line(answer)}"
+            if loop.time() + delay > deadline:
+                logger.error(
+                    "group(s) %s not delivered to run-api after %d attempts (%s); dropped",
+                    ids,
+                    attempts,
+                    problem,
+                )
+                return False
+            logger.warning("posting group(s) %s to run-api failed (%s); retrying", ids, problem)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_DELAY)
+
+    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+            )
+        async with self._session.post(url, data=body, headers=headers) as response:
+            text = await response.text()
+        try:
+            return response.status, json.loads(text)
+        except ValueError:
+            return response.status, text
+
+    def _write_record(self, groups: list[dict]) -> None:
+        if self._record is None:
+            return
+        self._record.writelines(json.dumps(group) + "\n" for group in groups)
+        self._record.flush()
+
+
+def _encode(payload: Any) -> tuple[bytes, dict[str, str]]:
+    """The JSON body, gzipped when that makes it smaller (run-api inflates it)."""
+    body = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json"}
+    if len(body) >= 1024:
+        packed = gzip.compress(body, compresslevel=5)
+        if len(packed) < len(body):
+            return packed, headers | {"Content-Encoding": "gzip"}
+    return body, headers
+
+
+def _group_id(group: dict) -> str:
+    overrides = group.get("group_overrides") or {}
+    return str(overrides.get(GROUP_ID_KEY, "?"))
+
+
+def _first_line(answer: Any) -> str:
+    text = answer if isinstance(answer, str) else json.dumps(answer)
+    return (text.strip().splitlines() or [""])[0][:200]

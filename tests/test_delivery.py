@@ -1,0 +1,182 @@
+"""Serve mode's delivery to run-api: what a worker records as sent is what run-api accepted.
+
+Against the real run-api: a worker cancelled mid-post (as atroposlib cancels them whenever
+run-api's queue is full, and at the end of a run) still delivers the group it recorded; a group
+run-api refuses is not recorded and is logged by id; a run-api that is not up yet is waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from terminal_env import TerminalTaskEnv
+
+from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery
+from hermes_envgen.testing import build_env
+from hermes_envgen.testing.trainer import MinimalTrainer, RunApi, free_port
+
+GROUP_SIZE = 2
+NO_MODEL = "http://127.0.0.1:9/v1"  # delivery never asks the model
+
+
+def scored_group(group_id: str, **fields) -> dict:
+    """A small valid group of GROUP_SIZE sequences, with its id."""
+    group = {
+        "tokens": [[1, 2, 3], [4, 5, 6]],
+        "masks": [[-100, 2, 3], [-100, 5, 6]],
+        "scores": [0.0, 1.0],
+        "group_overrides": {GROUP_ID_KEY: group_id},
+    }
+    return group | fields
+
+
+def recorded_ids(path: Path) -> list[str]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line)["group_overrides"][GROUP_ID_KEY] for line in lines]
+
+
+class SlowLink:
+    """A TCP relay to run-api that holds each new connection ``hold`` seconds before reading it.
+
+    A request whose client hung up meanwhile is dropped, as a post abandoned before the server
+    read it never lands.
+    """
+
+    def __init__(self, port: int, hold: float) -> None:
+        self.port = port
+        self.hold = hold
+        self.connected = asyncio.Event()  # set on every new connection
+
+    async def __aenter__(self) -> SlowLink:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+
+    async def _relay(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        self.connected.set()
+        await asyncio.sleep(self.hold)
+        first = await client.read(1 << 16)
+        if client.at_eof():  # the client gave up before the server read its request
+            to_client.close()
+            return
+        upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
+        to_upstream.write(first)
+        await asyncio.gather(_pipe(client, to_upstream), _pipe(upstream, to_client))
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    try:
+        while data := await source.read(1 << 16):
+            sink.write(data)
+            await sink.drain()
+    except ConnectionError:
+        pass
+    finally:
+        sink.close()
+
+
+def close_records(env) -> None:
+    """Flush what atroposlib's own groups writer still buffers, as the process's exit does."""
+    if getattr(env, "jsonl_writer", None) is not None:
+        env.jsonl_writer.close()
+
+
+def serving_env(offline_tokenizer, tmp_path: Path, api_url: str):
+    """The example env as serve mode builds it, talking to ``api_url``, recording its groups."""
+    return build_env(
+        TerminalTaskEnv,
+        NO_MODEL,
+        offline_tokenizer,
+        tmp_path,
+        rollout_server_url=api_url,
+        group_size=GROUP_SIZE,
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_cancelled_mid_post_delivers_the_group_it_recorded(offline_tokenizer, tmp_path):
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=GROUP_SIZE)
+        trainer.register()
+
+        async def serve() -> list[dict]:
+            async with SlowLink(api.port, hold=1.0) as link:
+                env = serving_env(offline_tokenizer, tmp_path, link.url)
+                await env.register_env()
+                await env.get_server_info()
+                link.connected.clear()
+                worker = asyncio.ensure_future(env.handle_send_to_api(scored_group("g-1")))
+                await asyncio.wait_for(link.connected.wait(), 30)
+                # atroposlib cancels every worker this way when run-api's queue is full
+                worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await worker
+                try:
+                    return await asyncio.to_thread(trainer.next_batch, 15)
+                except TimeoutError:
+                    return []
+                finally:
+                    close_records(env)
+
+        batch = asyncio.run(asyncio.wait_for(serve(), 60))
+    recorded = recorded_ids(tmp_path / "groups.jsonl")
+    received = [group["group_overrides"][GROUP_ID_KEY] for group in batch]
+    assert recorded == ["g-1"], recorded
+    assert received == recorded, "the worker recorded a group run-api never received"
+
+
+@pytest.mark.timeout(120)
+def test_a_group_run_api_refuses_is_not_recorded_and_is_logged_by_id(
+    offline_tokenizer, tmp_path, caplog
+):
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        MinimalTrainer(api.url, batch_size=GROUP_SIZE).register()
+        env = serving_env(offline_tokenizer, tmp_path, api.url)
+        # run-api wants a role and content in every message: HTTP 422
+        refused = scored_group("g-refused", messages=[[{"role": "user"}], [{"role": "user"}]])
+
+        async def serve() -> None:
+            await env.register_env()
+            await env.get_server_info()
+            await env.handle_send_to_api(refused)
+            await env.handle_send_to_api(scored_group("g-ok"))
+            close_records(env)
+
+        with caplog.at_level(logging.ERROR):
+            asyncio.run(asyncio.wait_for(serve(), 60))
+        status = MinimalTrainer(api.url, GROUP_SIZE).status()
+    assert recorded_ids(tmp_path / "groups.jsonl") == ["g-ok"]
+    assert status["queue_size"] == 1
+    assert "run-api refused group(s) g-refused (HTTP 422" in caplog.text
+
+
+@pytest.mark.timeout(120)
+def test_a_group_is_retried_until_run_api_is_up(tmp_path):
+    port = free_port()
+    record = tmp_path / "groups.jsonl"
+
+    async def deliver() -> tuple[bool, dict]:
+        delivery = GroupDelivery(f"http://127.0.0.1:{port}", record)
+        sending = asyncio.ensure_future(delivery.send(scored_group("g-late")))
+        await asyncio.sleep(1.0)  # refused connections meanwhile
+        assert not sending.done() and recorded_ids(record) == []
+        with RunApi(port=port, log=tmp_path / "run-api.log") as api:
+            MinimalTrainer(api.url, 1).register()  # run-api counts its queue from then on
+            accepted = await sending
+            await delivery.drain()
+            return accepted, await asyncio.to_thread(MinimalTrainer(api.url, 1).status)
+
+    started = time.monotonic()
+    accepted, status = asyncio.run(asyncio.wait_for(deliver(), 90))
+    assert accepted and status["queue_size"] == 1, (accepted, status, time.monotonic() - started)
+    assert recorded_ids(record) == ["g-late"]
