@@ -6,10 +6,12 @@ set -eu
 
 missing=""
 command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
+# the bwrap sandbox's anchor runs the python3 it sees: one under /usr, whatever runs the host
+[ -x /usr/bin/python3 ] || [ -x /usr/local/bin/python3 ] || missing="$missing python3-minimal"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 
 if [ -z "$missing" ]; then
-    echo "system deps: all present (bwrap, chromium)"
+    echo "system deps: all present (bwrap, python3 under /usr, chromium)"
     exit 0
 fi
 

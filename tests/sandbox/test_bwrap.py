@@ -23,6 +23,7 @@ from sandbox_helpers import (
 )
 
 from hermes_envgen.runtime.sandbox import PathOutsideWorkspace, SandboxError
+from hermes_envgen.runtime.sandbox import anchor as anchor_module
 from hermes_envgen.runtime.sandbox import bwrap as bwrap_module
 from hermes_envgen.runtime.sandbox.bwrap import SANDBOX_UID
 from hermes_envgen.runtime.tool_context import ToolContext
@@ -265,6 +266,16 @@ def test_a_missing_bwrap_is_a_clear_error(tmp_path, monkeypatch):
     assert not any((tmp_path / "bwrap").rglob("x"))
 
 
+def test_a_missing_python_for_the_anchor_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(anchor_module, "PYTHON_DIRECTORIES", (str(tmp_path / "nowhere"),))
+    anchor_module.sandbox_python.cache_clear()
+    try:
+        with pytest.raises(SandboxError, match=r"python3 under /usr.*install-system-deps\.sh"):
+            make_manager(tmp_path, "bwrap").get("x")
+    finally:
+        anchor_module.sandbox_python.cache_clear()
+
+
 def test_the_install_script_is_idempotent():
     result = subprocess.run(
         ["sh", str(REPO / "scripts" / "install-system-deps.sh")],
@@ -297,6 +308,7 @@ UNPRIVILEGED_SCRIPT = textwrap.dedent(
         manager = SandboxManager(SandboxSettings(backend="bwrap", root=sys.argv[1]))
         sandbox, neighbour = manager.get("bomb"), manager.get("neighbour")
         out = {"id": (await sandbox.run("id -u; ulimit -u")).output.split()}
+        out["pty"] = (await sandbox.run("python3 -c 'import os; os.openpty(); print(1)'")).output
         namespace = os.readlink(f"/proc/{sandbox._anchor.target}/ns/pid")
         peak = 0
 
@@ -358,25 +370,78 @@ def test_unprivileged_mode_contains_a_fork_bomb_too():
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["uid"] == SANDBOX_UID and out["id"] == [str(SANDBOX_UID), "256"]
+    assert out["pty"] == "1\n"  # a private devpts here too
     assert out["timed_out"] and 50 < out["peak"] <= 256 + 2
     assert all(int(count) > 200 for count in out["counts"]), out  # per namespace, not per uid
     assert out["left"] == 0
 
 
-def test_an_anchor_moved_to_other_namespaces_is_not_trusted(manager):
-    # A sandbox process could ptrace the anchor into namespaces of its own making; commands
-    # enter the anchor's namespaces, so a changed anchor is replaced, not entered.
+def test_commands_side_by_side_keep_their_own_output_and_exit_code(manager):
+    # Every command of a sandbox is started by its one anchor: each must still get its own
+    # pipe, pid and exit status; what cannot start fails as it does on the host.
     async def main():
-        sandbox = manager.get("tamper")
+        sandbox = manager.get("side")
+        results = await asyncio.gather(
+            *(sandbox.run(f"sleep 0.$((RANDOM % 3)); echo out {i}; echo err {i} >&2; exit {i}")
+              for i in range(16))
+        )  # fmt: skip
+        errors = []
+        for command in ("echo a\0b", "echo " + "x" * 200_000):
+            with pytest.raises((ValueError, OSError)) as caught:
+                await sandbox.run(command)
+            errors.append(str(caught.value))
+        after = await sandbox.run("echo still here")
+        await manager.close_all()
+        return results, errors, after
+
+    results, errors, after = asyncio.run(main())
+    for i, result in enumerate(results):
+        assert (result.exit_code, result.output) == (i, f"out {i}\nerr {i}\n"), result
+    assert "null byte" in errors[0] and "Argument list too long" in errors[1], errors
+    assert after.output == "still here\n"
+
+
+def test_commands_get_no_descriptor_of_the_host(manager, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("host secret\n")
+    fd = os.open(secret, os.O_RDONLY)
+    os.set_inheritable(fd, True)  # as a careless host library might leave one
+
+    async def main():
+        result = await manager.get("fds").run(
+            "ls /proc/self/fd; cat /proc/self/fd/* 2>/dev/null; true"
+        )
+        await manager.close_all()
+        return result
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        os.close(fd)
+    assert result.output.split() == ["0", "1", "2", "3"], result.output  # 3: ls's own
+
+
+def test_a_stopped_anchor_is_replaced(manager):
+    # The agent can stop the anchor (its processes run as the same user): the command that
+    # did so times out, and the next one runs in a fresh sandbox instead of hanging.
+    async def main():
+        sandbox = manager.get("stopped")
         await sandbox.run("echo kept > file")
         first = sandbox._anchor
-        first._identity = {**first._identity, "mnt": (0, 0)}  # as if it had moved
+        start = time.monotonic()
+        stopped = await sandbox.run(
+            'for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sandbox-anchor ]'
+            " && kill -STOP ${p#/proc/}; done",
+            timeout=2,
+        )
+        elapsed = time.monotonic() - start
         after = await sandbox.run("cat file")
         replaced = sandbox._anchor is not first and not alive(first.target)
         await manager.close_all()
-        return after, replaced
+        return stopped, elapsed, after, replaced
 
-    after, replaced = asyncio.run(main())
+    stopped, elapsed, after, replaced = asyncio.run(main())
+    assert stopped.timed_out and elapsed < 10, (stopped, elapsed)
     assert after.output == "kept\n" and replaced
 
 

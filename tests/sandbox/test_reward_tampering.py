@@ -8,12 +8,12 @@ files out of the agent's reach and stop daemons that clear their environment.
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import pytest
 from sandbox_helpers import BWRAP, DOCKER, LOCAL, alive, make_manager, processes_running
 
 from hermes_envgen.runtime.rewards import verify_in_sandbox
+from hermes_envgen.runtime.sandbox.bwrap import PROCESS_SLACK
 from hermes_envgen.runtime.tool_context import ToolContext
 
 BOTH = [LOCAL, BWRAP, DOCKER]
@@ -141,17 +141,24 @@ def test_verification_sees_none_of_what_the_agent_left_in_tmp(backend, tmp_path)
     assert outcome["output"] == "", outcome  # nothing listed: /tmp was emptied
 
 
-@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+# The anchor: the sandbox's long-lived process that starts every command, as their user.
+FIND_ANCHOR = (
+    'for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sandbox-anchor ] && anchor=${p#/proc/}'
+    " && break; done; echo anchor=$anchor;"
+)
+ATTACH = (
+    "import ctypes, os, sys; libc = ctypes.CDLL(None, use_errno=True);"
+    ' print("attach", libc.ptrace(16, int(sys.argv[1]), 0, 0), os.strerror(ctypes.get_errno()))'
+)
+
+
 @pytest.mark.parametrize("backend", [BWRAP])
-def test_the_anchor_taken_over_with_ptrace_runs_under_the_limits(backend, tmp_path):
+def test_the_anchor_cannot_be_taken_over_and_runs_under_the_limits(backend, tmp_path):
     manager = make_manager(tmp_path, backend, max_processes=64, memory_mb=512, max_file_mb=8)
-    # The sandbox's ``sleep infinity`` is the process the agent can reach with ptrace.
     attack = (
-        'for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sleep ] && anchor=${p#/proc/}'
-        " && break; done; echo anchor=$anchor;"
-        " gdb -p $anchor -batch -ex"
-        " 'call (int)system(\"cat /proc/self/limits > /workspace/anchor.txt\")'"
-        " > gdb.log 2>&1; grep -E '^Max (processes|file size|address space)' anchor.txt"
+        f"{FIND_ANCHOR} python3 -c '{ATTACH}' $anchor;"
+        " ls /proc/$anchor/fd >/dev/null 2>&1 || echo fds refused;"
+        " grep -E '^Max (processes|file size|address space)' /proc/$anchor/limits"
     )
 
     async def main():
@@ -161,12 +168,13 @@ def test_the_anchor_taken_over_with_ptrace_runs_under_the_limits(backend, tmp_pa
         return result["output"]
 
     output = asyncio.run(main())
-    assert "anchor=" in output
-    limits = {line.split("  ")[0]: line.split()[-3] for line in output.splitlines()[1:]}
-    if not limits:  # ptrace is refused here: the agent cannot reach the anchor at all
-        return
+    lines = output.splitlines()
+    assert lines[0].startswith("anchor=") and lines[0] != "anchor=", output
+    assert lines[1] == "attach -1 Operation not permitted", output
+    assert lines[2] == "fds refused", output
+    limits = {line.split("  ")[0]: line.split()[-3] for line in lines[3:]}
     assert limits == {
         "Max file size": str(8 * 1024 * 1024),
-        "Max processes": "64",
+        "Max processes": str(64 + PROCESS_SLACK),  # room to start a command past a fork bomb
         "Max address space": str(512 * 1024 * 1024),
     }, output

@@ -244,20 +244,25 @@ class HostDirectorySandbox(Sandbox):
         home = self.verification_home if self.verifying else self.workdir
         env = command_environment(home, self.verifying)
         env[RUN_TAG_VARIABLE] = tag
-        process = await spawn(self._command_argv(command), env, preexec_fn=self._preexec())
-        self._process_groups.add(process.pid)
+        process = await self._spawn(self._command_argv(command), env)
+        if process.pid is not None:
+            self._process_groups.add(process.pid)
 
         async def kill() -> None:
-            kill_processes(process.pid, tag)
+            await self._kill_command(process, tag)
 
         result = await finish_command(process, self.settings.max_output_bytes, timeout, kill)
-        if not _group_alive(process.pid):
+        if process.pid is not None and not _group_alive(process.pid):
             self._process_groups.discard(process.pid)
         return result
 
-    def _preexec(self):
-        """A function run in the child before exec (resource limits); None for none."""
-        return None
+    async def _spawn(self, argv: list[str], env: dict[str, str]) -> SpawnedProcess:
+        """Start a command's argv in a new session, stdout and stderr into one pipe."""
+        return await spawn(argv, env)
+
+    async def _kill_command(self, process: SpawnedProcess, tag: str) -> None:
+        """Kill a command and all it started: its process group and what carries its tag."""
+        kill_processes(process.pid, tag)
 
     async def _kill_everything(self) -> None:
         for pgid in self._process_groups:

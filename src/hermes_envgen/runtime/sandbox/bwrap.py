@@ -7,25 +7,29 @@ the host: not its home directories, not ``/work``, not other tasks' workspaces. 
 its own user, PID, mount, network (loopback only, unless ``settings.network``), IPC and UTS
 namespaces, with a scrubbed environment and no capabilities, under resource limits.
 
-One sandbox per task. The first command starts bwrap with a placeholder process (``sleep
-infinity``, the *anchor*) that holds the namespaces; every command then enters them with
-``nsenter``: one extra exec, instead of building the namespaces and mounts again (which
-costs about 6x a plain ``bash -c``, against under 3x; see benchmarks/bench_sandbox.py). As
-with the local backend, background processes outlive the command that started them, until
-the task's sandbox is closed: closing kills the namespace's init, and with it, by the
-kernel, every process of the sandbox. A timeout kills the command's process group and every
-process carrying its run tag (see ``base.kill_processes``): ``setsid`` and ``nohup`` children.
+One sandbox per task. The first command starts bwrap with a small python3 process, the
+*anchor* (see ``anchor``), that holds the namespaces and starts every command from inside
+them with one ``posix_spawn``: a command costs about one process spawn, as on the host,
+instead of building the namespaces and mounts again (about 6x a plain ``bash -c``) or
+entering them from the host (``nsenter`` after a shell that joins the cgroups: three execs
+and a cgroup move, 2x to 9x with the host's load; see benchmarks/bench_sandbox.py). As with
+the local backend, background processes outlive the command that started them, until the
+task's sandbox is closed: closing kills the namespace's init, and with it, by the kernel,
+every process of the sandbox. A timeout kills the command's process group and every process
+carrying its run tag (see ``base.kill_processes``): ``setsid`` and ``nohup`` children.
 
 Process limit. RLIMIT_NPROC is set (``ulimit -u``) in each command's shell, inside the
 sandbox's own user namespace, where the kernel counts the processes of (namespace, uid): the
 sandbox's processes only, not the uid's processes elsewhere on the host. The kernel ignores
 RLIMIT_NPROC for uid 0, so when the host process is root the sandbox runs as an unprivileged
 uid (``SANDBOX_UID``): bwrap itself runs as root (so that it can bind a workspace below
-directories that uid cannot enter), the anchor drops to the uid with ``setpriv`` and makes
-the user namespace with ``unshare --user``, and ``nsenter -S`` enters it as that uid. When
-the host process is not root, bwrap makes the user namespace and the caller's uid is kept.
-The anchor itself runs under the same limits, so a command that takes it over with ptrace
-gains nothing.
+directories that uid cannot enter), then drops to the uid with ``setpriv`` and makes the
+user namespace with ``unshare --user`` before it starts the anchor, which runs as that uid,
+as do the commands it starts. When the host process is not root, bwrap makes the user
+namespace and the caller's uid is kept. The anchor runs under the same limits as the
+commands, but for CPU time (it lives as long as the sandbox) and a few more processes (so
+that a command can start while the agent's processes fill their limit; each command lowers
+it to the limit before anything else runs); it is non-dumpable, so no command can ptrace it.
 
 Verification. ``stop_agent_processes`` kills the anchor, so every process of the rollout; the
 next command starts a fresh sandbox over the same workspace, with ``HOME`` on its new empty
@@ -46,13 +50,17 @@ import glob
 import logging
 import os
 import shutil
-import signal
-import time
 import uuid
 from pathlib import Path
 
+from hermes_envgen.runtime.sandbox.anchor import (
+    Anchor,
+    AnchoredProcess,
+    AnchorGone,
+    anchor_argv,
+    sandbox_python,
+)
 from hermes_envgen.runtime.sandbox.base import (
-    CommandResult,
     HostDirectorySandbox,
     SandboxError,
     SandboxSettings,
@@ -64,7 +72,7 @@ from hermes_envgen.runtime.sandbox.host_limits import (
     unmount_below,
 )
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
-from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
+from hermes_envgen.runtime.sandbox.process import SpawnedProcess
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 logger = logging.getLogger(__name__)
@@ -75,8 +83,9 @@ SANDBOX_UID = 65534  # "nobody": the uid commands run as when the host process i
 TMP_SIZE_MB = 512  # /tmp and /dev/shm are memory-backed: capped so they cannot eat the host's
 SHM_SIZE_MB = 64
 PATH_INSIDE = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-ANCHOR_START_TIMEOUT = 20.0
-PROCESS_SLACK = 8  # the cgroup's process cap: the limit plus bwrap's and nsenter's own
+PROCESS_SLACK = 8  # the anchor's and the cgroup's process cap: the limit plus bwrap's, the
+# anchor's and room for a command to start while the agent's processes fill the limit
+KILL_GRACE = 2.0  # seconds for the anchor to report a killed command before it is replaced
 
 # /etc entries programs commonly read (users, name resolution, the dynamic linker, TLS roots,
 # time zone, Debian's alternatives); bound read-only when present, the rest of /etc stays out.
@@ -106,17 +115,6 @@ ETC_ENTRIES = (
     "magic",
     "magic.mime",
 )
-
-# Namespaces a command enters, as nsenter's options, when the anchor's differ from the host's.
-NAMESPACE_OPTIONS = {
-    "user": "-U",
-    "mnt": "-m",
-    "uts": "-u",
-    "ipc": "-i",
-    "net": "-n",
-    "pid": "-p",
-    "cgroup": "-C",
-}
 
 
 def find_tool(name: str, package: str) -> str:
@@ -158,19 +156,9 @@ def system_mounts(root: str = "/") -> tuple[str, ...]:
     return tuple(args)
 
 
-def device_mounts(as_root: bool) -> list[str]:
+def device_mounts() -> list[str]:
     """bwrap arguments for /dev: the usual device nodes, a capped /dev/shm, nothing writable."""
-    if as_root:
-        args = ["--dev", "/dev"]  # includes a private devpts, so ptys work
-    else:
-        # bwrap's --dev would, unprivileged, nest a second user namespace (to mount devpts)
-        # that nsenter could not enter with the rights it needs: build /dev by hand, no ptys.
-        args = ["--tmpfs", "/dev"]
-        for node in ("null", "zero", "full", "random", "urandom", "tty"):
-            args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
-        args += ["--symlink", "/proc/self/fd", "/dev/fd"]
-        for number, name in enumerate(("stdin", "stdout", "stderr")):
-            args += ["--symlink", f"/proc/self/fd/{number}", f"/dev/{name}"]
+    args = ["--dev", "/dev"]  # includes a private devpts, so ptys work
     args += ["--perms", "1777", "--size", str(SHM_SIZE_MB << 20), "--tmpfs", "/dev/shm"]
     return [*args, "--remount-ro", "/dev"]
 
@@ -181,7 +169,7 @@ class BwrapSandbox(HostDirectorySandbox):
     def __init__(self, task_id: str, settings: SandboxSettings, workspace: Path) -> None:
         self.as_root = os.geteuid() == 0
         self.bwrap = find_tool("bwrap", "bubblewrap")
-        self.nsenter = find_tool("nsenter", "util-linux")
+        sandbox_python()  # the anchor's: fail now, with the package to install, if missing
         if self.as_root:  # used inside the sandbox, where only /usr is visible
             self.setpriv = find_tool("setpriv", "util-linux")
             self.unshare = find_tool("unshare", "util-linux")
@@ -203,9 +191,8 @@ class BwrapSandbox(HostDirectorySandbox):
         self._mounted = limits.workspace_mb is not None and mount_workspace(
             self.workspace, limits.workspace_mb, self._owner
         )
-        self._anchor: _Anchor | None = None
+        self._anchor: Anchor | None = None
         self._anchor_lock = asyncio.Lock()
-        self._enter: list[str] = []
 
     @property
     def workdir(self) -> str:
@@ -233,7 +220,7 @@ class BwrapSandbox(HostDirectorySandbox):
                 args.append("--share-net")
         args += ["--die-with-parent", "--new-session", "--hostname", HOSTNAME]
         args += system_mounts()
-        args += device_mounts(self.as_root)
+        args += device_mounts()
         args += [
             "--proc", "/proc",
             "--perms", "1777", "--size", str(TMP_SIZE_MB << 20), "--tmpfs", "/tmp",
@@ -253,47 +240,49 @@ class BwrapSandbox(HostDirectorySandbox):
                 "--inh-caps", "-all", "--no-new-privs", "--",
                 self.unshare, "--user", "--map-current-user", "--",
             ]  # fmt: skip
-        # The anchor runs under the commands' limits: a command that takes it over with
-        # ptrace (it is the same uid) gains nothing.
-        args += ["bash", "-c", f"{self.limits.ulimit_commands()}; exec sleep infinity"]
+        # The anchor runs under the commands' limits, but for CPU time and a few processes
+        # more (each command lowers its own limit first); everything it starts inherits them.
+        anchor_limits = self.limits.ulimit_commands(extra_processes=PROCESS_SLACK, cpu_time=False)
+        args += anchor_argv(anchor_limits)
         return self._cgroup.enter_argv(args) if self._cgroup is not None else args
 
-    async def _ensure_anchor(self) -> None:
-        """Start the sandbox if it is not running (first command, or its anchor was killed)."""
+    async def _ensure_anchor(self) -> Anchor:
+        """The running sandbox's anchor, started if need be (first command, or it was killed)."""
         async with self._anchor_lock:
             if self.closed:
                 raise SandboxError(f"sandbox {self.task_id} is closed")
             if self._anchor is not None and self._anchor.alive():
-                return
+                return self._anchor
             if self._anchor is not None:
                 logger.warning("sandbox of task %s lost its anchor; restarting it", self.task_id)
                 await self._anchor.stop()
-            self._anchor = await _Anchor.start(self.bwrap_argv())
-            options = [NAMESPACE_OPTIONS[name] for name in self._anchor.namespaces]
-            if self.as_root:
-                credentials = ["-S", str(SANDBOX_UID), "-G", str(SANDBOX_UID)]
-            else:
-                credentials = ["--preserve-credentials"]  # stay the caller's uid, as mapped
-            self._enter = [
-                self.nsenter, "-t", str(self._anchor.target), *options, *credentials,
-                "-r", "-w", "--",
-            ]  # fmt: skip
+            self._anchor = await Anchor.start(self.bwrap_argv(), {"PATH": PATH_INSIDE})
+            return self._anchor
 
     # -- commands --------------------------------------------------------------------------
 
-    async def _run(self, command: str, timeout: float | None) -> CommandResult:
-        await self._ensure_anchor()
-        return await super()._run(command, timeout)
-
     def _command_argv(self, command: str) -> list[str]:
-        # Line 1 sets PATH and the limits and enters the workspace (whatever the anchor's
-        # cwd); the command starts on line 2, as with the local backend, so that bash reports
-        # the same line numbers on both.
+        # Line 1 sets PATH and the limits (the process limit below the anchor's) and enters
+        # the workspace; the command starts on line 2, as with the local backend, so that
+        # bash reports the same line numbers on both.
         setup = (
             f"export PATH={PATH_INSIDE}; {self.limits.ulimit_commands()}; cd {WORKDIR} || exit 1"
         )
-        argv = [*self._enter, "bash", "-c", f"{setup}\n{command}"]
-        return self._cgroup.enter_argv(argv) if self._cgroup is not None else argv
+        return ["bash", "-c", f"{setup}\n{command}"]
+
+    async def _spawn(self, argv: list[str], env: dict[str, str]) -> SpawnedProcess:
+        try:
+            return await (await self._ensure_anchor()).spawn(argv, env)
+        except AnchorGone:  # killed (by a background process) since the check: start anew
+            return await (await self._ensure_anchor()).spawn(argv, env)
+
+    async def _kill_command(self, process: SpawnedProcess, tag: str) -> None:
+        await super()._kill_command(process, tag)
+        if process.returncode is None and isinstance(process, AnchoredProcess):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(process.wait(), KILL_GRACE)
+            if process.returncode is None:  # its anchor does not report it: stopped or stuck
+                await process.anchor.stop()  # which ends the command; the next one restarts it
 
     async def _kill_everything(self) -> None:
         # Under the lock: a start under way finishes first. The next command starts a fresh
@@ -341,155 +330,3 @@ class BwrapSandbox(HostDirectorySandbox):
         remove_tree(self._checks_root)
         if self._cgroup is not None:
             self._cgroup.remove()
-
-
-class _Anchor:
-    """The sandbox's bwrap process tree; ``target`` is the anchor, whose namespaces commands enter.
-
-    Started with posix_spawn from the event loop's thread (bwrap's --die-with-parent ties
-    the sandbox to that thread), reaped by ``os.waitpid`` rather than through a loop, so that
-    a manager used from several event loops in turn (as tests do) still cleans up.
-    """
-
-    def __init__(self, bwrap_pid: int, target: int, started: str) -> None:
-        self.bwrap_pid = bwrap_pid
-        self.target = target
-        self._started = started  # the target's start time: a reused pid is not our anchor
-        self._reaped = False  # once bwrap is reaped its pid may be reused: never signal it
-        # The namespaces commands enter (those not the host's), as they were at the start:
-        # a sandbox process could ptrace the anchor into others; then it is not trusted.
-        self._identity = _namespace_identity(target)
-        host = _namespace_identity(os.getpid())
-        self.namespaces = [name for name in NAMESPACE_OPTIONS if self._identity[name] != host[name]]
-
-    @classmethod
-    async def start(cls, argv: list[str]) -> _Anchor:
-        """Start bwrap and wait until its anchor runs in all the sandbox's namespaces."""
-        read_errors, write_errors = os.pipe()
-        try:
-            pid = os.posix_spawn(
-                argv[0],
-                argv,
-                {"PATH": PATH_INSIDE},
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, write_errors, 2),
-                    (os.POSIX_SPAWN_CLOSE, read_errors),
-                    (os.POSIX_SPAWN_CLOSE, write_errors),
-                ],
-                setsid=True,  # its own process group: killing the group kills the sandbox
-            )
-        finally:
-            os.close(write_errors)
-        reaped = False
-        try:
-            deadline = time.monotonic() + ANCHOR_START_TIMEOUT
-            delay = 0.001
-            while True:
-                target = _anchor_process(pid)
-                if target is not None:
-                    return cls(pid, target, start_time(target))
-                finished, status = os.waitpid(pid, os.WNOHANG)
-                if finished:
-                    reaped = True  # its pid may be reused now: never signal it again
-                    message = _read_available(read_errors)
-                    raise SandboxError(
-                        f"bwrap could not start the sandbox (exit "
-                        f"{os.waitstatus_to_exitcode(status)}): {message or 'no message'}"
-                    )
-                if time.monotonic() > deadline:
-                    raise SandboxError(f"the sandbox did not start in {ANCHOR_START_TIMEOUT:g} s")
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.02)
-        except BaseException:
-            if not reaped:
-                _kill_and_reap(pid)
-            raise
-        finally:
-            os.close(read_errors)
-
-    def alive(self) -> bool:
-        """Whether the anchor still runs, the same process in the same namespaces."""
-        if not self._reaped:
-            self._reaped = _reap_if_exited(self.bwrap_pid)
-        return (
-            not self._reaped
-            and start_time(self.target) == self._started
-            and _namespace_identity(self.target) == self._identity
-        )
-
-    async def stop(self) -> None:
-        """Kill the sandbox (bwrap, the namespace's init, so everything in it) and reap bwrap."""
-        if not self._reaped:
-            self._reaped = True
-            await asyncio.to_thread(_kill_and_reap, self.bwrap_pid)
-
-
-def _anchor_process(bwrap_pid: int) -> int | None:
-    """The anchor's pid once it runs ``sleep`` (after bwrap's setup and the uid drop)."""
-    for init in _children(bwrap_pid):
-        for child in _children(init):
-            try:
-                if os.readlink(f"/proc/{child}/exe").endswith("/sleep"):
-                    return child
-            except OSError:
-                continue
-    return None
-
-
-def _namespace_identity(pid: int) -> dict[str, tuple[int, int] | None]:
-    """Each namespace of a process as (device, inode); None where it cannot be read."""
-    identity: dict[str, tuple[int, int] | None] = {}
-    for name in NAMESPACE_OPTIONS:
-        try:
-            info = os.stat(f"/proc/{pid}/ns/{name}")
-            identity[name] = (info.st_dev, info.st_ino)
-        except OSError:
-            identity[name] = None
-    return identity
-
-
-def _children(pid: int) -> list[int]:
-    """The child processes of ``pid``."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as file:
-            return [int(child) for child in file.read().split()]
-    except FileNotFoundError:
-        if not os.path.exists(f"/proc/{pid}"):
-            return []
-    except OSError:
-        return []
-    # a kernel without CONFIG_PROC_CHILDREN: find them by their parent pid
-    children = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and parent_pid(int(name)) == pid:
-            children.append(int(name))
-    return children
-
-
-def _reap_if_exited(pid: int) -> bool:
-    """Reap child ``pid`` if it exited; whether it has."""
-    try:
-        finished, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return finished != 0
-
-
-def _kill_and_reap(pid: int) -> None:
-    """SIGKILL a process group (bwrap's) and wait for its leader."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
-
-
-def _read_available(fd: int) -> str:
-    """What a pipe holds now, without waiting for more."""
-    os.set_blocking(fd, False)
-    chunks = []
-    with contextlib.suppress(BlockingIOError, OSError):
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace").strip()[:1000]

@@ -5,9 +5,9 @@
 - a cgroup (v1: the ``memory``, ``pids`` and ``cpu`` hierarchies) per sandbox, below the
   host process's own: its memory in total (workspace files on tmpfs included), its number
   of processes, and its CPU rate (background spinners share the sandbox's CPUs and no more).
-  Every command enters it before anything else runs (``enter_argv``), so all it starts is
-  counted. A cgroup v2-only host, or a host process that is not root, gets no cgroup (the
-  per-process limits remain); that is logged once.
+  bwrap enters it before anything else runs (``enter_argv``), so every process of the
+  sandbox, its commands included, is counted. A cgroup v2-only host, or a host process that
+  is not root, gets no cgroup (the per-process limits remain); that is logged once.
 - the workspace as a tmpfs of a fixed size and number of files, mounted over the workspace
   directory: writes past it fail with "No space left on device". Root only as well.
 """
@@ -104,7 +104,11 @@ class SandboxCgroup:
         return cls(directories)
 
     def enter_argv(self, argv: list[str]) -> list[str]:
-        """``argv`` run by a shell that first moves itself into the sandbox's cgroups."""
+        """``argv`` run by a shell that first moves itself into the sandbox's cgroups.
+
+        Only bwrap pays this move (cgroup v1 migrations wait on the whole system, milliseconds
+        on a busy host): its processes, the commands included, are born in the cgroups.
+        """
         moves = " && ".join(
             f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))}" for d in self.directories
         )

@@ -5,8 +5,9 @@ isolating backends fill the gaps with defaults that contain a fork bomb or a mem
 default, and apply the limits inside the sandbox:
 
 - bwrap: ``ulimit`` in the shell that runs the command, inside the sandbox's own user
-  namespace. RLIMIT_NPROC is counted per (user namespace, uid), so a limit set there bounds
-  this sandbox's processes alone; set on the host it would count every process of the uid.
+  namespace (and, looser, in the anchor that starts the commands; see ``bwrap``).
+  RLIMIT_NPROC is counted per (user namespace, uid), so a limit set there bounds this
+  sandbox's processes alone; set on the host it would count every process of the uid.
   As root, also for the sandbox as a whole (see ``host_limits``): a cgroup caps its memory
   (``memory_mb``), processes and CPUs (``cpus``), and its workspace is a tmpfs of
   ``workspace_mb``.
@@ -53,20 +54,22 @@ class ResourceLimits:
             cpus=pick("cpus"),
         )
 
-    def ulimit_commands(self) -> str:
+    def ulimit_commands(self, extra_processes: int = 0, cpu_time: bool = True) -> str:
         """Shell commands that apply these limits to the shell and everything it starts.
 
         ``ulimit`` sets the soft and the hard limit, so a command cannot raise them again.
         A failure (the hard limit is already lower) is ignored: the lower limit stays.
+        ``extra_processes`` and ``cpu_time=False``: the looser limits of a sandbox's
+        long-lived process that starts its commands (each lowers them to these first).
         """
         settings = []
         if self.max_processes is not None:
-            settings.append(f"-u {self.max_processes}")
+            settings.append(f"-u {self.max_processes + extra_processes}")
         if self.memory_mb is not None:
             settings.append(f"-v {self.memory_mb * 1024}")  # KiB
         if self.max_file_mb is not None:
             settings.append(f"-f {self.max_file_mb * 1024}")  # 1 KiB blocks (bash, non-POSIX)
-        if self.cpu_seconds is not None:
+        if self.cpu_seconds is not None and cpu_time:
             settings.append(f"-t {self.cpu_seconds}")
         return "; ".join(f"ulimit {flag} 2>/dev/null" for flag in settings) or ":"
 

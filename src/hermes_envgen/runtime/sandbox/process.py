@@ -17,9 +17,11 @@ from collections.abc import Callable
 
 
 class SpawnedProcess:
-    """A running child: its pid (= its process group), its output stream and its exit."""
+    """A running command: its pid (= its process group), its output stream and its exit."""
 
-    def __init__(self, pid: int, stdout: asyncio.StreamReader, waiter: asyncio.Future) -> None:
+    def __init__(
+        self, pid: int | None, stdout: asyncio.StreamReader, waiter: asyncio.Future
+    ) -> None:
         self.pid = pid
         self.stdout = stdout
         self._waiter = waiter

@@ -1,0 +1,150 @@
+"""The anchor of a bwrap sandbox: the process inside it that starts its commands.
+
+Never imported by the host: ``anchor.py`` runs this file's text with the sandbox's own
+``python3 -I -S -`` as the sandbox's first process, already in its namespaces, its cgroup,
+under its limits and as its user; each command is then one ``posix_spawn`` of this small
+process, where entering the sandbox from the host costs several execs and a cgroup move.
+
+Protocol, over the SOCK_SEQPACKET socket the host passes as file descriptor ``argv[1]``:
+- once started, the anchor sends ``R`` with a pidfd of itself (the host learns its pid);
+- per command the host sends the request (``argc``, the argv, then ``NAME=value`` pairs,
+  NUL-separated) with two descriptors: the write end of the command's output pipe and a
+  SOCK_SEQPACKET socket for the replies, on which the anchor sends ``S`` with a pidfd of the
+  started command (or ``F<errno>:<message>`` if it could not start), then ``E<wait status>``.
+
+The agent's processes run as the same user: the anchor makes itself non-dumpable, so they
+cannot ptrace it or open its descriptors through /proc; its sockets are close-on-exec, so
+no command inherits them, nor what the host left inheritable (closed at the start).
+Killing it kills the sandbox (it is the PID namespace's main process), which the host
+restarts at the next command. Written for any python3 from 3.9.
+"""
+
+import os
+import sys
+
+if not hasattr(os, "pidfd_open"):  # Python 3.9
+    sys.exit("the bwrap backend needs python3 3.9 or later inside the sandbox")
+
+import _signal  # not signal, nor socket: their enums would double the start-up time
+import _socket
+import array
+import contextlib
+import ctypes
+import select
+
+PR_SET_DUMPABLE, PR_SET_NAME = 4, 15
+MAX_REQUEST = 1 << 20
+SCM_RIGHTS = _socket.SCM_RIGHTS
+FD_SIZE = array.array("i").itemsize
+
+
+def receive(sock, buffer):
+    """One message (read into ``buffer``) and the descriptors sent with it, close-on-exec."""
+    size, ancillary, _, _ = sock.recvmsg_into([buffer], _socket.CMSG_SPACE(4 * FD_SIZE),
+                                              _socket.MSG_CMSG_CLOEXEC)  # fmt: skip
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % FD_SIZE])
+    return bytes(buffer[:size]), list(fds)
+
+
+def send_fd(sock, data, fd):
+    sock.sendmsg([data], [(_socket.SOL_SOCKET, SCM_RIGHTS, array.array("i", [fd]))])
+
+
+def parse(request):
+    """The argv and environment of a request."""
+    fields = request.decode("utf-8", "surrogateescape").split("\0")
+    argc = int(fields[0])
+    argv, pairs = fields[1 : 1 + argc], fields[1 + argc :]
+    if not argv or argc < 1:
+        raise ValueError("empty argv")
+    return argv, dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
+def report_failure(reply, exc):
+    """Tell the host why a command did not start, and close its reply socket."""
+    number = getattr(exc, "errno", None) or 0
+    message = getattr(exc, "strerror", None) or str(exc)
+    with contextlib.suppress(OSError):
+        reply.send(f"F{number}:{message}".encode())
+    reply.close()
+
+
+def start(data, fds, running, poller):
+    """Start one requested command and tell the host its pid, or why it did not start."""
+    if len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
+        return
+    output, reply_fd = fds
+    reply = _socket.socket(fileno=reply_fd)
+    try:
+        argv, env = parse(data)
+        pid = os.posix_spawnp(
+            argv[0], argv, env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, output, 1),
+                (os.POSIX_SPAWN_DUP2, output, 2),
+            ],
+            setsid=True,  # its own session and process group, which the host kills
+            setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),  # Python ignores them; bash must not
+        )  # fmt: skip
+    except (OSError, ValueError) as exc:
+        report_failure(reply, exc)
+        return
+    finally:
+        os.close(output)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:  # out of descriptors: the host could not kill it, so stop it now
+        os.kill(pid, _signal.SIGKILL)
+        os.waitpid(pid, 0)
+        report_failure(reply, exc)
+        return
+    running[pidfd] = (pid, reply)
+    poller.register(pidfd, select.POLLIN)
+    with contextlib.suppress(OSError):  # the host gave up on it: it runs and is reaped anyway
+        send_fd(reply, b"S", pidfd)
+
+
+def finish(pidfd, running, poller):
+    """Reap a command that exited and send the host its wait status."""
+    pid, reply = running.pop(pidfd)
+    poller.unregister(pidfd)
+    os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    with contextlib.suppress(OSError):
+        reply.send(b"E%d" % status)
+    reply.close()
+
+
+def main(control_fd):
+    libc = ctypes.CDLL(None)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<pid>/fd by the agent
+    libc.prctl(PR_SET_NAME, b"sandbox-anchor", 0, 0, 0)
+    os.set_inheritable(control_fd, False)
+    # Whatever else bwrap passed down (the host's inheritable descriptors): no command's.
+    os.closerange(3, control_fd)
+    os.closerange(control_fd + 1, 1 << 20)
+    control = _socket.socket(fileno=control_fd)
+    send_fd(control, b"R", os.pidfd_open(os.getpid()))
+    poller = select.poll()
+    poller.register(control_fd, select.POLLIN)
+    running = {}
+    buffer = bytearray(MAX_REQUEST)
+    while True:
+        for fd, _ in poller.poll():
+            if fd != control_fd:
+                finish(fd, running, poller)
+                continue
+            data, fds = receive(control, buffer)
+            if not data and not fds:
+                return  # the host closed its end: the sandbox ends
+            start(data, fds, running, poller)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
