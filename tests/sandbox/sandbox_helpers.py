@@ -7,6 +7,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -167,3 +168,15 @@ def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
+
+
+def run_cleanup_command(root: Path) -> subprocess.CompletedProcess:
+    """``hermes-envgen cleanup`` of the sandbox root ``root``; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_envgen", "cleanup", "--sandbox-root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import BWRAP, LOCAL, eventually, processes_running
+from sandbox_helpers import BWRAP, LOCAL, eventually, processes_running, run_cleanup_command
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox import runs as runs_module
@@ -112,13 +112,7 @@ asyncio.run(main())
 """
     subprocess.run([sys.executable, "-c", dies], timeout=60, check=False)
     assert processes_running(needle) and list((root / "hermes-envgen").iterdir())
-    done = subprocess.run(
-        [sys.executable, "-m", "hermes_envgen", "cleanup", "--sandbox-root", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_cleanup_command(root)
     assert "removed 1 stale run(s)" in done.stdout
     assert not processes_running(needle)
     assert list((root / "hermes-envgen").iterdir()) == []

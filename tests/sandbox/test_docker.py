@@ -22,6 +22,7 @@ from sandbox_helpers import (
     make_manager,
     namespace_members,
     needs_docker,
+    run_cleanup_command,
 )
 
 from hermes_envgen.runtime.sandbox import (
@@ -398,13 +399,7 @@ asyncio.run(main())
     label = f"label={RUN_LABEL}={socket.gethostname()}/{run_name}"
     assert len(docker_containers(label)) == 2
     if reaper == "cleanup command":
-        done = subprocess.run(
-            [sys.executable, "-m", "hermes_envgen", "cleanup", "--sandbox-root", str(root)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
+        run_cleanup_command(root)
     else:
         make_manager(tmp_path, "docker")  # under tmp_path/"docker": another root, reaps nothing
         assert len(docker_containers(label)) == 2
