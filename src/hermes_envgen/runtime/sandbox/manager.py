@@ -98,8 +98,9 @@ class SandboxManager:
     async def release(self, task_id: str) -> None:
         """Close the task's sandbox, if it has one."""
         sandbox = self._sandboxes.pop(task_id, None)
-        if sandbox is not None:
-            await sandbox.close()
+        if sandbox is None:  # a rollout of tools that need none: nothing to close or release
+            return
+        await sandbox.close()
         if not self._sandboxes:
             self._run.release()
 
