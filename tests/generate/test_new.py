@@ -229,6 +229,8 @@ def test_help_lists_new_and_update(run_cli: RunCli):
     [
         ("x = 1\n", "x = 1\n"),  # clean: checked only, never rewritten
         ("import os\nx=1\n", "x = 1\n"),  # a safe fix and a reformat, both committed
+        ("import os\n\nx = 1\n", "x = 1\n"),  # a fix whose result the formatter changes
+        ("x=1\n", "x = 1\n"),  # lint-clean, reformatted only
     ],
 )
 def test_the_post_generation_hook_commits_what_ruff_would_make_of_the_files(
@@ -243,3 +245,14 @@ def test_the_post_generation_hook_commits_what_ruff_would_make_of_the_files(
     assert (project / "a.py").read_text() == committed
     assert git(project, "show", "HEAD:a.py") == committed
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_the_post_generation_hook_reports_a_file_ruff_cannot_parse(tmp_path):
+    from hermes_envgen.errors import HookError
+    from hermes_envgen.generate import hooks
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.py").write_text("x = (\n")
+    with pytest.raises(HookError, match="ruff format"):
+        hooks.load("post_gen_project").run(project, "p", "v0")
