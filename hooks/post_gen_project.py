@@ -94,18 +94,25 @@ def format_project(project: Path) -> bool:
     return fixes or reformat
 
 
+def _configured(pattern: str, project: Path) -> str:
+    """The git settings matching ``pattern`` that apply in ``project`` ("name value" lines,
+    lowercased; "" for none)."""
+    try:
+        return run_git("config", "--get-regexp", pattern, cwd=project).lower()
+    except GitError:  # git config exits 1 when nothing matches
+        return ""
+
+
 def git_init(project: Path) -> list[str]:
     """Make ``project`` a git repository; the ``-c`` options its first commit needs."""
-    pattern = r"^(user\.name|user\.email|init\.defaultbranch)$"
-    try:
-        configured = run_git("config", "--get-regexp", pattern, cwd=project).lower()
-    except GitError:  # git config exits 1 when nothing matches
-        configured = ""
     init = ["init", "--quiet"]
-    if "init.defaultbranch" not in configured:
+    if "init.defaultbranch" not in _configured(r"^init\.defaultbranch$", project):
         init.append("--initial-branch=main")  # also silences git's hint about the default
     run_git(*init, cwd=project)
-    if "user.name" in configured and "user.email" in configured:
+    # Asked in the new repository, which the commit uses: an enclosing repository's identity
+    # (project generated inside another checkout) does not apply there.
+    identity = _configured(r"^user\.(name|email)$", project)
+    if "user.name" in identity and "user.email" in identity:
         return []
     name, email = FALLBACK_IDENTITY
     return ["-c", f"user.name={name}", "-c", f"user.email={email}"]

@@ -256,3 +256,31 @@ def test_the_post_generation_hook_reports_a_file_ruff_cannot_parse(tmp_path):
     (project / "a.py").write_text("x = (\n")
     with pytest.raises(HookError, match="ruff format"):
         hooks.load("post_gen_project").run(project, "p", "v0")
+
+
+def test_the_first_commit_inside_a_repository_that_has_its_own_identity(tmp_path, monkeypatch):
+    # The enclosing repository's user.name/email do not apply to the project's own repository:
+    # its first commit gets the fallback identity, not "Author identity unknown".
+    from hermes_envgen.generate import hooks
+
+    empty = tmp_path / "empty-gitconfig"
+    empty.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    outer = tmp_path / "outer"
+    project = outer / "p"
+    project.mkdir(parents=True)
+    git(outer, "init", "--quiet")
+    git(outer, "config", "user.name", "Outer")
+    git(outer, "config", "user.email", "outer@example.com")
+    (project / "a.py").write_text("x = 1\n")
+    hooks.load("post_gen_project").run(project, "p", "v0")
+    assert git(project, "log", "--format=%an").strip() == "hermes-envgen"
+
+
+def test_a_failed_git_command_is_named_after_its_global_options():
+    from hermes_envgen.errors import GitError
+    from hermes_envgen.generate.git import run_git
+
+    with pytest.raises(GitError, match=r"^git no-such-command failed: "):
+        run_git("-c", "user.name=x", "no-such-command")
