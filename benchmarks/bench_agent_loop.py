@@ -6,10 +6,15 @@ stub server with zero latency, divided by the throughput of the very same chat r
 ServerManager, as envs use it) at the same concurrency. Target: >= 0.95.
 
 Two tools are measured: ``noop`` (a Python tool: the loop's own overhead) and ``terminal``
-running ``true`` in a local sandbox. The baseline of ``terminal`` also runs a raw
-``bash -c true`` (posix_spawn, output read to the end, exit awaited: the cheapest way to run a
-command from asyncio) after each request that the rollout answers with a tool call, so that
-the ratio measures the sandbox's and the loop's overhead, not the process itself.
+running ``true`` in a local sandbox. The baseline of ``terminal`` does what any runner of an
+agent's commands must do and nothing more: each rollout gets a directory of its own (made
+before its first request, removed after its last: rollouts must not share their files), and
+after each request that the rollout answers with a tool call, a raw ``bash -c`` enters that
+directory and runs ``true`` (posix_spawn, output read to the end, exit awaited: the cheapest
+way to run a command from asyncio). The ratio measures the sandbox's and the loop's overhead,
+not the process or the file system itself. The objects that exist before the first round
+are frozen out of the garbage collector's full collections: either side would pay for
+scanning them only when a full collection happened to fall into its timing.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import gc
 import os
+import shlex
 import tempfile
 import time
+from pathlib import Path
 
 from _common import median_ratio, stub_server_process
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
@@ -112,30 +120,38 @@ async def record_rollout(server, tool_name: str, sandboxes) -> list[dict]:
     return recorder.requests
 
 
-async def raw_true() -> None:
-    """``bash -c true`` with nothing around it: spawned, output drained, exit awaited."""
-    process = await spawn(["bash", "-c", "true"], {"PATH": os.environ.get("PATH", "/usr/bin")})
+async def raw_true(workdir: Path) -> None:
+    """``true`` in ``workdir`` with nothing around it: spawned, output drained, exit awaited."""
+    argv = ["bash", "-c", f"cd -- {shlex.quote(str(workdir))} || exit 1\ntrue"]
+    process = await spawn(argv, {"PATH": os.environ.get("PATH", "/usr/bin")})
     await process.stdout.read()
     await process.wait()
 
 
 async def run_direct(
-    server, requests: list[dict], rollouts: int, concurrency: int, processes: bool = False
+    server, requests: list[dict], rollouts: int, concurrency: int, workdirs: Path | None = None
 ) -> float:
     """The same chat requests the loops send, straight to the server, same concurrency;
-    with ``processes``, a raw ``bash -c true`` after each request but the last (the tool turns).
+    with ``workdirs``, each rollout in a directory of its own below it, made and removed, and
+    a raw ``bash -c true`` there after each request but the last (the tool turns).
     """
     slots = asyncio.Semaphore(concurrency)
 
-    async def one() -> None:
+    async def one(i: int) -> None:
         async with slots:
+            workdir = None
+            if workdirs is not None:
+                workdir = workdirs / f"direct-{i}"
+                workdir.mkdir()
             for number, request in enumerate(requests, start=1):
                 await server.chat_completion(**request)
-                if processes and number < len(requests):
-                    await raw_true()
+                if workdir is not None and number < len(requests):
+                    await raw_true(workdir)
+            if workdir is not None:
+                await asyncio.to_thread(workdir.rmdir)
 
     start = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(rollouts)))
+    await asyncio.gather(*(one(i) for i in range(rollouts)))
     return rollouts * len(requests) / (time.perf_counter() - start)
 
 
@@ -143,13 +159,18 @@ async def main(rollouts: int, concurrency: int, rounds: int) -> None:
     with stub_server_process(SCRIPT) as url, tempfile.TemporaryDirectory() as root:
         server = make_server(url)
         sandboxes = SandboxManager(SandboxSettings(root=root))
+        # What the imports left (some 140,000 objects) is not what either side allocates:
+        # frozen, it is not rescanned by the full collection that falls into one side's
+        # timing or the other's by chance (some 100 ms of a 2 s round).
+        gc.collect()
+        gc.freeze()
         for tool_name in CALLS:
             requests = await record_rollout(server, tool_name, sandboxes)
             await run_direct(server, requests, 32, concurrency)  # warm up connections
             pairs = []
-            processes = tool_name == "terminal"
+            workdirs = Path(root) if tool_name == "terminal" else None
             for _ in range(rounds):
-                direct = await run_direct(server, requests, rollouts, concurrency, processes)
+                direct = await run_direct(server, requests, rollouts, concurrency, workdirs)
                 loop = await run_loops(server, tool_name, rollouts, concurrency, sandboxes)
                 pairs.append((loop, direct))
             rates = "  ".join(f"{a:.0f}/{b:.0f}" for a, b in pairs)

@@ -47,56 +47,118 @@ def _ruff(ruff: str, args: Sequence[str], project: Path) -> None:
         raise HookError(f"`ruff {args[0]}` failed: {detail[-1] if detail else result.returncode}")
 
 
+def _would_change(ruff: str, checks: Sequence[Sequence[str]], project: Path) -> list[bool]:
+    """Run read-only ruff checks side by side; for each, whether it found something to change.
+
+    A check that fails for another reason (a syntax error, a bad config) counts as a change:
+    the real command then runs and reports it.
+    """
+    processes = [
+        subprocess.Popen(
+            [ruff, *args],
+            cwd=project,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for args in checks
+    ]
+    return [process.wait() != 0 for process in processes]
+
+
 def format_project(project: Path) -> bool:
-    """Apply ruff's safe fixes, then its formatter, if ruff is installed; whether it ran.
+    """Apply ruff's safe fixes, then its formatter, if ruff is installed; whether that changed
+    any file.
 
     A template renders ruff-clean code, so this normally changes nothing; it is a safety net
-    for answers that produce long lines. ``--no-cache`` keeps ``.ruff_cache`` out of the commit.
+    for answers that produce long lines. Two read-only checks, run side by side, say whether
+    either step has anything to do, so that a clean render costs one ruff run's time.
+    ``--no-cache`` keeps ``.ruff_cache`` out of the commit.
     """
     ruff = find_ruff()
     if ruff is None:
         return False
-    # Remaining lint findings are the user's to see in their editor, not a generation failure.
-    _ruff(ruff, ["check", "--fix", "--exit-zero", "--quiet", "--no-cache", "."], project)
-    _ruff(ruff, ["format", "--quiet", "--no-cache", "."], project)
-    return True
+    fixes, reformat = _would_change(
+        ruff,
+        [
+            ["check", "--diff", "--quiet", "--no-cache", "."],  # exit 1: --fix would change files
+            ["format", "--check", "--quiet", "--no-cache", "."],
+        ],
+        project,
+    )
+    if fixes:
+        # Remaining lint findings are the user's to see in their editor, not a generation failure.
+        _ruff(ruff, ["check", "--fix", "--exit-zero", "--quiet", "--no-cache", "."], project)
+    if fixes or reformat:  # fixes may leave code the formatter would change
+        _ruff(ruff, ["format", "--quiet", "--no-cache", "."], project)
+    return fixes or reformat
+
+
+def _configured(pattern: str, project: Path) -> str:
+    """The git settings matching ``pattern`` that apply in ``project`` ("name value" lines,
+    lowercased; "" for none)."""
+    try:
+        return run_git("config", "--get-regexp", pattern, cwd=project).lower()
+    except GitError:  # git config exits 1 when nothing matches
+        return ""
 
 
 def git_init(project: Path) -> list[str]:
     """Make ``project`` a git repository; the ``-c`` options its first commit needs."""
-    pattern = r"^(user\.name|user\.email|init\.defaultbranch)$"
-    try:
-        configured = run_git("config", "--get-regexp", pattern, cwd=project).lower()
-    except GitError:  # git config exits 1 when nothing matches
-        configured = ""
     init = ["init", "--quiet"]
-    if "init.defaultbranch" not in configured:
+    if "init.defaultbranch" not in _configured(r"^init\.defaultbranch$", project):
         init.append("--initial-branch=main")  # also silences git's hint about the default
     run_git(*init, cwd=project)
-    if "user.name" in configured and "user.email" in configured:
+    # Asked in the new repository, which the commit uses: an enclosing repository's identity
+    # (project generated inside another checkout) does not apply there.
+    identity = _configured(r"^user\.(name|email)$", project)
+    if "user.name" in identity and "user.email" in identity:
         return []
     name, email = FALLBACK_IDENTITY
     return ["-c", f"user.name={name}", "-c", f"user.email={email}"]
 
 
-def git_commit_all(project: Path, message: str, options: Sequence[str] = ()) -> None:
-    """Commit every file of ``project`` (the generated code as its first commit)."""
+def git_add_all(project: Path) -> None:
+    """Stage every file of ``project``."""
     run_git("add", "--all", cwd=project)
+
+
+def git_commit(project: Path, message: str, options: Sequence[str] = ()) -> None:
+    """Commit what is staged (the generated code, as the project's first commit)."""
     # No hooks or signing: they belong to the user's later commits, not to generated code.
+    # No automatic maintenance either: a repository of one commit has nothing to pack.
     run_git(
-        *options, "commit", "--quiet", "--no-verify", "--no-gpg-sign", "-m", message, cwd=project
+        *options,
+        "-c",
+        "maintenance.auto=false",
+        "commit",
+        "--quiet",
+        "--no-verify",
+        "--no-gpg-sign",
+        "-m",
+        message,
+        cwd=project,
     )
+
+
+def commit_rendered(
+    project: Path, project_name: str, template_version: str, options: Sequence[str] = ()
+) -> None:
+    """Format the rendered files and make them the first commit of the repository that
+    ``git_init`` made (``options``: what it returned)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        formatting = pool.submit(format_project, project)
+        # git reads the files while ruff only checks them; in the rare case that ruff then
+        # rewrites some, they are staged again.
+        git_add_all(project)
+        if formatting.result():
+            git_add_all(project)
+    git_commit(project, f"Generate {project_name} from hermes-envgen {template_version}", options)
 
 
 def run(project: Path, project_name: str, template_version: str) -> None:
     """Everything that follows rendering: format, ``git init``, the first commit."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        formatting = pool.submit(format_project, project)
-        options = git_init(project)  # writes only .git/: it may overlap ruff's rewrites
-        formatting.result()
-    git_commit_all(
-        project, f"Generate {project_name} from hermes-envgen {template_version}", options
-    )
+    commit_rendered(project, project_name, template_version, git_init(project))
 
 
 def main(argv: list[str]) -> int:

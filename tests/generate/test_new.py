@@ -229,6 +229,8 @@ def test_help_lists_new_and_update(run_cli: RunCli):
     [
         ("x = 1\n", "x = 1\n"),  # clean: checked only, never rewritten
         ("import os\nx=1\n", "x = 1\n"),  # a safe fix and a reformat, both committed
+        ("import os\n\nx = 1\n", "x = 1\n"),  # a fix whose result the formatter changes
+        ("x=1\n", "x = 1\n"),  # lint-clean, reformatted only
     ],
 )
 def test_the_post_generation_hook_commits_what_ruff_would_make_of_the_files(
@@ -243,3 +245,42 @@ def test_the_post_generation_hook_commits_what_ruff_would_make_of_the_files(
     assert (project / "a.py").read_text() == committed
     assert git(project, "show", "HEAD:a.py") == committed
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_the_post_generation_hook_reports_a_file_ruff_cannot_parse(tmp_path):
+    from hermes_envgen.errors import HookError
+    from hermes_envgen.generate import hooks
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "a.py").write_text("x = (\n")
+    with pytest.raises(HookError, match="ruff format"):
+        hooks.load("post_gen_project").run(project, "p", "v0")
+
+
+def test_the_first_commit_inside_a_repository_that_has_its_own_identity(tmp_path, monkeypatch):
+    # The enclosing repository's user.name/email do not apply to the project's own repository:
+    # its first commit gets the fallback identity, not "Author identity unknown".
+    from hermes_envgen.generate import hooks
+
+    empty = tmp_path / "empty-gitconfig"
+    empty.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    outer = tmp_path / "outer"
+    project = outer / "p"
+    project.mkdir(parents=True)
+    git(outer, "init", "--quiet")
+    git(outer, "config", "user.name", "Outer")
+    git(outer, "config", "user.email", "outer@example.com")
+    (project / "a.py").write_text("x = 1\n")
+    hooks.load("post_gen_project").run(project, "p", "v0")
+    assert git(project, "log", "--format=%an").strip() == "hermes-envgen"
+
+
+def test_a_failed_git_command_is_named_after_its_global_options():
+    from hermes_envgen.errors import GitError
+    from hermes_envgen.generate.git import run_git
+
+    with pytest.raises(GitError, match=r"^git no-such-command failed: "):
+        run_git("-c", "user.name=x", "no-such-command")

@@ -53,8 +53,18 @@ def run_git(
         raise GitError("git is needed to generate and update projects, and was not found") from exc
     if result.returncode != 0:
         message = one_line(result.stderr or result.stdout) or f"exit code {result.returncode}"
-        raise GitError(f"git {args[0]} failed: {message}")
+        raise GitError(f"git {subcommand(args)} failed: {message}")
     return result.stdout
+
+
+def subcommand(args: tuple[str, ...] | list[str]) -> str:
+    """The git command in ``args`` (``commit`` of ``-c k=v commit -m x``), for messages."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        option = rest.pop(0)
+        if option in ("-c", "-C", "--git-dir", "--work-tree") and rest:
+            rest.pop(0)  # the option's value
+    return rest[0] if rest else " ".join(args)
 
 
 @cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import shutil
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,6 @@ from typing import Any
 from hermes_envgen.errors import HermesEnvgenError, HookError, Interrupted, UsageError
 from hermes_envgen.generate import hooks, origin, source
 from hermes_envgen.generate.answers import check_answers
-from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
 from hermes_envgen.generate.git import check_git
 
 
@@ -51,8 +51,6 @@ def new_project(
     ``data`` answers questions up front; ``defaults`` takes the default of every other one.
     Without a terminal (``interactive`` defaults to whether stdin is one) nothing is prompted.
     """
-    from copier import run_copy
-
     target = Path(output_dir).absolute() / name
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(
@@ -61,7 +59,13 @@ def new_project(
     answers = dict(data or {})
     if answers.get("project_name", name) != name:
         raise UsageError("the project name is the NAME argument, not --data project_name")
-    check_git()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        git_checked = pool.submit(check_git)  # while copier loads
+        from copier import run_copy
+
+        from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
+
+        git_checked.result()
     template = source.template_source()
     ref = vcs_ref or source.release_tag()
     if answers:
@@ -72,24 +76,31 @@ def new_project(
     if interactive is None:
         interactive = stdin_is_terminal()
     url = source.template_url()
+    post = hooks.load("post_gen_project") if post_generation else None
     with _removed_on_failure(target):
-        with copier_session(
-            answers,
-            prompts=interactive or defaults,
-            git_env=source.git_redirect(url, template),
-        ):
-            worker = run_copy(
-                url,
-                target,
-                data=answers,
-                vcs_ref=ref,
-                defaults=defaults,
-                quiet=True,
-                cleanup_on_error=False,  # ours is wider: parents too, and on Ctrl-C
-            )
-        if post_generation:
+        target.mkdir(parents=True, exist_ok=True)
+        # The pool is left (git done) before anything is cleaned up.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            # git init and its look at the user's git config write only .git/, which copier
+            # never touches: they run while copier renders.
+            repository = pool.submit(post.git_init, target) if post else None
+            with copier_session(
+                answers,
+                prompts=interactive or defaults,
+                git_env=source.git_redirect(url, template),
+            ):
+                worker = run_copy(
+                    url,
+                    target,
+                    data=answers,
+                    vcs_ref=ref,
+                    defaults=defaults,
+                    quiet=True,
+                    cleanup_on_error=False,  # ours is wider: parents too, and on Ctrl-C
+                )
+        if post is not None and repository is not None:
             try:
-                hooks.load("post_gen_project").run(target, name, ref)
+                post.commit_rendered(target, name, ref, repository.result())
             except HermesEnvgenError as exc:
                 raise HookError(f"post-generation step failed: {exc}") from exc
     combined = worker.answers.combined

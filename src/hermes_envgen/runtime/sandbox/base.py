@@ -448,12 +448,10 @@ async def finish_command(
     reader = asyncio.ensure_future(captured.drain(process.stdout))
     timed_out = False
     try:
-        try:
-            await asyncio.wait_for(process.wait(), timeout)
-        except asyncio.TimeoutError:
+        if not await _finishes_within(process.exited, timeout):
             timed_out = True
             await kill()
-            await process.wait()
+        await process.wait()
         # Background children may hold the pipe after the shell exited; give them a moment.
         if not await _finishes_within(reader, 1.0):
             await kill()
@@ -466,8 +464,12 @@ async def finish_command(
     return captured.result(process.returncode, timeout if timed_out else None)
 
 
-async def _finishes_within(task: asyncio.Future, seconds: float) -> bool:
-    """Wait up to ``seconds`` for ``task`` (without cancelling it); whether it finished."""
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(asyncio.shield(task), seconds)
-    return task.done()
+async def _finishes_within(future: asyncio.Future, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``future`` (without cancelling it); whether it finished.
+
+    No task and no shield: a command's exit and output are awaited this way, twice per
+    command, and each layer costs a turn of the event loop.
+    """
+    if not future.done():
+        await asyncio.wait([future], timeout=seconds)
+    return future.done()

@@ -99,12 +99,13 @@ class SandboxManager:
     async def release(self, task_id: str) -> None:
         """Close the task's sandbox, if it has one."""
         sandbox = self._sandboxes.pop(task_id, None)
-        if sandbox is not None:
-            try:
-                await sandbox.close()
-            except BaseException:  # cut short (cancelled on Ctrl-C, say): reaped at exit
-                self._close_failed = True
-                raise
+        if sandbox is None:  # a rollout of tools that need none: nothing to close or release
+            return
+        try:
+            await sandbox.close()
+        except BaseException:  # cut short (cancelled on Ctrl-C, say): reaped at exit
+            self._close_failed = True
+            raise
         if not self._sandboxes and not self._close_failed:
             self._run.release()
 

@@ -27,8 +27,15 @@ class SpawnedProcess:
         self._waiter = waiter
         self.returncode: int | None = None
 
+    @property
+    def exited(self) -> asyncio.Future:
+        """Done when the child has exited (waiting on it never cancels it)."""
+        return self._waiter
+
     async def wait(self) -> int:
-        self.returncode = await asyncio.shield(self._waiter)
+        if not self._waiter.done():
+            await asyncio.shield(self._waiter)
+        self.returncode = self._waiter.result()
         return self.returncode
 
 
