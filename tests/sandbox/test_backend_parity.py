@@ -32,6 +32,8 @@ COMMANDS = [
     "mkdir -p a/b && echo x > a/b/c.txt && find a | sort",
     "seq 1 100000 | tail -1",
     "tty; echo $?",
+    "yes | head -n 2",  # SIGPIPE at its default: no "Broken pipe" from yes
+    "trap -p",  # no signal the host ignores is ignored here
 ]
 
 
@@ -61,6 +63,27 @@ def test_commands_give_the_same_results(backend, tmp_path):
     local, other = run_everywhere(backend, tmp_path, script)
     for command, expected, got in zip([*COMMANDS, "timeout", "flood", "tool"], local, other):
         assert got == expected, command
+
+
+@pytest.mark.parametrize("backend", [LOCAL, *OTHERS])
+def test_no_descriptor_of_the_host_reaches_a_command(backend, tmp_path):
+    secret = tmp_path / "host-secret"
+    secret.write_text("the host's")
+    fd = os.open(secret, os.O_RDONLY)
+    os.set_inheritable(fd, True)  # as a library of the host's might leave it
+
+    async def main():
+        sandbox = make_manager(tmp_path, backend).get("fds")
+        try:
+            return (await sandbox.run(f"cat /proc/self/fd/{fd} || echo not open")).output
+        finally:
+            await sandbox.close()
+
+    try:
+        output = asyncio.run(main())
+        assert "the host's" not in output and output.endswith("not open\n"), output
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("backend", [LOCAL, *OTHERS])

@@ -10,10 +10,16 @@ pidfd, a working directory or a pre-exec hook is needed) it falls back to asynci
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
+
+# Python ignores these; a command must not inherit that (``yes | head`` would complain of a
+# broken pipe, a write past ``ulimit -f`` would return an error instead of killing the writer).
+HOST_IGNORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 class SpawnedProcess:
@@ -45,6 +51,22 @@ def shell_exit_code(code: int) -> int:
     ``docker exec`` can only report 128 + n, so every backend reports it that way.
     """
     return 128 - code if code < 0 else code
+
+
+def _inheritable_descriptors() -> list[int]:
+    """The host's descriptors above 0-2 that an exec would pass on (a library may leave some)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+                if os.get_inheritable(fd):
+                    found.append(fd)
+    return found
 
 
 def _exit_status(status: int) -> int:
@@ -84,7 +106,9 @@ async def _posix_spawn(argv: list[str], env: dict[str, str]) -> SpawnedProcess:
                 (os.POSIX_SPAWN_DUP2, write_fd, 2),
                 (os.POSIX_SPAWN_CLOSE, read_fd),
                 (os.POSIX_SPAWN_CLOSE, write_fd),
+                *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_descriptors()),
             ],
+            setsigdef=HOST_IGNORED_SIGNALS,
             setsid=True,
         )
     except BaseException:
