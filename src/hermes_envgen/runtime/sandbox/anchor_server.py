@@ -34,6 +34,9 @@ import select
 
 PR_SET_DUMPABLE, PR_SET_NAME = 4, 15
 MAX_REQUEST = 1 << 20
+DEFAULT_SIGNALS = tuple(
+    n for n in _signal.valid_signals() if n not in (_signal.SIGKILL, _signal.SIGSTOP)
+)
 SCM_RIGHTS = _socket.SCM_RIGHTS
 FD_SIZE = array.array("i").itemsize
 
@@ -90,7 +93,8 @@ def start(data, fds, running, poller):
                 (os.POSIX_SPAWN_DUP2, output, 2),
             ],
             setsid=True,  # its own session and process group, which the host kills
-            setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ),  # Python ignores them; bash must not
+            setsigdef=DEFAULT_SIGNALS,  # none ignored: Python's, or the host's, if started so
+            setsigmask=(),
         )  # fmt: skip
     except (OSError, ValueError) as exc:
         report_failure(reply, exc)

@@ -17,9 +17,11 @@ import signal
 import subprocess
 from collections.abc import Callable
 
-# Python ignores these; a command must not inherit that (``yes | head`` would complain of a
-# broken pipe, a write past ``ulimit -f`` would return an error instead of killing the writer).
-HOST_IGNORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+# A command starts with every signal at its default action: Python ignores SIGPIPE and
+# SIGXFSZ (``yes | head`` would complain of a broken pipe, a write past ``ulimit -f`` return
+# an error instead of killing the writer), and a host started as a background job ignores
+# SIGINT and SIGQUIT; an exec passes on what is ignored.
+DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 class SpawnedProcess:
@@ -108,7 +110,8 @@ async def _posix_spawn(argv: list[str], env: dict[str, str]) -> SpawnedProcess:
                 (os.POSIX_SPAWN_CLOSE, write_fd),
                 *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_descriptors()),
             ],
-            setsigdef=HOST_IGNORED_SIGNALS,
+            setsigdef=DEFAULT_SIGNALS,
+            setsigmask=(),
             setsid=True,
         )
     except BaseException:
