@@ -169,9 +169,14 @@ async def main(rollouts: int, concurrency: int, rounds: int) -> None:
             await run_direct(server, requests, 32, concurrency)  # warm up connections
             pairs = []
             workdirs = Path(root) if tool_name == "terminal" else None
-            for _ in range(rounds):
+            for number in range(rounds):
+                # Each side goes first in every other round: what one round leaves behind
+                # (the stub's and the allocator's state, a collection due) falls on both.
+                if number % 2:
+                    loop = await run_loops(server, tool_name, rollouts, concurrency, sandboxes)
                 direct = await run_direct(server, requests, rollouts, concurrency, workdirs)
-                loop = await run_loops(server, tool_name, rollouts, concurrency, sandboxes)
+                if not number % 2:
+                    loop = await run_loops(server, tool_name, rollouts, concurrency, sandboxes)
                 pairs.append((loop, direct))
             rates = "  ".join(f"{a:.0f}/{b:.0f}" for a, b in pairs)
             print(
@@ -184,6 +189,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     asyncio.run(main(args.rollouts, args.concurrency, args.rounds))
