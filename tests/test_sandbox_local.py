@@ -195,3 +195,44 @@ def test_a_sandbox_that_ran_nothing_closes_without_a_scan(sandboxes, monkeypatch
         return sandbox.workspace
 
     assert not asyncio.run(main()).exists()
+
+
+def test_scans_of_proc_keep_their_distance_on_a_host_where_they_are_slow(sandboxes, monkeypatch):
+    # A scan that took 50 ms of CPU (a host with thousands of processes) is followed by the
+    # next only SWEEP_SPACING times that later; what closes meanwhile waits and shares it.
+    from hermes_envgen.runtime.sandbox import base
+
+    starts = []
+    real_kill = base._timed_kill
+
+    def slow_scan(prefixes):
+        starts.append(time.monotonic())
+        real_kill(prefixes)
+        return 0.05
+
+    monkeypatch.setattr(base, "_timed_kill", slow_scan)
+
+    async def main():
+        for names in ("a", "bcd"):
+            for name in names:
+                await sandboxes.get(name).run("true")
+            await asyncio.gather(*(sandboxes.release(name) for name in names))
+
+    asyncio.run(main())
+    assert len(starts) == 2, starts
+    assert starts[1] - starts[0] >= base.SWEEP_SPACING * 0.05
+
+
+def test_the_run_keeps_its_directory_between_rollouts_and_gives_it_up_at_close_all(tmp_path):
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path)))
+
+    async def main():
+        for name in ("first", "second"):
+            await manager.get(name).run("true")
+            await manager.release(name)
+            assert manager.root.is_dir() and not any(manager.root.iterdir())
+        await manager.close_all()
+
+    asyncio.run(main())
+    assert not manager.root.exists()
+    assert not list(manager.root.parent.iterdir())  # neither the directory nor its lock

@@ -341,16 +341,24 @@ def tagged_processes(tag: str | Collection[str]) -> list[int]:
     return found
 
 
+# A scan of /proc waits this many times its own CPU time after the last one ended
+# before it starts: sweeps then take at most a fifth of a core however many processes the host
+# has, and the sandboxes that close in between share the next one.
+SWEEP_SPACING = 4
+
+
 class _SharedSweep:
     """Kills what closing sandboxes left behind, one scan of /proc for all that wait.
 
-    Reading every process's environment takes milliseconds on a busy host and a run closes a
-    sandbox per rollout: the sandboxes that close while a scan runs share the next one.
+    Reading every process's environment takes from a millisecond to tens of them (a host
+    with thousands of processes) and a run closes a sandbox per rollout: the sandboxes that
+    close while a scan runs or waits its turn share the next one.
     """
 
     def __init__(self) -> None:
         self._waiting: list[tuple[str, asyncio.Future]] = []
         self._worker: asyncio.Task | None = None
+        self._next_scan = 0.0  # event-loop time before which no scan starts
 
     async def kill(self, prefix: str) -> None:
         loop = asyncio.get_running_loop()
@@ -361,14 +369,28 @@ class _SharedSweep:
         await asyncio.shield(done)  # a cancelled close still has its processes killed
 
     async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._waiting:
+            if (pause := self._next_scan - loop.time()) > 0:
+                await asyncio.sleep(pause)
             batch, self._waiting = self._waiting, []
             try:
-                await asyncio.to_thread(kill_processes, None, {prefix for prefix, _ in batch})
+                took = await asyncio.to_thread(_timed_kill, {prefix for prefix, _ in batch})
+                self._next_scan = loop.time() + SWEEP_SPACING * took
             finally:
                 for _, done in batch:
                     if not done.done():
                         done.set_result(None)
+
+
+def _timed_kill(prefixes: set[str]) -> float:
+    """Kill what carries any of ``prefixes``; the CPU seconds the scans took.
+
+    CPU time, not wall time: waits for the interpreter lock are the event loop's work.
+    """
+    started = time.thread_time()
+    kill_processes(None, prefixes)
+    return time.thread_time() - started
 
 
 _sweeps: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SharedSweep] = (

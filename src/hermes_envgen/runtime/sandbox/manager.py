@@ -99,20 +99,24 @@ class SandboxManager:
     async def release(self, task_id: str) -> None:
         """Close the task's sandbox, if it has one."""
         sandbox = self._sandboxes.pop(task_id, None)
-        if sandbox is None:  # a rollout of tools that need none: nothing to close or release
+        if sandbox is None:  # a rollout of tools that need none: nothing to close
             return
         try:
             await sandbox.close()
         except BaseException:  # cut short (cancelled on Ctrl-C, say): reaped at exit
             self._close_failed = True
             raise
-        if not self._sandboxes and not self._close_failed:
-            self._run.release()
 
     async def close_all(self) -> None:
-        """Close every sandbox (at shutdown)."""
+        """Close every sandbox and give up the run's directory (at shutdown).
+
+        Until then the run keeps its (possibly empty) directory and lock between rollouts:
+        claiming and releasing them around every sandbox cost a dozen system calls each.
+        """
         for task_id in list(self._sandboxes):
             await self.release(task_id)
+        if not self._close_failed:
+            self._run.release()
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
