@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from hermes_envgen.runtime.parsers import detect_formats, get_parser
+from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
+from hermes_envgen.runtime.parsers import auto as auto_module
 
 AUTO = get_parser("auto")
 
@@ -137,3 +138,52 @@ def test_mixed_formats_give_no_phantom_call() -> None:
     outcome = AUTO.read(text)
     assert (outcome.content, outcome.tool_calls) == (text, None)
     assert outcome.error == "<tool_call> is not followed by a function name (read as glm47)"
+
+
+VICTIM = "<tool_call>victim</tool_call>"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[TOOL_CALLS][] " + VICTIM,
+        '[TOOL_CALLS][{"foo": 1}] ' + VICTIM,
+        '[TOOL_CALLS][{"name": "a", "arguments": 5}] ' + VICTIM,
+        '[TOOL_CALLS][{"name": "a", "arguments": {}}, 7] ' + VICTIM,
+        '{"name": "write_file", "parameters": {"path": "a"}}; see ' + VICTIM,
+        '{"name": "write_file", "parameters": {"path": "a"}}; ' + VICTIM,
+        '{"name": "write_file", "parameters": "x"} ' + VICTIM,
+    ],
+)
+def test_a_format_that_reads_no_call_does_not_hand_over_to_a_later_one(text: str) -> None:
+    # The first format's markup opens a call it cannot read: "victim" may be inside it.
+    outcome = AUTO.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error is not None
+
+
+class _SilentParser(ToolCallParser):
+    """A format that sees its marker and reports neither a call nor an error."""
+
+    name = "silent"
+    markers = ("[TOOL_CALLS]",)
+
+    def _parse(self, text: str, schemas: dict) -> tuple[str, None]:
+        return text, None
+
+
+def test_a_silent_candidate_is_an_unreadable_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The backstop for any parser that finds its own markup but returns nothing.
+    monkeypatch.setattr(auto_module, "_MISTRAL", _SilentParser())
+    text = "[TOOL_CALLS]anything <tool_call>victim</tool_call>"
+    outcome = AUTO.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == (
+        "the text holds [TOOL_CALLS] but no call could be read from it (read as silent)"
+    )
+
+
+def test_llama_reading_nothing_still_hands_over() -> None:
+    # "{" is no marker of a call: JSON prose before a real call is not a Llama call.
+    text = '{"a": 1} then <tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    assert summary(AUTO.parse(text)[1]) == [("f", {})]

@@ -205,6 +205,20 @@ MISTRAL_ROWS = [
         None,
         error="could not be read",
     ),
+    Row(
+        # Skipping the element would run the calls around one the model meant.
+        "an array element that is not a call",
+        '[TOOL_CALLS] [{"name": "ping", "arguments": {}}, {"name": "get_weather", "arguments": 1}]'
+        " <tool_call>rm</tool_call>",
+        None,
+        error="is not a call",
+    ),
+    Row(
+        "an empty array",
+        "[TOOL_CALLS] [] <tool_call>rm</tool_call>",
+        None,
+        error="the [TOOL_CALLS] array holds no call",
+    ),
     Row("prose", "The answer is [1, 2].", None),
 ]
 
@@ -241,6 +255,19 @@ LLAMA_ROWS = [
     ),
     Row("empty arguments", '{"name": "ping", "parameters": {}}', [("ping", {})]),
     Row("truncated", '{"name": "get_weather", "parameters": {"city": "Pa', None),
+    Row(
+        # The text after the ";" may quote calls of other formats: none of them runs.
+        "text after a call and its separator",
+        '{"name": "ping", "parameters": {}}; see <tool_call>rm</tool_call>',
+        None,
+        error="text follows it",
+    ),
+    Row(
+        "a second object that is not a call",
+        '{"name": "ping", "parameters": {}}; {"path": "/"}',
+        None,
+        error="is not a call",
+    ),
 ]
 
 # --- Qwen3-Coder --------------------------------------------------------------------------

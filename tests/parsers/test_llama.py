@@ -66,6 +66,24 @@ def test_a_cut_off_second_call_makes_the_message_unreadable(parser) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('{"name": "a", "parameters": {}}; see below', "text follows it"),
+        ('{"name": "a", "parameters": {}}; [1]', "text follows it"),
+        ('{"name": "a", "parameters": 5}', "is not a call"),
+        ('{"name": "a", "parameters": {}}; {"id": 1}', "is not a call"),
+    ],
+)
+def test_a_message_opened_by_a_call_is_unreadable_when_the_rest_is_not_calls(
+    parser, text: str, error: str
+) -> None:
+    # What follows may quote calls of other formats, which ``auto`` must then not run.
+    outcome = parser.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error is not None and error in outcome.error
+
+
+@pytest.mark.parametrize(
     "text",
     [
         'Here is the JSON: {"name": "a", "parameters": {}}',  # prose before

@@ -53,9 +53,26 @@ def test_array_without_its_closing_bracket_keeps_complete_elements() -> None:
     assert summary(P.parse(text)[1]) == [("a", {})]
 
 
-def test_array_skips_invalid_elements() -> None:
-    text = '[TOOL_CALLS][{"arguments": {}}, 5, {"name": "b", "arguments": "{\\"k\\": 1}"}]'
-    assert summary(P.parse(text)[1]) == [("b", {"k": 1})]
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[TOOL_CALLS][{"arguments": {}}, 5, {"name": "b", "arguments": "{\\"k\\": 1}"}]',
+        '[TOOL_CALLS][{"name": "a", "arguments": {}}, {"foo": 1}]',
+        '[TOOL_CALLS][{"name": "a", "arguments": 5}]',
+    ],
+)
+def test_an_array_element_that_is_not_a_call_makes_the_array_unreadable(text: str) -> None:
+    # Skipping it would run the calls around one the model meant and cannot have.
+    outcome = P.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error is not None and "is not a call" in outcome.error
+
+
+@pytest.mark.parametrize("text", ["[TOOL_CALLS][]", "[TOOL_CALLS] [ ", "Done.[TOOL_CALLS][]"])
+def test_an_array_without_a_call_is_unreadable(text: str) -> None:
+    outcome = P.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == "the [TOOL_CALLS] array holds no call"
 
 
 def test_bare_object_after_marker() -> None:

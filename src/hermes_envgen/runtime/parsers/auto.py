@@ -94,6 +94,8 @@ class AutoParser(ToolCallParser):
 
         When a more specific candidate saw a call it could not read, a later candidate's
         calls may be quoted inside that call's value: the text is an unreadable call then.
+        A candidate whose own markup occurs but that reads neither a call nor an error is
+        treated the same way (Llama's ``{`` is no markup: JSON prose is an answer).
         """
         for parser in _candidates(text):
             outcome = parser.read_with_schemas(text, schemas)
@@ -101,4 +103,10 @@ class AutoParser(ToolCallParser):
                 return outcome.content, outcome.tool_calls
             if outcome.error is not None:
                 raise UnreadableCall(f"{outcome.error} (read as {parser.name})")
+            marker = next((m for m in parser.markers if m in text), None)
+            if parser is not _LLAMA and marker is not None:
+                raise UnreadableCall(
+                    f"the text holds {marker} but no call could be read from it"
+                    f" (read as {parser.name})"
+                )
         return text, None

@@ -32,7 +32,7 @@ class Llama3JsonParser(ToolCallParser):
     markers = ("{",)
 
     def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
-        """Read ``;``-separated objects; anything but whitespace around them means no call."""
+        """Read ``;``-separated call objects; a message opened by a call holds nothing else."""
         n = len(text)
         pos = skip_ws(text, 0, n)
         if text.startswith(PYTHON_TAG, pos):
@@ -60,21 +60,21 @@ class Llama3JsonParser(ToolCallParser):
                 if isinstance(parsed[1], dict):
                     raw = scan.member_text(start, (arguments_key(obj),))
                 call = make_tool_call(*parsed, raw=raw)
-            if call is not None:
-                calls.append(call)
+            if call is None:
+                if calls or looks_like_call:
+                    # Skipping it would run the calls around one the model meant.
+                    raise UnreadableCall(f"the JSON object at character {start} is not a call")
+                return text, None  # JSON that is not a call: an answer
+            calls.append(call)
             pos = skip_ws(text, pos, n)
+            if pos < n and text[pos] == ";":
+                pos = skip_ws(text, pos + 1, n)
+                if pos < n and text[pos] == "{":
+                    continue  # the next call
             if pos >= n:
-                break
-            if text[pos] != ";":
-                if calls:
-                    raise UnreadableCall("a JSON call must be the whole message; text follows it")
-                return text, None  # JSON followed by prose: an answer, not a call
-            pos = skip_ws(text, pos + 1, n)
-            if pos >= n:
-                break
-            if text[pos] != "{":
-                return text, None
-        return (None, calls) if calls else (text, None)
+                return None, calls
+            # Prose after a call may quote calls of other formats, which must not run.
+            raise UnreadableCall("a JSON call must be the whole message; text follows it")
 
 
 @register_parser("llama4_json")

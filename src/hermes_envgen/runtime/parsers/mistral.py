@@ -4,7 +4,8 @@ Ids are what Mistral's chat templates require (they raise on anything else): 9 a
 characters, the model's own when it wrote one (``"id"`` in the array, ``[CALL_ID]`` in v13).
 The argument object keeps the text the model wrote, which v11+ templates print back. On
 purpose, unlike stacks that skip what they cannot read, a ``[TOOL_CALLS]`` segment or array
-that does not read makes the text an unreadable call: what follows may be inside its strings.
+that does not read, an array element that is not a call, or an array without a call makes
+the text an unreadable call: what follows may be inside its strings.
 Text after the calls is not content (the model ends its turn there).
 """
 
@@ -51,27 +52,32 @@ def _object_call(scan: TextScan, obj: Any, start: int) -> dict[str, Any] | None:
 def _array_calls(scan: TextScan, start: int, calls: list[dict[str, Any]]) -> int:
     """Append calls from the JSON array at ``start``; return where reading stopped.
 
-    Elements are decoded one by one so complete calls survive a truncated tail.
+    Elements are decoded one by one so complete calls survive a missing ``]`` at the end.
+    An element that is not a call, or an array without one, makes the text unreadable:
+    skipping it would run whatever follows, which may be quoted inside what was meant.
     """
     text, n = scan.text, len(scan.text)
     pos = start + 1  # past "["
+    found = len(calls)
     while True:
         pos = skip_ws(text, pos, n)
-        if pos >= n:
-            return pos
-        if text[pos] == "]":
-            return pos + 1
+        if pos >= n or text[pos] == "]":
+            break
         decoded = scan.value_at(pos)
         if decoded is None:
             # Broken JSON: a marker further on may sit inside one of its strings.
             raise UnreadableCall(f"the {MARKER} array is not valid JSON")
         call = _object_call(scan, decoded[0], pos)
-        if call is not None:
-            calls.append(call)
+        if call is None:
+            raise UnreadableCall(f"the {MARKER} array element at character {pos} is not a call")
+        calls.append(call)
         pos = skip_ws(text, decoded[1], n)
         if pos >= n or text[pos] != ",":
-            return pos
+            break
         pos += 1
+    if len(calls) == found:
+        raise UnreadableCall(f"the {MARKER} array holds no call")
+    return pos + 1 if pos < n and text[pos] == "]" else pos
 
 
 def _named_call(scan: TextScan, start: int, end: int) -> tuple[dict[str, Any] | None, int]:
