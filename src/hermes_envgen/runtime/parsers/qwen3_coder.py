@@ -10,7 +10,9 @@ Differences from common serving stacks, on purpose:
   after its opening tag is read as another call, since it may be inside the broken value.
   Stacks that end a value at the next ``<parameter=`` guess instead.
 - Values are typed by the offered tool's schema (see ``schema``); a parameter the schema does
-  not type stays text, as in the model's own parser.
+  not type stays text, as in the model's own parser. The model's chat template prints a
+  typed boolean or null back through Jinja's ``string`` (``True``, ``None``), so only those
+  values re-render differently from a model that wrote ``true`` / ``null``.
 """
 
 from __future__ import annotations
