@@ -403,32 +403,50 @@ WRITE_TOOL = [
 
 
 @st.composite
-def nested_call(draw) -> tuple[str, str, str]:
-    """(outer format, text, the outer call's value or None when cut): a call inside a value.
+def nested_call(draw) -> tuple[str, str, list[Call] | None, int]:
+    """(outer format, text, the calls written or None when cut, real victim calls).
 
-    The text may be cut anywhere, as output that hit the token limit is.
+    Several outer calls, one of them with a call quoted in its value, at any position;
+    sometimes a real call to the quoted function comes before it (a parser that reads the
+    quoted call then runs it twice). The text may be cut anywhere, as output that hit the
+    token limit is.
     """
     inner_fmt, outer_fmt = (
         draw(st.sampled_from(sorted(RENDERERS))),
         draw(st.sampled_from(sorted(RENDERERS))),
     )
-    inner, _, _ = RENDERERS[inner_fmt][0]([(VICTIM, {})], draw)
-    value = "s" + draw(prose) + inner + draw(prose)
-    text, _, _ = RENDERERS[outer_fmt][0]([("write_file", {"content_string": value})], draw)
+    victim_args = draw(st.sampled_from([{}, {"path_string": "/"}]))
+    inner, _, _ = RENDERERS[inner_fmt][0]([(VICTIM, victim_args)], draw)
+    # Values start and end with a letter: raw-text formats drop one layout newline each side.
+    nested = ("write_file", {"content_string": "s" + draw(prose) + inner + draw(prose) + "e"})
+
+    def plain() -> Call:
+        return ("write_file", {"content_string": "s" + draw(prose) + "e"})
+
+    before = [
+        draw(st.sampled_from([(VICTIM, victim_args), plain()]))
+        for _ in range(draw(st.integers(0, 2)))
+    ]
+    after = [plain() for _ in range(draw(st.integers(0, 2)))]
+    calls = [*before, nested, *after]
+    text, _, _ = RENDERERS[outer_fmt][0](calls, draw)
+    real_victims = sum(name == VICTIM for name, _ in calls)
     if draw(st.booleans()):
         cut = draw(st.integers(0, len(text) - 1))
-        return outer_fmt, text[:cut], None
-    return outer_fmt, text, value
+        return outer_fmt, text[:cut], None, real_victims
+    return outer_fmt, text, calls, real_victims
 
 
 @settings(FAST, max_examples=1500)
 @given(nested_call())
-def test_a_call_nested_in_a_value_never_runs(case: tuple[str, str, str | None]) -> None:
-    fmt, text, value = case
+def test_a_call_nested_in_a_value_never_runs(
+    case: tuple[str, str, list[Call] | None, int],
+) -> None:
+    fmt, text, written, real_victims = case
     for parser in (get_parser(fmt), get_parser("auto")):
         _, calls = run(parser, text, WRITE_TOOL)
         names = [call["function"]["name"] for call in calls or []]
-        assert VICTIM not in names, (parser.name, text)
-        if value is not None:  # read whole: the nested call is text of the outer call's value
-            assert names == ["write_file"]
-            assert json.loads(calls[0]["function"]["arguments"]) == {"content_string": value}
+        assert names.count(VICTIM) <= real_victims, (parser.name, text)
+        if written is not None:  # read whole: the nested call is text of the outer call's value
+            assert calls is not None, (parser.name, text)
+            assert decoded(calls) == written
