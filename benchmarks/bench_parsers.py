@@ -59,6 +59,27 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
     ),
     "glm47": ("<tool_call>f<arg_key>a</arg_key><arg_value>", "</arg_value></tool_call>", ""),
 }
+# The tool every input calls, offered to every parse: "a" may be an object, an array or a
+# number, so raw-text values (Qwen3-Coder, GLM) go through every typing path, Python
+# literals (ast.literal_eval) included.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "a": {"anyOf": [{"type": "object"}, {"type": "array"}, {"type": "number"}]}
+                },
+            },
+        },
+    }
+]
+# Tags a raw-text value balances, nested inside one value to load that scan.
+NESTED_OPEN = "<parameter=a>\n<arg_value>"
+NESTED_CLOSE = "</arg_value>\n</parameter>\n"
+
 TEMPLATES["qwen"] = TEMPLATES["hermes"]
 TEMPLATES["llama4_json"] = TEMPLATES["llama3_json"]
 TEMPLATES["auto"] = TEMPLATES["hermes"]
@@ -86,12 +107,18 @@ def adversarial_inputs(parser: str, size: int) -> dict[str, str]:
     # One valid call whose single argument is a huge string full of escapes and brackets.
     blob = _repeat('quote " brace } { [ ] newline \n tab \t back \\ ü 世 ; ', body // 2)
     huge = prefix + json.dumps({"s": blob}, ensure_ascii=False) + suffix
+    depth = body // (len(NESTED_OPEN) + len(NESTED_CLOSE))
+    literal_call = prefix + "{'k': (1, 2.5, None)}" + suffix + sep
     return {
         "unclosed tags": _repeat(prefix + '{"a": "}', size),
         "nested braces": prefix + _repeat('{"a": [', size - len(prefix)),
         "many markers": _repeat(ALL_MARKERS, size),
         "many calls": small_call * max(1, size // len(small_call)),  # whole calls only
         "huge call": huge,
+        "nested tags": prefix + NESTED_OPEN * depth + NESTED_CLOSE * depth + suffix,
+        # Python literals, not JSON: typed through ast.literal_eval.
+        "tuple literal": prefix + "[" + _repeat("(1,), ", body - 2) + "1]" + suffix,
+        "many literals": literal_call * max(1, size // len(literal_call)),
     }
 
 
@@ -129,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * (len(header) + 17))
     failures: list[str] = []
     for name in names:
-        parse = get_parser(name).parse
+        parser = get_parser(name)
+
+        def parse(text: str, parser=parser) -> ParseResult:
+            return parser.parse(text, TOOLS)
+
         for kind in adversarial_inputs(name, SIZES[0]):
             times, per_mb = [], []
             for size in SIZES:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from hermes_envgen.runtime.parsers import get_parser
+from hermes_envgen.runtime.parsers.schema import PYTHON_LITERAL_BUDGET
 
 P = get_parser("qwen3_coder")
 
@@ -157,3 +158,18 @@ def test_a_nested_literal_in_a_second_call_neither_repeats_nor_loses_calls() -> 
         ("foo", {"x": "1"}),
         ("write_file", {"path": "a.md", "content": quoted}),
     ]
+
+
+def test_python_literals_are_read_up_to_a_budget_per_text() -> None:
+    # ast.literal_eval is thirty times slower than JSON: a turn of huge literals stays fast.
+    near_half = PYTHON_LITERAL_BUDGET // 2 - 10
+    first = "[" + "(1,), " * (near_half // 6) + "1]"
+    second = "[" + "(2,), " * (near_half // 6) + "2]"
+    json_array = json.dumps([[1]] * PYTHON_LITERAL_BUDGET)
+    text = call("f", a=first, b=second, c=first, d=json_array)
+    schema = tools("f", a="array", b="array", c="array", d="array")
+    ((_, arguments),) = summary(P.parse(text, schema)[1])
+    assert arguments["a"] == [[1]] * (near_half // 6) + [1]
+    assert arguments["b"] == [[2]] * (near_half // 6) + [2]
+    assert arguments["c"] == first  # past the budget: not read as a literal, the text is kept
+    assert arguments["d"] == [[1]] * PYTHON_LITERAL_BUDGET  # JSON is read whatever its size

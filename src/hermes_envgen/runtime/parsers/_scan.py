@@ -9,7 +9,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from ._json import JSON_DECODER
 from .base import ParseResult, ToolCallParser, UnreadableCall, make_tool_call, new_call_id
-from .schema import ToolSchemas
+from .schema import LiteralBudget, ToolSchemas
 
 # A single character class with `*`/`+`: cannot backtrack, so matching stays linear.
 _WS = re.compile(r"\s*")
@@ -53,12 +53,13 @@ class TextScan:
     that moves forward never reads the same text twice for the same needle.
     """
 
-    __slots__ = ("_doc", "_memo", "schemas", "text")
+    __slots__ = ("_doc", "_memo", "literal_budget", "schemas", "text")
 
     def __init__(self, text: str, schemas: ToolSchemas | None = None) -> None:
         """Remember the text to search and the offered tools' parameter schemas."""
         self.text = text
         self.schemas: ToolSchemas = schemas or {}
+        self.literal_budget = LiteralBudget()  # shared by every raw-text value of this text
         self._memo: dict[str, tuple[int, int]] = {}
         self._doc: _JsonDoc | None = None
 

@@ -75,7 +75,9 @@ class Glm45Parser(TaggedCallParser):
                     f"the value of {key} in the call to {name} has no matching {VALUE_CLOSE}"
                 )
             raw = text[value_start:value_end]
-            arguments[key] = typed_value(raw, param_types(schema.get(key)), Untyped.JSON)
+            arguments[key] = typed_value(
+                raw, param_types(schema.get(key)), Untyped.JSON, scan.literal_budget
+            )
             pos = value_end + len(VALUE_CLOSE)
 
 

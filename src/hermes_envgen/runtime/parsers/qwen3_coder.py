@@ -80,5 +80,7 @@ class Qwen3CoderParser(TaggedCallParser):
                     f"the value of {key} in the call to {name} has no matching {PARAM_CLOSE}"
                 )
             raw = strip_layout_newlines(text[value_start:value_end])
-            arguments[key] = typed_value(raw, param_types(schema.get(key)), Untyped.TEXT)
+            arguments[key] = typed_value(
+                raw, param_types(schema.get(key)), Untyped.TEXT, scan.literal_budget
+            )
             pos = value_end + len(PARAM_CLOSE)
