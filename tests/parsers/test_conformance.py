@@ -31,8 +31,10 @@ from hermes_envgen.runtime.parsers import get_parser
 
 
 def tool(name: str, **types: object) -> dict:
-    """An OpenAI tool definition whose parameters have the given JSON types."""
-    properties = {key: {"type": kind} for key, kind in types.items()}
+    """An OpenAI tool definition whose parameters have the given JSON types (or schemas)."""
+    properties = {
+        key: kind if isinstance(kind, dict) else {"type": kind} for key, kind in types.items()
+    }
     return {
         "type": "function",
         "function": {"name": name, "parameters": {"type": "object", "properties": properties}},
@@ -53,6 +55,14 @@ TOOLS = [
         tags="array",
         page=["integer", "null"],
         note=["string", "null"],
+    ),
+    tool(
+        "choose",
+        count={"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        key={"oneOf": [{"type": "string"}, {"type": "integer"}]},
+        mode={"enum": ["fast", "slow"]},
+        level={"enum": [1, 2, 3]},
+        scale={"enum": [0.5, 1, 2]},
     ),
 ]
 
@@ -279,6 +289,34 @@ def coder(name: str, **params: str) -> str:
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
 
 
+def schema_branch_rows(render) -> list[Row]:
+    """Rows typing values by anyOf, oneOf and enum schemas (the ``choose`` tool)."""
+    return [
+        Row(
+            "anyOf integer or null",
+            render("choose", count="7") + "\n" + render("choose", count="null"),
+            [("choose", {"count": 7}), ("choose", {"count": None})],
+        ),
+        Row(
+            # A value that may be a string keeps the text the model wrote.
+            "oneOf string or integer keeps the text",
+            render("choose", key="42"),
+            [("choose", {"key": "42"})],
+        ),
+        Row(
+            "string enum keeps the text",
+            render("choose", mode="null") + "\n" + render("choose", mode="fast"),
+            [("choose", {"mode": "null"}), ("choose", {"mode": "fast"})],
+        ),
+        Row(
+            # Without a type, an enum's values say what it holds.
+            "enum of numbers without a type",
+            render("choose", level="2", scale="0.5") + "\n" + render("choose", level="two"),
+            [("choose", {"level": 2, "scale": 0.5}), ("choose", {"level": "two"})],
+        ),
+    ]
+
+
 QUOTED_CODER = coder("write_file", path="/etc/passwd", content="x")
 QWEN3_CODER_ROWS = [
     Row("single", coder("get_weather", city="Paris"), [("get_weather", {"city": "Paris"})]),
@@ -362,6 +400,7 @@ QWEN3_CODER_ROWS = [
         coder("write_file", content='"quoted"', path="null"),
         [("write_file", {"content": '"quoted"', "path": "null"})],
     ),
+    *schema_branch_rows(coder),
     Row("prose", "I'd call <function=x> but won't.", None),
 ]
 
@@ -455,6 +494,7 @@ def glm_rows(newlines: bool) -> list[Row]:
             glm("write_file", newlines, content='"quoted"', path="null"),
             [("write_file", {"content": '"quoted"', "path": "null"})],
         ),
+        *schema_branch_rows(lambda name, **args: glm(name, newlines, **args)),
         Row(
             "parameters without a schema are read as JSON when they are JSON",
             glm("get_weather", newlines, units="[1]", extra="7", label="Paris", q='"x"'),

@@ -5,8 +5,10 @@ typed by its parameter's schema: a ``string`` stays exactly the text the model w
 stays ``"42"``, ``null`` stays ``"null"``); integer, number, boolean, object and array values
 are parsed (object and array also from Python literals such as ``{'k': 'v'}``, which these
 models write). A value that does not fit its type stays the text, so the tool's own argument
-check tells the model. Parameters without a schema follow the format's convention
-(``Untyped``).
+check tells the model. The types come from ``type``, else from the branches of ``anyOf`` /
+``oneOf``, else from the values of ``enum`` / ``const`` (``[1, 2]`` types as integer); when
+``string`` is among them the text is kept. Parameters without a schema follow the format's
+convention (``Untyped``).
 
 Python literals are read with ``ast.literal_eval``, whose parser costs about 1.5 µs per
 character (thirty times JSON's): one parsed text reads at most ``PYTHON_LITERAL_BUDGET``
@@ -97,9 +99,26 @@ def param_types(schema: Any) -> list[str] | None:
             types = [t for option in options for t in (param_types(option) or [])]
             return list(dict.fromkeys(types)) or None
     values = schema.get("enum", [schema["const"]] if "const" in schema else None)
-    if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
-        return ["string"]
+    if isinstance(values, list):
+        # An enum without a type allows the types of its values: [1, 2] is an integer.
+        types = [_json_type(value) for value in values]
+        return list(dict.fromkeys(types)) or None
     return None
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a decoded JSON value."""
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if value is None:
+        return "null"
+    return "array" if isinstance(value, (list, tuple)) else "object"
 
 
 def _json_value(text: str) -> Any:
