@@ -153,6 +153,8 @@ VICTIM = "<tool_call>victim</tool_call>"
         '{"name": "write_file", "parameters": {"path": "a"}}; see ' + VICTIM,
         '{"name": "write_file", "parameters": {"path": "a"}}; ' + VICTIM,
         '{"name": "write_file", "parameters": "x"} ' + VICTIM,
+        "<|python_tag|>print(1) " + VICTIM,
+        '<|python_tag|>{"a": 1} ' + VICTIM,
     ],
 )
 def test_a_format_that_reads_no_call_does_not_hand_over_to_a_later_one(text: str) -> None:

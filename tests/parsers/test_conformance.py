@@ -273,6 +273,13 @@ LLAMA_ROWS = [
         error="text follows it",
     ),
     Row(
+        # The tag announces a call: code or prose after it is no answer to pass on.
+        "python tag without a JSON call",
+        "<|python_tag|>print(1) <tool_call>rm</tool_call>",
+        None,
+        error="<|python_tag|> is not followed by a JSON call",
+    ),
+    Row(
         "a second object that is not a call",
         '{"name": "ping", "parameters": {}}; {"path": "/"}',
         None,

@@ -72,6 +72,9 @@ def test_a_cut_off_second_call_makes_the_message_unreadable(parser) -> None:
         ('{"name": "a", "parameters": {}}; [1]', "text follows it"),
         ('{"name": "a", "parameters": 5}', "is not a call"),
         ('{"name": "a", "parameters": {}}; {"id": 1}', "is not a call"),
+        ("<|python_tag|>", "<|python_tag|> is not followed by a JSON call"),
+        ("<|python_tag|>print('hi')", "<|python_tag|> is not followed by a JSON call"),
+        ('<|python_tag|>{"answer": 42}', "is not a call"),
     ],
 )
 def test_a_message_opened_by_a_call_is_unreadable_when_the_rest_is_not_calls(
@@ -92,8 +95,6 @@ def test_a_message_opened_by_a_call_is_unreadable_when_the_rest_is_not_calls(
         '{"answer": 42}',  # JSON, but not a call
         '{"name": "a", "parameters": {"x": 1}',  # truncated
         '{"name": "a", "parameters": [1]}',
-        "<|python_tag|>",
-        "<|python_tag|>print('hi')",
         "[1, 2]",
         "",
         "no json here",

@@ -20,30 +20,34 @@ _CALL_START = re.compile(r'\{\s*"name"\s*:')
 class Llama3JsonParser(ToolCallParser):
     """Llama 3.x JSON calls; prose that merely contains JSON is not a call.
 
-    A message that opens with a call object but is cut off, broken, or followed by prose is
-    an unreadable call, not an answer: its strings may quote calls of other formats, which
-    ``auto`` must not read instead.
+    A message that opens with ``<|python_tag|>`` or a call object but is cut off, broken, or
+    followed by anything but calls is an unreadable call, not an answer: its strings may quote
+    calls of other formats, which ``auto`` must not read instead.
     """
 
     format = (
         '[<|python_tag|>]{"name": ..., "arguments"|"parameters": {...}}[; {...}] '
         "as the whole message"
     )
-    markers = ("{",)
+    markers = ("{", PYTHON_TAG)
 
     def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
         """Read ``;``-separated call objects; a message opened by a call holds nothing else."""
         n = len(text)
         pos = skip_ws(text, 0, n)
-        if text.startswith(PYTHON_TAG, pos):
+        # The tag says a call follows: whatever does not read as one is an unreadable call.
+        tagged = text.startswith(PYTHON_TAG, pos)
+        if tagged:
             pos = skip_ws(text, pos + len(PYTHON_TAG), n)
         if pos >= n or text[pos] != "{":
+            if tagged:
+                raise UnreadableCall(f"{PYTHON_TAG} is not followed by a JSON call")
             return text, None
         # Decode on the message itself: the first decode error ends the scan, so its
         # O(position) line/column bookkeeping happens at most once.
         calls: list[dict[str, Any]] = []
         scan = TextScan(text)
-        looks_like_call = _CALL_START.match(text, pos) is not None
+        looks_like_call = tagged or _CALL_START.match(text, pos) is not None
         while True:
             start = pos
             try:
