@@ -36,6 +36,11 @@ FAMILIES = {
     "llama3.1": ((TEMPLATES / "llama3_1.jinja").read_text(), LLAMA_TOKENS, "<|eot_id|>"),
     "mistral v0.3": ((TEMPLATES / "mistral_v3.jinja").read_text(), MISTRAL_TOKENS, "</s>"),
     "smollm2 (plain ChatML)": ((TEMPLATES / "smollm2.jinja").read_text(), (), "<|im_end|>"),
+    "reasoning on the last turn": (
+        (TEMPLATES / "reasoning_last.jinja").read_text(),
+        (),
+        "<|im_end|>",
+    ),
 }
 
 TOOLS = [
@@ -207,7 +212,7 @@ def test_untrained_tool_calls_needs_name_and_arguments_in_order():
 def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, refused):
     # Mistral's template puts the system prompt into the last user turn only: the rendering of
     # the conversation so far is then no prefix of the next one, so earlier turns (the tool
-    # calls) could not be trained, only the final answer.
+    # calls) could not be trained.
     tokenizer = family_tokenizer(tmp_path, family)
     system = "You are a careful agent."
     if not refused:
@@ -217,8 +222,9 @@ def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, re
         check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
     check_tool_calls_rendered(tokenizer, family, exact_tokens=True, system_prompt=system)
     conversation = [{"role": "system", "content": system}, *CONVERSATION]
-    trained = "\n".join(tokenize_conversation(tokenizer, conversation, TOOLS).trained_spans)
-    assert len(untrained_tool_calls(conversation, trained)) == 2  # what the refusal prevents
+    # What the refusal prevents: every tool-using rollout left out of the training data.
+    with pytest.raises(ChatTemplateError, match="their tool calls cannot be trained"):
+        tokenize_conversation(tokenizer, conversation, TOOLS)
 
 
 def test_a_template_without_tool_definitions_is_named_in_the_log(tmp_path, caplog):
@@ -253,3 +259,43 @@ def test_a_rollout_the_template_refuses_is_left_out_with_an_error(stub_server, t
         caplog.text
     )
     assert "only supports single tool-calls at once" in caplog.text
+
+
+def with_reasoning(messages: list[dict]) -> list[dict]:
+    """The conversation as a reasoning model's rollout: every reply carries its reasoning."""
+    return [
+        dict(m, reasoning_content=f"Thinking about step {i}.") if m["role"] == "assistant" else m
+        for i, m in enumerate(messages)
+    ]
+
+
+def test_a_template_that_drops_old_reasoning_never_trains_only_the_final_answer(tmp_path):
+    # Without reasoning the template renders every turn alike, so the plain probe passes; with
+    # reasoning the earlier turns change once a turn follows them, and their tool calls could
+    # not be trained: the rollout is refused, not cut down to its final answer.
+    tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
+    data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
+    assert untrained_tool_calls(CONVERSATION, "\n".join(data.trained_spans)) == []
+    with pytest.raises(ChatTemplateError, match="re-renders earlier turns") as caught:
+        tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS)
+    assert "tool calls" in str(caught.value) and "\n" not in str(caught.value)
+    # Earlier turns without tool calls lose nothing the final turn would not say again.
+    chat = with_reasoning([CONVERSATION[0], {"role": "assistant", "content": "Which copy?"}])
+    chat += [{"role": "user", "content": "copy.txt"}, CONVERSATION[-1]]
+    data = tokenize_conversation(tokenizer, with_reasoning(chat), TOOLS)
+    assert data.trained_spans == ["<think>Thinking about step 3.</think>\nCopied.<|im_end|>"]
+
+
+def test_the_probe_refuses_a_template_that_drops_old_reasoning(tmp_path):
+    tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
+    with pytest.raises(ChatTemplateDropsToolCalls) as caught:
+        check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=False)
+    message = str(caught.value)
+    assert "re-renders earlier turns that carry reasoning" in message and "\n" not in message
+    assert "--env.chat_template hermes" in message
+    # Phase 2 trains the generated tokens, whatever the template does to old turns.
+    check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=True)
+    # The built-in templates keep each turn's reasoning where it was.
+    prepare_chat_template(tokenizer, "hermes", "r1-style", exact_tokens=False)
+    runs = tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS).trained_spans
+    assert [run.startswith("<think>Thinking about step") for run in runs] == [True] * 3

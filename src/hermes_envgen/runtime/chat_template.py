@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.errors import EarlierTurnsRewritten, EnvConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -202,19 +202,25 @@ def check_tool_calls_rendered(
     """Refuse, in one line, a chat template that drops tool calls or tool results.
 
     The probe conversation (with the env's system prompt, if any) is turned into training data
-    as a rollout would be: its tool call must be among the trained tokens. With
-    ``exact_tokens`` (Phase 2) the trained tokens are the model's own, so only the tool results
-    (which the template renders into the next prompt) must appear.
+    as a rollout would be: its tool call must be among the trained tokens, also when the replies
+    carry reasoning (some templates show reasoning only on the last turn, re-rendering the
+    earlier ones). With ``exact_tokens`` (Phase 2) the trained tokens are the model's own, so
+    only the tool results (which the template renders into the next prompt) must appear.
     """
-    from hermes_envgen.runtime.trajectory import tokenize_conversation, untrained_tool_calls
+    from hermes_envgen.runtime.trajectory import untrained_tool_calls
 
     where = f"the chat template of {name!r}"
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     probe = [*system, *_PROBE_MESSAGES, {"role": "assistant", "content": "Done."}]
+    thinking = [
+        dict(m, reasoning_content="Probe reasoning.") if m["role"] == "assistant" else m
+        for m in probe
+    ]
     try:
         raw = renders_raw_arguments(tokenizer)
         full = render(tokenizer, with_arguments(probe, raw=raw), _PROBE_TOOLS, False)
-        trained = "\n".join(tokenize_conversation(tokenizer, probe, _PROBE_TOOLS).trained_spans)
+        trained = _trained_text(tokenizer, probe)
+        trained_thinking = None if exact_tokens else _trained_text(tokenizer, thinking)
         turn = _assistant_turn(tokenizer, with_arguments(probe[: len(system) + 2], raw=raw))
     except Exception as exc:  # Jinja errors, and templates that raise on purpose
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -233,18 +239,35 @@ def check_tool_calls_rendered(
             "only from what the prompts say about them",
             where,
         )
-    if exact_tokens or not untrained_tool_calls(probe, trained):
+    if exact_tokens:
         return
-    if untrained_tool_calls(probe, turn):
+    if trained is None or untrained_tool_calls(probe, trained):
+        if untrained_tool_calls(probe, turn):
+            raise ChatTemplateDropsToolCalls(
+                f"{where} drops tool calls: tool-call turns would train as empty turns, "
+                f"teaching the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
+            )
         raise ChatTemplateDropsToolCalls(
-            f"{where} drops tool calls: tool-call turns would train as empty turns, teaching "
-            f"the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
+            f"{where} re-renders earlier turns (e.g. moves the system prompt to the last user "
+            "turn): their tool calls could not be trained, so every tool-using rollout would "
+            f"be left out. {_FIX}{_OR_EXACT_TOKENS}"
         )
-    raise ChatTemplateDropsToolCalls(
-        f"{where} re-renders earlier turns (e.g. moves the system prompt to the last user "
-        "turn): only the final answer would train, not the tool calls before it. "
-        f"{_FIX}{_OR_EXACT_TOKENS}"
-    )
+    if trained_thinking is None or untrained_tool_calls(thinking, trained_thinking):
+        raise ChatTemplateDropsToolCalls(
+            f"{where} re-renders earlier turns that carry reasoning (e.g. shows reasoning only "
+            "on the last turn): the tool calls of rollouts whose replies carry reasoning could "
+            f"not be trained, and those rollouts would be left out. {_FIX}{_OR_EXACT_TOKENS}"
+        )
+
+
+def _trained_text(tokenizer: Any, messages: list[dict]) -> str | None:
+    """The trained spans of ``messages``, joined; None when earlier turns are re-rendered."""
+    from hermes_envgen.runtime.trajectory import tokenize_conversation
+
+    try:
+        return "\n".join(tokenize_conversation(tokenizer, messages, _PROBE_TOOLS).trained_spans)
+    except EarlierTurnsRewritten:
+        return None
 
 
 def prepare_chat_template(

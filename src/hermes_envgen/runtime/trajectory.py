@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
-from hermes_envgen.runtime.errors import ChatTemplateError
+from hermes_envgen.runtime.errors import ChatTemplateError, EarlierTurnsRewritten
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,8 @@ def tokenize_conversation(
 
     Tool-call arguments are rendered as the JSON text the server returned when the template
     prints strings as given; otherwise as objects the template serialises (see README).
-    ChatTemplateError when the template cannot render the conversation.
+    ChatTemplateError when the template cannot render the conversation, or re-renders
+    earlier turns that call tools (training only the final answer would drop the calls).
     """
     messages = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
     full = _render(tokenizer, messages, tools, gen=False)
@@ -86,20 +87,27 @@ def tokenize_conversation(
 
     if not consistent:
         # Some templates rewrite earlier turns (e.g. drop old reasoning), so the conversation
-        # is not a prefix of itself. Train only the final assistant turn, which is exact.
+        # is not a prefix of itself: only the final assistant turn is exact. Its earlier turns
+        # are lost to training, which is no loss for text the final answer builds on, but
+        # would teach the model to answer without calling tools: such rollouts are left out.
+        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        if any(m.get("tool_calls") for m in messages[:last] if m["role"] == "assistant"):
+            raise EarlierTurnsRewritten(
+                "the chat template re-renders earlier turns once a turn follows them (e.g. "
+                "drops their reasoning): their tool calls cannot be trained"
+            )
         logger.warning(
             "the chat template rewrites earlier turns; training only the final assistant turn"
         )
-        return _final_turn_only(tokenizer, messages, tools)
+        return _final_turn_only(tokenizer, messages, tools, last)
 
     pieces.append((full[position:], False))
     return _encode(tokenizer, pieces)
 
 
 def _final_turn_only(
-    tokenizer: Any, messages: list[dict], tools: list[dict] | None
+    tokenizer: Any, messages: list[dict], tools: list[dict] | None, last: int
 ) -> TokenizedConversation:
-    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
     before = _render(tokenizer, messages[:last], tools, gen=True)
     after = _render(tokenizer, messages[: last + 1], tools, gen=False)
     turn, tail = _split_trailing_whitespace(after[len(before) :])
