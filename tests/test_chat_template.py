@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,47 @@ def test_the_probe_refuses_a_template_that_drops_old_reasoning(tmp_path):
     prepare_chat_template(tokenizer, "hermes", "r1-style", exact_tokens=False)
     runs = tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS).trained_spans
     assert [run.startswith("<think>Thinking about step") for run in runs] == [True] * 3
+
+
+def with_server_ids(messages: list[dict]) -> list[dict]:
+    """The conversation with the call ids an OpenAI-style server gives: ``call_`` + 24 hex."""
+    long = {f"call0000{n}": f"call_{n:024x}" for n in (1, 2)}
+    out = []
+    for m in messages:
+        m = dict(m, tool_call_id=long[m["tool_call_id"]]) if "tool_call_id" in m else m
+        calls = [dict(c, id=long[c["id"]]) for c in m.get("tool_calls") or []]
+        out.append(dict(m, tool_calls=calls) if calls else m)
+    return out
+
+
+def test_mistral_trains_the_calls_of_a_server_that_gives_long_call_ids(tmp_path, caplog):
+    # Mistral's template refuses any id but 9 characters; servers often give call_ + 24 hex.
+    tokenizer = family_tokenizer(tmp_path, "mistral v0.3")
+    with caplog.at_level("INFO"):
+        check_tool_calls_rendered(tokenizer, "mistral", exact_tokens=False)
+    assert "takes only 9-character call ids" in caplog.text
+    conversation = with_server_ids(CONVERSATION)
+    data = tokenize_conversation(tokenizer, conversation, TOOLS)
+    runs = trained_text(tokenizer, data.tokens, data.masks)
+    assert untrained_tool_calls(conversation, "\n".join(runs)) == []
+    # Each id is rendered as the same 9 characters in its call and in its result.
+    rendered = tokenizer.decode(data.tokens)
+    ids = re.findall(r'"id": "([^"]*)"', rendered)
+    assert [len(i) for i in ids] == [9, 9] and ids[0] != ids[1]
+    assert all(i.isalnum() for i in ids)
+    assert re.findall(r'"call_id": "([^"]*)"', rendered) == ids
+    # Ids of 9 characters (vLLM's Mistral parser gives them) stay as they are.
+    rendered = tokenizer.decode(tokenize_conversation(tokenizer, CONVERSATION, TOOLS).tokens)
+    assert re.findall(r'"id": "([^"]*)"', rendered) == ["call00001", "call00002"]
+
+
+def test_templates_that_take_any_call_id_render_the_servers_ids(tmp_path, caplog):
+    tokenizer = family_tokenizer(tmp_path, "chatml-tools (built-in)")
+    tokenizer.chat_template = tokenizer.chat_template.replace(
+        "'<tool_call>\\n", "'<tool_call id=' + call['id'] + '>\\n"
+    )
+    with caplog.at_level("INFO"):
+        check_tool_calls_rendered(tokenizer, "ids", exact_tokens=False)
+    assert "call ids" not in caplog.text
+    data = tokenize_conversation(tokenizer, with_server_ids(CONVERSATION), TOOLS)
+    assert data.trained_spans[0].startswith(f"<tool_call id=call_{1:024x}>")

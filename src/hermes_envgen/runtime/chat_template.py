@@ -12,8 +12,10 @@ template with a built-in one or a Jinja file.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
+import string
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +85,7 @@ BUILTIN_TEMPLATES = {
     "chatml-tools": CHATML_TOOLS_TEMPLATE,
 }
 
-# The probe: values that appear nowhere else, and a 9-character call id (Mistral needs one).
+# The probe: values that appear nowhere else.
 _PROBE_NAME = "probe_lookup"
 _PROBE_KEY, _PROBE_VALUE, _PROBE_RESULT = "probe_key", "probe-value-7x3", "probe-result-k9w"
 _PROBE_DESCRIPTION = "Look a key up."
@@ -103,16 +105,26 @@ _PROBE_TOOLS = [
 ]
 # Spaced unlike json.dumps, to tell a template that renders argument text as given.
 _PROBE_ARGUMENTS = f'{{ "{_PROBE_KEY}":  "{_PROBE_VALUE}" }}'
-_PROBE_CALL = {
-    "id": "probe0001",
-    "type": "function",
-    "function": {"name": _PROBE_NAME, "arguments": _PROBE_ARGUMENTS},
-}
-_PROBE_MESSAGES = [
-    {"role": "user", "content": "Look up the probe key."},
-    {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]},
-    {"role": "tool", "tool_call_id": "probe0001", "name": _PROBE_NAME, "content": _PROBE_RESULT},
-]
+
+
+def _probe_messages(call_id: str) -> list[dict]:
+    """The probe conversation: a tool call with ``call_id``, and its result."""
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": _PROBE_NAME, "arguments": _PROBE_ARGUMENTS},
+    }
+    return [
+        {"role": "user", "content": "Look up the probe key."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "name": _PROBE_NAME, "content": _PROBE_RESULT},
+    ]
+
+
+# A 9-character id, which every template takes (Mistral's takes no other), and one as
+# OpenAI-style servers give them, which the start-up probe uses as a rollout would.
+_PROBE_MESSAGES = _probe_messages("probe0001")
+_SERVER_STYLE_PROBE = _probe_messages("call_" + "3b9e" * 6)
 
 _FIX = (
     "Fix: --env.chat_template hermes (or qwen, chatml-tools, or a Jinja file in the model's "
@@ -173,7 +185,41 @@ def with_arguments(messages: list[dict], raw: bool) -> list[dict]:
     return out
 
 
+_ALNUM = string.ascii_letters + string.digits
+
+
+def short_call_id(call_id: str) -> str:
+    """``call_id`` as 9 alphanumeric characters (itself when it is that), the same every time."""
+    if len(call_id) == 9 and call_id.isascii() and call_id.isalnum():
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest(), "big")
+    chars = []
+    for _ in range(9):
+        number, digit = divmod(number, len(_ALNUM))
+        chars.append(_ALNUM[digit])
+    return "".join(chars)
+
+
+def with_short_call_ids(messages: list[dict]) -> list[dict]:
+    """A copy of ``messages`` whose call ids (and the results' ``tool_call_id``) are short."""
+    out = copy.deepcopy(messages)
+    for message in out:
+        for call in message.get("tool_calls") or []:
+            if isinstance(call.get("id"), str):
+                call["id"] = short_call_id(call["id"])
+        if isinstance(message.get("tool_call_id"), str):
+            message["tool_call_id"] = short_call_id(message["tool_call_id"])
+    return out
+
+
+def for_template(tokenizer: Any, messages: list[dict]) -> list[dict]:
+    """A copy of ``messages`` as the tokenizer's template takes them: arguments, call ids."""
+    shaped = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
+    return with_short_call_ids(shaped) if takes_only_short_call_ids(tokenizer) else shaped
+
+
 _raw_arguments_by_template: dict[str, bool] = {}
+_short_ids_by_template: dict[str, bool] = {}
 
 
 def renders_raw_arguments(tokenizer: Any) -> bool:
@@ -187,6 +233,31 @@ def renders_raw_arguments(tokenizer: Any) -> bool:
             text = ""
         known = _raw_arguments_by_template[template] = _PROBE_ARGUMENTS in text
     return known
+
+
+def takes_only_short_call_ids(tokenizer: Any) -> bool:
+    """True when the template refuses a server's ``call_...`` id but takes 9 characters.
+
+    Mistral's templates raise on any call id but 9 alphanumeric characters, which OpenAI-style
+    servers (and llama.cpp's) do not give: the training data renders such ids shortened.
+    """
+    template = str(getattr(tokenizer, "chat_template", None))
+    known = _short_ids_by_template.get(template)
+    if known is None:
+        known = not _renders(tokenizer, _SERVER_STYLE_PROBE) and _renders(
+            tokenizer, _PROBE_MESSAGES
+        )
+        _short_ids_by_template[template] = known
+    return known
+
+
+def _renders(tokenizer: Any, messages: list[dict]) -> bool:
+    """Whether the template renders ``messages`` (arguments as objects) without an error."""
+    try:
+        render(tokenizer, with_arguments(messages, raw=False), None, False)
+    except Exception:  # Jinja errors, and templates that raise on purpose
+        return False
+    return True
 
 
 def _assistant_turn(tokenizer: Any, messages: list[dict]) -> str:
@@ -211,17 +282,16 @@ def check_tool_calls_rendered(
 
     where = f"the chat template of {name!r}"
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    probe = [*system, *_PROBE_MESSAGES, {"role": "assistant", "content": "Done."}]
+    probe = [*system, *_SERVER_STYLE_PROBE, {"role": "assistant", "content": "Done."}]
     thinking = [
         dict(m, reasoning_content="Probe reasoning.") if m["role"] == "assistant" else m
         for m in probe
     ]
     try:
-        raw = renders_raw_arguments(tokenizer)
-        full = render(tokenizer, with_arguments(probe, raw=raw), _PROBE_TOOLS, False)
+        full = render(tokenizer, for_template(tokenizer, probe), _PROBE_TOOLS, False)
         trained = _trained_text(tokenizer, probe)
         trained_thinking = None if exact_tokens else _trained_text(tokenizer, thinking)
-        turn = _assistant_turn(tokenizer, with_arguments(probe[: len(system) + 2], raw=raw))
+        turn = _assistant_turn(tokenizer, for_template(tokenizer, probe[: len(system) + 2]))
     except Exception as exc:  # Jinja errors, and templates that raise on purpose
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ChatTemplateDropsToolCalls(
@@ -237,6 +307,12 @@ def check_tool_calls_rendered(
         logger.warning(
             "%s does not render the tool definitions (tools=): the model learns of its tools "
             "only from what the prompts say about them",
+            where,
+        )
+    if takes_only_short_call_ids(tokenizer):
+        logger.warning(
+            "%s takes only 9-character call ids: the training data renders longer ids (as "
+            "OpenAI-style servers give them) as 9 characters derived from them",
             where,
         )
     if exact_tokens:

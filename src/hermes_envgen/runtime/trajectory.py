@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
+from hermes_envgen.runtime.chat_template import for_template, render
 from hermes_envgen.runtime.errors import ChatTemplateError, EarlierTurnsRewritten
 
 logger = logging.getLogger(__name__)
@@ -60,11 +60,12 @@ def tokenize_conversation(
     """Tokens and masks for a whole conversation; only assistant turns are trained.
 
     Tool-call arguments are rendered as the JSON text the server returned when the template
-    prints strings as given; otherwise as objects the template serialises (see README).
-    ChatTemplateError when the template cannot render the conversation, or re-renders
-    earlier turns that call tools (training only the final answer would drop the calls).
+    prints strings as given; otherwise as objects the template serialises (see README); call
+    ids as 9 characters for a template that takes no others (Mistral's). ChatTemplateError
+    when the template cannot render the conversation, or re-renders earlier turns that call
+    tools (training only the final answer would drop the calls).
     """
-    messages = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
+    messages = for_template(tokenizer, messages)
     full = _render(tokenizer, messages, tools, gen=False)
 
     pieces: list[tuple[str, bool]] = []  # (text, trained)
