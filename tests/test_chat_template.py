@@ -112,13 +112,13 @@ def test_tool_call_turns_are_trained_or_refused_never_dropped(tmp_path, family, 
         data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
         runs = trained_text(tokenizer, data.tokens, data.masks)
         assert runs[:2] == ["<|im_end|>", "<|im_end|>"]
-        assert len(untrained_tool_calls(CONVERSATION, "\n".join(runs))) == 2
+        assert len(untrained_tool_calls(CONVERSATION, runs)) == 2
         return
     check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
     data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
     runs = trained_text(tokenizer, data.tokens, data.masks)
     assert runs == data.trained_spans and len(runs) == 3
-    assert untrained_tool_calls(CONVERSATION, "\n".join(runs)) == []
+    assert untrained_tool_calls(CONVERSATION, runs) == []
     assert "read_file" in runs[0] and "write_file" in runs[1] and "Copied." in runs[2]
 
 
@@ -135,9 +135,9 @@ def test_tool_call_turns_are_trained_or_refused_never_dropped(tmp_path, family, 
 def test_arguments_are_the_servers_text_where_the_template_prints_it(tmp_path, family, exact):
     """A template that prints string arguments gets them byte for byte; others re-serialise."""
     tokenizer = family_tokenizer(tmp_path, family)
-    text = "\n".join(tokenize_conversation(tokenizer, CONVERSATION, TOOLS).trained_spans)
-    assert ('{ "path": "notes.txt" }' in text) is exact
-    assert untrained_tool_calls(CONVERSATION, text) == []
+    runs = tokenize_conversation(tokenizer, CONVERSATION, TOOLS).trained_spans
+    assert ('{ "path": "notes.txt" }' in runs[0]) is exact
+    assert untrained_tool_calls(CONVERSATION, runs) == []
 
 
 def test_the_override_makes_a_plain_chatml_tokenizer_train_the_calls(tmp_path):
@@ -197,13 +197,17 @@ def test_an_unknown_override_is_a_config_error(setting):
         resolve_chat_template(setting)
 
 
-def test_untrained_tool_calls_needs_name_and_arguments_in_order():
+def test_untrained_tool_calls_needs_name_and_arguments_in_their_own_turn():
     text = '<tool_call>{"name": "read_file", "arguments": {"path": "notes.txt"}}</tool_call>'
-    assert untrained_tool_calls(CONVERSATION[:2], text) == []
-    assert untrained_tool_calls(CONVERSATION[:2], "read_file") == [
+    assert untrained_tool_calls(CONVERSATION[:2], [text]) == []
+    assert untrained_tool_calls(CONVERSATION[:2], ["read_file"]) == [
         'read_file { "path": "notes.txt" }'
     ]
-    assert len(untrained_tool_calls(CONVERSATION[:4], text)) == 1  # write_file is missing
+    assert len(untrained_tool_calls(CONVERSATION[:4], [text, text])) == 1  # write_file missing
+    # A call is looked for in its own turn only, never in the text of another.
+    assert len(untrained_tool_calls(CONVERSATION[:4], ["<|im_end|>", text])) == 2
+    # Turns without a trained run (only the final answer trained) train none of their calls.
+    assert len(untrained_tool_calls(CONVERSATION, ["Copied."])) == 2
 
 
 @pytest.mark.parametrize(
@@ -276,7 +280,7 @@ def test_a_template_that_drops_old_reasoning_never_trains_only_the_final_answer(
     # not be trained: the rollout is refused, not cut down to its final answer.
     tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
     data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
-    assert untrained_tool_calls(CONVERSATION, "\n".join(data.trained_spans)) == []
+    assert untrained_tool_calls(CONVERSATION, data.trained_spans) == []
     with pytest.raises(ChatTemplateError, match="re-renders earlier turns") as caught:
         tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS)
     assert "tool calls" in str(caught.value) and "\n" not in str(caught.value)
@@ -322,7 +326,7 @@ def test_mistral_trains_the_calls_of_a_server_that_gives_long_call_ids(tmp_path,
     conversation = with_server_ids(CONVERSATION)
     data = tokenize_conversation(tokenizer, conversation, TOOLS)
     runs = trained_text(tokenizer, data.tokens, data.masks)
-    assert untrained_tool_calls(conversation, "\n".join(runs)) == []
+    assert untrained_tool_calls(conversation, runs) == []
     # Each id is rendered as the same 9 characters in its call and in its result.
     rendered = tokenizer.decode(data.tokens)
     ids = re.findall(r'"id": "([^"]*)"', rendered)

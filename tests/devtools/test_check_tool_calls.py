@@ -60,6 +60,17 @@ def test_the_row_decodes_the_trained_spans(tmp_path, family, status):
         assert result.reason.startswith("2 of 2 tool calls are not in the trained tokens")
 
 
+def test_a_call_dropped_from_its_turn_is_not_found_in_a_later_one(tmp_path):
+    # Plain ChatML trains the tool-call turn as a lone <|im_end|>; the final answer quotes the
+    # call word for word. The call is still untrained: each turn is matched to its own run.
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    quoting = {"role": "assistant", "content": 'I ran read_file { "path": "notes.txt" }.'}
+    conversation = [*CONVERSATION[:3], quoting]
+    result = trained_tool_calls_check([group_of(tokenizer, conversation)], str(tmp_path / "tok"))
+    assert result.status == FAIL, result.reason
+    assert result.reason.startswith("1 of 1 tool calls are not in the trained tokens")
+
+
 def test_the_row_warns_when_there_is_no_call_to_verify(tmp_path):
     tokenizer = family_tokenizer(tmp_path, "hermes (built-in)")
     plain = [CONVERSATION[0], CONVERSATION[-1]]

@@ -289,9 +289,9 @@ def check_tool_calls_rendered(
     ]
     try:
         full = render(tokenizer, for_template(tokenizer, probe), _PROBE_TOOLS, False)
-        trained = _trained_text(tokenizer, probe)
-        trained_thinking = None if exact_tokens else _trained_text(tokenizer, thinking)
-        turn = _assistant_turn(tokenizer, for_template(tokenizer, probe[: len(system) + 2]))
+        trained = _trained_turns(tokenizer, probe)
+        trained_thinking = None if exact_tokens else _trained_turns(tokenizer, thinking)
+        turn = [_assistant_turn(tokenizer, for_template(tokenizer, probe[: len(system) + 2]))]
     except Exception as exc:  # Jinja errors, and templates that raise on purpose
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ChatTemplateDropsToolCalls(
@@ -318,7 +318,7 @@ def check_tool_calls_rendered(
     if exact_tokens:
         return
     if trained is None or untrained_tool_calls(probe, trained):
-        if untrained_tool_calls(probe, turn):
+        if untrained_tool_calls(probe[: len(system) + 2], turn):
             raise ChatTemplateDropsToolCalls(
                 f"{where} drops tool calls: tool-call turns would train as empty turns, "
                 f"teaching the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
@@ -336,12 +336,12 @@ def check_tool_calls_rendered(
         )
 
 
-def _trained_text(tokenizer: Any, messages: list[dict]) -> str | None:
-    """The trained spans of ``messages``, joined; None when earlier turns are re-rendered."""
+def _trained_turns(tokenizer: Any, messages: list[dict]) -> list[str] | None:
+    """The trained text of each assistant turn; None when earlier turns are re-rendered."""
     from hermes_envgen.runtime.trajectory import tokenize_conversation
 
     try:
-        return "\n".join(tokenize_conversation(tokenizer, messages, _PROBE_TOOLS).trained_spans)
+        return tokenize_conversation(tokenizer, messages, _PROBE_TOOLS).trained_spans
     except EarlierTurnsRewritten:
         return None
 

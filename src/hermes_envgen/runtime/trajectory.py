@@ -147,23 +147,27 @@ def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
     return runs
 
 
-def untrained_tool_calls(messages: list[dict], trained_text: str) -> list[str]:
-    """The tool calls of the assistant turns whose name or arguments ``trained_text`` lacks.
+def untrained_tool_calls(messages: list[dict], trained_turns: list[str]) -> list[str]:
+    """The tool calls of the assistant turns whose name or arguments their own trained turn lacks.
 
-    Calls are looked for in order. Arguments count as trained when their JSON text appears as
-    the server returned it, or a JSON object equal to them does (a template that serialises
+    ``trained_turns`` is the trained text of each assistant turn (the decoded trained runs), the
+    last one for the last turn: a turn without one (only the final answer trained) trains none
+    of its calls, and a call quoted in another turn's text does not count. Within a turn calls
+    are looked for in order. Arguments count as trained when their JSON text appears as the
+    server returned it, or a JSON object equal to them does (a template that serialises
     arguments itself, e.g. Llama 3's ``"parameters": {...}``).
     """
+    replies = [m for m in messages if m.get("role") == "assistant"]
+    texts = list(trained_turns[-len(replies) :]) if replies else []
+    texts = [""] * (len(replies) - len(texts)) + texts
     missing: list[str] = []
-    cursor = 0
-    for message in messages:
-        if message.get("role") != "assistant":
-            continue
-        for call in message.get("tool_calls") or []:
+    for reply, text in zip(replies, texts):
+        cursor = 0
+        for call in reply.get("tool_calls") or []:
             function = call.get("function", call)
             name, arguments = str(function.get("name") or ""), function.get("arguments", "")
-            at = trained_text.find(name, cursor) if name else -1
-            end = _arguments_end(trained_text, arguments, at + len(name)) if at >= 0 else -1
+            at = text.find(name, cursor) if name else -1
+            end = _arguments_end(text, arguments, at + len(name)) if at >= 0 else -1
             if end < 0:
                 missing.append(f"{name} {arguments}"[:160])
             else:
