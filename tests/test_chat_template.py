@@ -25,6 +25,7 @@ from hermes_envgen.runtime.trajectory import (
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
+PARSER_TEMPLATES = Path(__file__).parent / "parsers" / "templates"
 LLAMA_TOKENS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
 MISTRAL_TOKENS = ("<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[TOOL_RESULTS]")
 MISTRAL_TOKENS += ("[/TOOL_RESULTS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]")
@@ -37,6 +38,9 @@ FAMILIES = {
     "llama3.1": ((TEMPLATES / "llama3_1.jinja").read_text(), LLAMA_TOKENS, "<|eot_id|>"),
     "mistral v0.3": ((TEMPLATES / "mistral_v3.jinja").read_text(), MISTRAL_TOKENS, "</s>"),
     "smollm2 (plain ChatML)": ((TEMPLATES / "smollm2.jinja").read_text(), (), "<|im_end|>"),
+    # Arguments as one element per key, not as JSON.
+    "qwen3-coder": ((PARSER_TEMPLATES / "qwen3_coder.jinja").read_text(), (), "<|im_end|>"),
+    "glm-4.5": ((PARSER_TEMPLATES / "glm45.jinja").read_text(), (), "<|im_end|>"),
     "reasoning on the last turn": (
         (TEMPLATES / "reasoning_last.jinja").read_text(),
         (),
@@ -100,6 +104,8 @@ def trained_text(tokenizer, tokens: list[int], masks: list[int]) -> list[str]:
         ("qwen2.5", "trained"),
         ("llama3.1", "trained"),
         ("mistral v0.3", "trained"),
+        ("qwen3-coder", "trained"),
+        ("glm-4.5", "trained"),
         ("smollm2 (plain ChatML)", "refused"),
     ],
 )
@@ -208,6 +214,15 @@ def test_untrained_tool_calls_needs_name_and_arguments_in_their_own_turn():
     assert len(untrained_tool_calls(CONVERSATION[:4], ["<|im_end|>", text])) == 2
     # Turns without a trained run (only the final answer trained) train none of their calls.
     assert len(untrained_tool_calls(CONVERSATION, ["Copied."])) == 2
+    # Arguments written one element per key (Qwen3-Coder, GLM): each key, then its value.
+    xml = "<function=read_file>\n<parameter=path>\nnotes.txt\n</parameter>\n</function>"
+    assert untrained_tool_calls(CONVERSATION[:2], [xml]) == []
+    assert len(untrained_tool_calls(CONVERSATION[:2], [xml.replace("notes", "other")])) == 1
+    typed = [call("c", "run", '{"timeout": 30, "dry": true, "env": {"A": "1"}}')]
+    typed = [{"role": "assistant", "content": "", "tool_calls": typed}]
+    text = 'run <k>timeout</k><v>30</v><k>dry</k><v>true</v><k>env</k><v>{"A": "1"}</v>'
+    assert untrained_tool_calls(typed, [text]) == []
+    assert len(untrained_tool_calls(typed, [text.replace("30", "31")])) == 1
 
 
 @pytest.mark.parametrize(

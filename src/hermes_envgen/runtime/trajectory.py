@@ -155,7 +155,8 @@ def untrained_tool_calls(messages: list[dict], trained_turns: list[str]) -> list
     of its calls, and a call quoted in another turn's text does not count. Within a turn calls
     are looked for in order. Arguments count as trained when their JSON text appears as the
     server returned it, or a JSON object equal to them does (a template that serialises
-    arguments itself, e.g. Llama 3's ``"parameters": {...}``).
+    arguments itself, e.g. Llama 3's ``"parameters": {...}``), or each key and then its value
+    does (one element per argument, as Qwen3-Coder and GLM write them).
     """
     replies = [m for m in messages if m.get("role") == "assistant"]
     texts = list(trained_turns[-len(replies) :]) if replies else []
@@ -185,6 +186,14 @@ def _arguments_end(text: str, arguments: Any, start: int) -> int:
             arguments = json.loads(arguments)
         except ValueError:
             return -1
+    end = _json_object_end(text, arguments, start)
+    if end < 0 and isinstance(arguments, dict):
+        end = _keys_and_values_end(text, arguments, start)
+    return end
+
+
+def _json_object_end(text: str, arguments: Any, start: int) -> int:
+    """Where a JSON object equal to ``arguments`` ends in ``text`` after ``start``, or -1."""
     decoder = json.JSONDecoder()
     at = text.find("{", start)
     while at >= 0:
@@ -196,3 +205,27 @@ def _arguments_end(text: str, arguments: Any, start: int) -> int:
             return end
         at = text.find("{", at + 1)
     return -1
+
+
+def _keys_and_values_end(text: str, arguments: dict, start: int) -> int:
+    """Where the last value ends when each key and then its value follow in order, or -1.
+
+    Templates that write one element per argument (Qwen3-Coder's ``<parameter=key>``, GLM's
+    ``<arg_key>``) print strings as they are and other values as JSON (or as Python would).
+    """
+    at = start
+    for key, value in arguments.items():
+        at = text.find(str(key), at)
+        if at < 0:
+            return -1
+        at += len(str(key))
+        if isinstance(value, str):
+            forms = [value]
+        else:
+            forms = [json.dumps(value, ensure_ascii=False), json.dumps(value), str(value)]
+        found = [(where, form) for form in forms if (where := text.find(form, at)) >= 0]
+        if not found:
+            return -1
+        where, form = min(found)
+        at = where + len(form)
+    return at
