@@ -41,6 +41,8 @@ FAMILIES = {
     # Arguments as one element per key, not as JSON.
     "qwen3-coder": ((PARSER_TEMPLATES / "qwen3_coder.jinja").read_text(), (), "<|im_end|>"),
     "glm-4.5": ((PARSER_TEMPLATES / "glm45.jinja").read_text(), (), "<|im_end|>"),
+    # The call's name only in its id, functions.NAME:IDX.
+    "kimi k2": ((PARSER_TEMPLATES / "kimi_k2.jinja").read_text(), (), "<|im_end|>"),
     "reasoning on the last turn": (
         (TEMPLATES / "reasoning_last.jinja").read_text(),
         (),
@@ -106,6 +108,7 @@ def trained_text(tokenizer, tokens: list[int], masks: list[int]) -> list[str]:
         ("mistral v0.3", "trained"),
         ("qwen3-coder", "trained"),
         ("glm-4.5", "trained"),
+        ("kimi k2", "trained"),
         ("smollm2 (plain ChatML)", "refused"),
     ],
 )
@@ -363,3 +366,34 @@ def test_templates_that_take_any_call_id_render_the_servers_ids(tmp_path, caplog
     assert "call ids" not in caplog.text
     data = tokenize_conversation(tokenizer, with_server_ids(CONVERSATION), TOOLS)
     assert data.trained_spans[0].startswith(f"<tool_call id=call_{1:024x}>")
+
+
+def test_kimi_k2_gets_the_call_ids_that_carry_the_names(tmp_path, caplog):
+    # Kimi K2's template prints the id where the call's name belongs (functions.NAME:IDX, as
+    # vLLM's Kimi parser gives it); other servers' ids would leave the name out.
+    tokenizer = family_tokenizer(tmp_path, "kimi k2")
+    with caplog.at_level("INFO"):
+        check_tool_calls_rendered(tokenizer, "kimi", exact_tokens=False)
+    assert "prints the call id where the call's name belongs" in caplog.text
+    rendered = tokenizer.decode(
+        tokenize_conversation(tokenizer, with_server_ids(CONVERSATION), TOOLS).tokens
+    )
+    assert re.findall(r"<\|tool_call_begin\|>([^<]*)<", rendered) == [
+        "functions.read_file:0",
+        "functions.write_file:1",
+    ]
+    assert re.findall(r"## Return of (\S*)", rendered) == [
+        "functions.read_file:0",
+        "functions.write_file:1",
+    ]
+    # Ids in that form already (the model's own) stay as they are.
+    own = [
+        dict(m, tool_calls=[dict(c, id="functions.read_file:7") for c in m["tool_calls"]])
+        if m.get("tool_calls")
+        else dict(m, tool_call_id="functions.read_file:7")
+        if m["role"] == "tool"
+        else m
+        for m in CONVERSATION[:3]
+    ]
+    rendered = tokenizer.decode(tokenize_conversation(tokenizer, own, TOOLS).tokens)
+    assert "<|tool_call_begin|>functions.read_file:7<" in rendered

@@ -200,26 +200,46 @@ def short_call_id(call_id: str) -> str:
     return "".join(chars)
 
 
-def with_short_call_ids(messages: list[dict]) -> list[dict]:
-    """A copy of ``messages`` whose call ids (and the results' ``tool_call_id``) are short."""
+# How a template needs call ids (see call_id_style).
+AS_GIVEN, SHORT, NAMED = "as given", "9 characters", "functions.NAME:IDX"
+
+
+def with_call_ids(messages: list[dict], style: str) -> list[dict]:
+    """A copy of ``messages`` whose call ids (and the results' ``tool_call_id``) have ``style``.
+
+    SHORT: 9 characters derived from each id. NAMED: ``functions.NAME:IDX`` with IDX counting
+    the calls of the conversation, unless the id has that form already (the model's own).
+    """
     out = copy.deepcopy(messages)
+    renamed: dict[str, str] = {}
     for message in out:
         for call in message.get("tool_calls") or []:
-            if isinstance(call.get("id"), str):
-                call["id"] = short_call_id(call["id"])
-        if isinstance(message.get("tool_call_id"), str):
-            message["tool_call_id"] = short_call_id(message["tool_call_id"])
+            old = call.get("id")
+            if not isinstance(old, str):
+                continue
+            if style == SHORT:
+                new = short_call_id(old)
+            elif style == NAMED and not old.startswith("functions."):
+                new = f"functions.{call.get('function', call).get('name')}:{len(renamed)}"
+            else:
+                new = old
+            call["id"] = renamed[old] = new
+        result_of = message.get("tool_call_id")
+        if isinstance(result_of, str):
+            fallback = short_call_id(result_of) if style == SHORT else result_of
+            message["tool_call_id"] = renamed.get(result_of, fallback)
     return out
 
 
 def for_template(tokenizer: Any, messages: list[dict]) -> list[dict]:
     """A copy of ``messages`` as the tokenizer's template takes them: arguments, call ids."""
     shaped = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
-    return with_short_call_ids(shaped) if takes_only_short_call_ids(tokenizer) else shaped
+    style = call_id_style(tokenizer)
+    return shaped if style == AS_GIVEN else with_call_ids(shaped, style)
 
 
 _raw_arguments_by_template: dict[str, bool] = {}
-_short_ids_by_template: dict[str, bool] = {}
+_id_style_by_template: dict[str, str] = {}
 
 
 def renders_raw_arguments(tokenizer: Any) -> bool:
@@ -235,19 +255,29 @@ def renders_raw_arguments(tokenizer: Any) -> bool:
     return known
 
 
-def takes_only_short_call_ids(tokenizer: Any) -> bool:
-    """True when the template refuses a server's ``call_...`` id but takes 9 characters.
+def call_id_style(tokenizer: Any) -> str:
+    """How the tokenizer's template needs call ids: AS_GIVEN, SHORT or NAMED.
 
-    Mistral's templates raise on any call id but 9 alphanumeric characters, which OpenAI-style
-    servers (and llama.cpp's) do not give: the training data renders such ids shortened.
+    SHORT: Mistral's templates raise on any call id but 9 alphanumeric characters, which
+    OpenAI-style servers (and llama.cpp's) do not give. NAMED: Kimi K2's prints the id where the
+    call's name belongs, so only ``functions.NAME:IDX`` (what vLLM's Kimi parser gives) renders
+    the name. The training data renders other ids in the form the template needs.
     """
     template = str(getattr(tokenizer, "chat_template", None))
-    known = _short_ids_by_template.get(template)
+    known = _id_style_by_template.get(template)
     if known is None:
-        known = not _renders(tokenizer, _SERVER_STYLE_PROBE) and _renders(
-            tokenizer, _PROBE_MESSAGES
-        )
-        _short_ids_by_template[template] = known
+        if not _renders(tokenizer, _SERVER_STYLE_PROBE) and _renders(tokenizer, _PROBE_MESSAGES):
+            known = SHORT
+        else:
+            try:
+                text = render(
+                    tokenizer, with_arguments(_PROBE_MESSAGES[:2], raw=False), None, False
+                )
+            except Exception:  # Jinja errors: the probe says what is wrong
+                text = ""
+            named = _PROBE_MESSAGES[1]["tool_calls"][0]["id"] in text and _PROBE_NAME not in text
+            known = NAMED if named else AS_GIVEN
+        _id_style_by_template[template] = known
     return known
 
 
@@ -309,10 +339,17 @@ def check_tool_calls_rendered(
             "only from what the prompts say about them",
             where,
         )
-    if takes_only_short_call_ids(tokenizer):
+    style = call_id_style(tokenizer)
+    if style == SHORT:
         logger.warning(
             "%s takes only 9-character call ids: the training data renders longer ids (as "
             "OpenAI-style servers give them) as 9 characters derived from them",
+            where,
+        )
+    elif style == NAMED:
+        logger.warning(
+            "%s prints the call id where the call's name belongs: the training data renders "
+            "ids not of the form functions.NAME:IDX in that form",
             where,
         )
     if exact_tokens:
