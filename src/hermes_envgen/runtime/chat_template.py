@@ -123,7 +123,8 @@ def _probe_messages(call_id: str) -> list[dict]:
 
 # A 9-character id, which every template takes (Mistral's takes no other), and one as
 # OpenAI-style servers give them, which the start-up probe uses as a rollout would.
-_PROBE_MESSAGES = _probe_messages("probe0001")
+_PROBE_ID = "probe0001"
+_PROBE_MESSAGES = _probe_messages(_PROBE_ID)
 _SERVER_STYLE_PROBE = _probe_messages("call_" + "3b9e" * 6)
 
 _FIX = (
@@ -275,8 +276,7 @@ def call_id_style(tokenizer: Any) -> str:
                 )
             except Exception:  # Jinja errors: the probe says what is wrong
                 text = ""
-            named = _PROBE_MESSAGES[1]["tool_calls"][0]["id"] in text and _PROBE_NAME not in text
-            known = NAMED if named else AS_GIVEN
+            known = NAMED if _PROBE_ID in text and _PROBE_NAME not in text else AS_GIVEN
         _id_style_by_template[template] = known
     return known
 

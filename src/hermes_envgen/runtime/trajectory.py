@@ -61,9 +61,9 @@ def tokenize_conversation(
 
     Tool-call arguments are rendered as the JSON text the server returned when the template
     prints strings as given; otherwise as objects the template serialises (see README); call
-    ids as 9 characters for a template that takes no others (Mistral's). ChatTemplateError
-    when the template cannot render the conversation, or re-renders earlier turns that call
-    tools (training only the final answer would drop the calls).
+    ids in the form the template needs (Mistral's 9 characters, Kimi's functions.NAME:IDX).
+    ChatTemplateError when the template cannot render the conversation, or re-renders earlier
+    turns that call tools (training only the final answer would drop the calls).
     """
     messages = for_template(tokenizer, messages)
     full = _render(tokenizer, messages, tools, gen=False)
@@ -88,9 +88,9 @@ def tokenize_conversation(
 
     if not consistent:
         # Some templates rewrite earlier turns (e.g. drop old reasoning), so the conversation
-        # is not a prefix of itself: only the final assistant turn is exact. Its earlier turns
-        # are lost to training, which is no loss for text the final answer builds on, but
-        # would teach the model to answer without calling tools: such rollouts are left out.
+        # is not a prefix of itself: only the final assistant turn is exact. Earlier text
+        # turns may go untrained (with a warning); earlier tool calls may not, as that would
+        # teach the model to answer without calling tools: such rollouts are left out.
         last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
         if any(m.get("tool_calls") for m in messages[:last] if m["role"] == "assistant"):
             raise EarlierTurnsRewritten(
