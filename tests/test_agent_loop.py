@@ -52,7 +52,10 @@ def test_tool_calls_are_accepted_as_dicts_or_objects():
     }
     assert normalize_tool_call(as_dict) == expected
     assert normalize_tool_call(as_object) == expected
-    assert normalize_tool_call({"function": {"name": "x"}})["id"].startswith("call_")
+    # A call the server gave no id gets 9 alphanumeric characters, which every chat template
+    # takes (Mistral's refuses any other length).
+    made = normalize_tool_call({"function": {"name": "x"}})["id"]
+    assert len(made) == 9 and made.isalnum() and made.isascii()
 
 
 def test_a_full_rollout_runs_tools_and_finishes_naturally(stub_server, sandboxes):

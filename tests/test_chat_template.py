@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from hermes_envgen.runtime.trajectory import (
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
+PARSER_TEMPLATES = Path(__file__).parent / "parsers" / "templates"
 LLAMA_TOKENS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
 MISTRAL_TOKENS = ("<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[TOOL_RESULTS]")
 MISTRAL_TOKENS += ("[/TOOL_RESULTS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]")
@@ -36,6 +38,16 @@ FAMILIES = {
     "llama3.1": ((TEMPLATES / "llama3_1.jinja").read_text(), LLAMA_TOKENS, "<|eot_id|>"),
     "mistral v0.3": ((TEMPLATES / "mistral_v3.jinja").read_text(), MISTRAL_TOKENS, "</s>"),
     "smollm2 (plain ChatML)": ((TEMPLATES / "smollm2.jinja").read_text(), (), "<|im_end|>"),
+    # Arguments as one element per key, not as JSON.
+    "qwen3-coder": ((PARSER_TEMPLATES / "qwen3_coder.jinja").read_text(), (), "<|im_end|>"),
+    "glm-4.5": ((PARSER_TEMPLATES / "glm45.jinja").read_text(), (), "<|im_end|>"),
+    # The call's name only in its id, functions.NAME:IDX.
+    "kimi k2": ((PARSER_TEMPLATES / "kimi_k2.jinja").read_text(), (), "<|im_end|>"),
+    "reasoning on the last turn": (
+        (TEMPLATES / "reasoning_last.jinja").read_text(),
+        (),
+        "<|im_end|>",
+    ),
 }
 
 TOOLS = [
@@ -94,6 +106,9 @@ def trained_text(tokenizer, tokens: list[int], masks: list[int]) -> list[str]:
         ("qwen2.5", "trained"),
         ("llama3.1", "trained"),
         ("mistral v0.3", "trained"),
+        ("qwen3-coder", "trained"),
+        ("glm-4.5", "trained"),
+        ("kimi k2", "trained"),
         ("smollm2 (plain ChatML)", "refused"),
     ],
 )
@@ -106,13 +121,13 @@ def test_tool_call_turns_are_trained_or_refused_never_dropped(tmp_path, family, 
         data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
         runs = trained_text(tokenizer, data.tokens, data.masks)
         assert runs[:2] == ["<|im_end|>", "<|im_end|>"]
-        assert len(untrained_tool_calls(CONVERSATION, "\n".join(runs))) == 2
+        assert len(untrained_tool_calls(CONVERSATION, runs)) == 2
         return
     check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
     data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
     runs = trained_text(tokenizer, data.tokens, data.masks)
     assert runs == data.trained_spans and len(runs) == 3
-    assert untrained_tool_calls(CONVERSATION, "\n".join(runs)) == []
+    assert untrained_tool_calls(CONVERSATION, runs) == []
     assert "read_file" in runs[0] and "write_file" in runs[1] and "Copied." in runs[2]
 
 
@@ -129,9 +144,9 @@ def test_tool_call_turns_are_trained_or_refused_never_dropped(tmp_path, family, 
 def test_arguments_are_the_servers_text_where_the_template_prints_it(tmp_path, family, exact):
     """A template that prints string arguments gets them byte for byte; others re-serialise."""
     tokenizer = family_tokenizer(tmp_path, family)
-    text = "\n".join(tokenize_conversation(tokenizer, CONVERSATION, TOOLS).trained_spans)
-    assert ('{ "path": "notes.txt" }' in text) is exact
-    assert untrained_tool_calls(CONVERSATION, text) == []
+    runs = tokenize_conversation(tokenizer, CONVERSATION, TOOLS).trained_spans
+    assert ('{ "path": "notes.txt" }' in runs[0]) is exact
+    assert untrained_tool_calls(CONVERSATION, runs) == []
 
 
 def test_the_override_makes_a_plain_chatml_tokenizer_train_the_calls(tmp_path):
@@ -191,13 +206,26 @@ def test_an_unknown_override_is_a_config_error(setting):
         resolve_chat_template(setting)
 
 
-def test_untrained_tool_calls_needs_name_and_arguments_in_order():
+def test_untrained_tool_calls_needs_name_and_arguments_in_their_own_turn():
     text = '<tool_call>{"name": "read_file", "arguments": {"path": "notes.txt"}}</tool_call>'
-    assert untrained_tool_calls(CONVERSATION[:2], text) == []
-    assert untrained_tool_calls(CONVERSATION[:2], "read_file") == [
+    assert untrained_tool_calls(CONVERSATION[:2], [text]) == []
+    assert untrained_tool_calls(CONVERSATION[:2], ["read_file"]) == [
         'read_file { "path": "notes.txt" }'
     ]
-    assert len(untrained_tool_calls(CONVERSATION[:4], text)) == 1  # write_file is missing
+    assert len(untrained_tool_calls(CONVERSATION[:4], [text, text])) == 1  # write_file missing
+    # A call is looked for in its own turn only, never in the text of another.
+    assert len(untrained_tool_calls(CONVERSATION[:4], ["<|im_end|>", text])) == 2
+    # Turns without a trained run (only the final answer trained) train none of their calls.
+    assert len(untrained_tool_calls(CONVERSATION, ["Copied."])) == 2
+    # Arguments written one element per key (Qwen3-Coder, GLM): each key, then its value.
+    xml = "<function=read_file>\n<parameter=path>\nnotes.txt\n</parameter>\n</function>"
+    assert untrained_tool_calls(CONVERSATION[:2], [xml]) == []
+    assert len(untrained_tool_calls(CONVERSATION[:2], [xml.replace("notes", "other")])) == 1
+    typed = [call("c", "run", '{"timeout": 30, "dry": true, "env": {"A": "1"}}')]
+    typed = [{"role": "assistant", "content": "", "tool_calls": typed}]
+    text = 'run <k>timeout</k><v>30</v><k>dry</k><v>true</v><k>env</k><v>{"A": "1"}</v>'
+    assert untrained_tool_calls(typed, [text]) == []
+    assert len(untrained_tool_calls(typed, [text.replace("30", "31")])) == 1
 
 
 @pytest.mark.parametrize(
@@ -207,7 +235,7 @@ def test_untrained_tool_calls_needs_name_and_arguments_in_order():
 def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, refused):
     # Mistral's template puts the system prompt into the last user turn only: the rendering of
     # the conversation so far is then no prefix of the next one, so earlier turns (the tool
-    # calls) could not be trained, only the final answer.
+    # calls) could not be trained.
     tokenizer = family_tokenizer(tmp_path, family)
     system = "You are a careful agent."
     if not refused:
@@ -217,8 +245,9 @@ def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, re
         check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
     check_tool_calls_rendered(tokenizer, family, exact_tokens=True, system_prompt=system)
     conversation = [{"role": "system", "content": system}, *CONVERSATION]
-    trained = "\n".join(tokenize_conversation(tokenizer, conversation, TOOLS).trained_spans)
-    assert len(untrained_tool_calls(conversation, trained)) == 2  # what the refusal prevents
+    # What the refusal prevents: every tool-using rollout left out of the training data.
+    with pytest.raises(ChatTemplateError, match="their tool calls cannot be trained"):
+        tokenize_conversation(tokenizer, conversation, TOOLS)
 
 
 def test_a_template_without_tool_definitions_is_named_in_the_log(tmp_path, caplog):
@@ -253,3 +282,118 @@ def test_a_rollout_the_template_refuses_is_left_out_with_an_error(stub_server, t
         caplog.text
     )
     assert "only supports single tool-calls at once" in caplog.text
+
+
+def with_reasoning(messages: list[dict]) -> list[dict]:
+    """The conversation as a reasoning model's rollout: every reply carries its reasoning."""
+    return [
+        dict(m, reasoning_content=f"Thinking about step {i}.") if m["role"] == "assistant" else m
+        for i, m in enumerate(messages)
+    ]
+
+
+def test_a_template_that_drops_old_reasoning_never_trains_only_the_final_answer(tmp_path):
+    # Without reasoning the template renders every turn alike, so the plain probe passes; with
+    # reasoning the earlier turns change once a turn follows them, and their tool calls could
+    # not be trained: the rollout is refused, not cut down to its final answer.
+    tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
+    data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
+    assert untrained_tool_calls(CONVERSATION, data.trained_spans) == []
+    with pytest.raises(ChatTemplateError, match="re-renders earlier turns") as caught:
+        tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS)
+    assert "tool calls" in str(caught.value) and "\n" not in str(caught.value)
+    # Earlier turns without tool calls lose nothing the final turn would not say again.
+    chat = with_reasoning([CONVERSATION[0], {"role": "assistant", "content": "Which copy?"}])
+    chat += [{"role": "user", "content": "copy.txt"}, CONVERSATION[-1]]
+    data = tokenize_conversation(tokenizer, with_reasoning(chat), TOOLS)
+    assert data.trained_spans == ["<think>Thinking about step 3.</think>\nCopied.<|im_end|>"]
+
+
+def test_the_probe_refuses_a_template_that_drops_old_reasoning(tmp_path):
+    tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
+    with pytest.raises(ChatTemplateDropsToolCalls) as caught:
+        check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=False)
+    message = str(caught.value)
+    assert "re-renders earlier turns that carry reasoning" in message and "\n" not in message
+    assert "--env.chat_template hermes" in message
+    # Phase 2 trains the generated tokens, whatever the template does to old turns.
+    check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=True)
+    # The built-in templates keep each turn's reasoning where it was.
+    prepare_chat_template(tokenizer, "hermes", "r1-style", exact_tokens=False)
+    runs = tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS).trained_spans
+    assert [run.startswith("<think>Thinking about step") for run in runs] == [True] * 3
+
+
+def with_server_ids(messages: list[dict]) -> list[dict]:
+    """The conversation with the call ids an OpenAI-style server gives: ``call_`` + 24 hex."""
+    long = {f"call0000{n}": f"call_{n:024x}" for n in (1, 2)}
+    out = []
+    for m in messages:
+        m = dict(m, tool_call_id=long[m["tool_call_id"]]) if "tool_call_id" in m else m
+        calls = [dict(c, id=long[c["id"]]) for c in m.get("tool_calls") or []]
+        out.append(dict(m, tool_calls=calls) if calls else m)
+    return out
+
+
+def test_mistral_trains_the_calls_of_a_server_that_gives_long_call_ids(tmp_path, caplog):
+    # Mistral's template refuses any id but 9 characters; servers often give call_ + 24 hex.
+    tokenizer = family_tokenizer(tmp_path, "mistral v0.3")
+    with caplog.at_level("INFO"):
+        check_tool_calls_rendered(tokenizer, "mistral", exact_tokens=False)
+    assert "takes only 9-character call ids" in caplog.text
+    conversation = with_server_ids(CONVERSATION)
+    data = tokenize_conversation(tokenizer, conversation, TOOLS)
+    runs = trained_text(tokenizer, data.tokens, data.masks)
+    assert untrained_tool_calls(conversation, runs) == []
+    # Each id is rendered as the same 9 characters in its call and in its result.
+    rendered = tokenizer.decode(data.tokens)
+    ids = re.findall(r'"id": "([^"]*)"', rendered)
+    assert [len(i) for i in ids] == [9, 9] and ids[0] != ids[1]
+    assert all(i.isalnum() for i in ids)
+    assert re.findall(r'"call_id": "([^"]*)"', rendered) == ids
+    # Ids of 9 characters (vLLM's Mistral parser gives them) stay as they are.
+    rendered = tokenizer.decode(tokenize_conversation(tokenizer, CONVERSATION, TOOLS).tokens)
+    assert re.findall(r'"id": "([^"]*)"', rendered) == ["call00001", "call00002"]
+
+
+def test_templates_that_take_any_call_id_render_the_servers_ids(tmp_path, caplog):
+    tokenizer = family_tokenizer(tmp_path, "chatml-tools (built-in)")
+    tokenizer.chat_template = tokenizer.chat_template.replace(
+        "'<tool_call>\\n", "'<tool_call id=' + call['id'] + '>\\n"
+    )
+    with caplog.at_level("INFO"):
+        check_tool_calls_rendered(tokenizer, "ids", exact_tokens=False)
+    assert "call ids" not in caplog.text
+    data = tokenize_conversation(tokenizer, with_server_ids(CONVERSATION), TOOLS)
+    assert data.trained_spans[0].startswith(f"<tool_call id=call_{1:024x}>")
+
+
+def test_kimi_k2_gets_the_call_ids_that_carry_the_names(tmp_path, caplog):
+    # Kimi K2's template prints the id where the call's name belongs (functions.NAME:IDX, as
+    # vLLM's Kimi parser gives it); other servers' ids would leave the name out.
+    tokenizer = family_tokenizer(tmp_path, "kimi k2")
+    with caplog.at_level("INFO"):
+        check_tool_calls_rendered(tokenizer, "kimi", exact_tokens=False)
+    assert "prints the call id where the call's name belongs" in caplog.text
+    rendered = tokenizer.decode(
+        tokenize_conversation(tokenizer, with_server_ids(CONVERSATION), TOOLS).tokens
+    )
+    assert re.findall(r"<\|tool_call_begin\|>([^<]*)<", rendered) == [
+        "functions.read_file:0",
+        "functions.write_file:1",
+    ]
+    assert re.findall(r"## Return of (\S*)", rendered) == [
+        "functions.read_file:0",
+        "functions.write_file:1",
+    ]
+    # Ids in that form already (the model's own) stay as they are.
+    own = [
+        dict(m, tool_calls=[dict(c, id="functions.read_file:7") for c in m["tool_calls"]])
+        if m.get("tool_calls")
+        else dict(m, tool_call_id="functions.read_file:7")
+        if m["role"] == "tool"
+        else m
+        for m in CONVERSATION[:3]
+    ]
+    rendered = tokenizer.decode(tokenize_conversation(tokenizer, own, TOOLS).tokens)
+    assert "<|tool_call_begin|>functions.read_file:7<" in rendered

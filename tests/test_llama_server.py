@@ -4,8 +4,9 @@ llama-cpp-python's server (built from source by ``scripts/llama-server.sh``, cac
 first build) serves SmolLM2-135M-Instruct on CPU; the tokenizer comes from the same GGUF file.
 ``process`` and ``evaluate`` run for real against it, bounded (two rollouts of two turns, short
 turns); the groups must be valid and their trained spans decode exactly to what the server
-returned. In CI, ``scripts/test.sh`` starts the server in the background before the suite and
-this test runs last (see conftest), so the first build overlaps the other tests.
+returned, tool calls included (name and arguments; the test fails when no call was made). In
+CI, ``scripts/test.sh`` starts the server in the background before the suite and this test runs
+last (see conftest), so the first build overlaps the other tests.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from conftest import REPO, render_template
 from transformers import AutoTokenizer
 
-from hermes_envgen.runtime.trajectory import trained_runs
+from hermes_envgen.runtime.trajectory import trained_runs, untrained_tool_calls
 from hermes_envgen.testing.envs import read_eval_results, validate_groups
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
 
@@ -120,7 +121,19 @@ def run_mode(root: Path, tokenizer: Path, mode: str, flags: dict) -> None:
     )
 
 
+def hermes_turn(reply: dict) -> str:
+    """An assistant turn as the Hermes template renders it, arguments as the server gave them."""
+    parts = [reply["content"]] if reply.get("content") else []
+    for call in reply.get("tool_calls") or []:
+        function = call["function"]
+        call_json = f'{{"name": "{function["name"]}", "arguments": {function["arguments"]}}}'
+        parts.append(f"<tool_call>\n{call_json}\n</tool_call>")
+    return "\n".join(parts) + END
+
+
 def test_process_against_llama_cpp_writes_groups_whose_trained_spans_are_the_replies(project):
+    from hermes_envgen.devtools.check import PASS, trained_tool_calls_check
+
     root, tokenizer_dir = project
     out = root / "groups.jsonl"
     run_mode(
@@ -131,17 +144,25 @@ def test_process_against_llama_cpp_writes_groups_whose_trained_spans_are_the_rep
     )
     (group,) = validate_groups(out, group_size=2)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    calls = 0
     for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
         replies = [m for m in messages if m["role"] == "assistant"]
         spans = [tokenizer.decode(run) for run in trained_runs(tokens, masks)]
         assert len(spans) == len(replies) >= 1, (spans, replies)
-        for span, reply in zip(spans, replies):
-            if reply.get("tool_calls"):
-                # A call is trained as the Hermes template renders it: name and arguments.
-                for call in reply["tool_calls"]:
-                    assert call["function"]["name"] in span, span
-            else:
-                assert span == (reply["content"] or "") + END, (span, reply["content"])
+        # Each turn trains exactly what the server returned: the text, and each call with its
+        # name and its arguments as the server's text (the Hermes template prints them as given).
+        assert spans == [hermes_turn(reply) for reply in replies]
+        assert untrained_tool_calls(messages, spans) == []
+        calls += sum(len(reply.get("tool_calls") or []) for reply in replies)
+    # With tool_choice auto, llama.cpp's server picks between a call and a message greedily
+    # (temperature 0): SmolLM2 calls a tool on the generated env's task. Without a call this
+    # test would not cover the tool-call turns it is about.
+    assert calls >= 1, json.dumps(group["messages"])[:1000]
+    row = trained_tool_calls_check([group], str(tokenizer_dir))
+    assert (row.status, row.reason) == (
+        PASS,
+        f"all {calls} tool calls trained (name and arguments)",
+    )
 
 
 def test_evaluate_against_llama_cpp_measures_every_rollout(project):

@@ -60,6 +60,17 @@ def test_the_row_decodes_the_trained_spans(tmp_path, family, status):
         assert result.reason.startswith("2 of 2 tool calls are not in the trained tokens")
 
 
+def test_a_call_dropped_from_its_turn_is_not_found_in_a_later_one(tmp_path):
+    # Plain ChatML trains the tool-call turn as a lone <|im_end|>; the final answer quotes the
+    # call word for word. The call is still untrained: each turn is matched to its own run.
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    quoting = {"role": "assistant", "content": 'I ran read_file { "path": "notes.txt" }.'}
+    conversation = [*CONVERSATION[:3], quoting]
+    result = trained_tool_calls_check([group_of(tokenizer, conversation)], str(tmp_path / "tok"))
+    assert result.status == FAIL, result.reason
+    assert result.reason.startswith("1 of 1 tool calls are not in the trained tokens")
+
+
 def test_the_row_warns_when_there_is_no_call_to_verify(tmp_path):
     tokenizer = family_tokenizer(tmp_path, "hermes (built-in)")
     plain = [CONVERSATION[0], CONVERSATION[-1]]
@@ -76,21 +87,23 @@ def smollm2_tokenizer(tmp_path_factory) -> Path:
     return tokenizer_from_gguf(GGUF, tmp_path_factory.mktemp("smollm2"))
 
 
-def process(stub, tokenizer: Path, tmp_path: Path, *flags: str) -> Path:
-    out = tmp_path / "groups.jsonl"
+def run_mode(stub, tokenizer: Path, tmp_path: Path, mode: str, *flags: str) -> Path:
+    """Run ``mode`` of the example env (one step, or one evaluation); where it writes."""
+    if mode == "process":
+        out = tmp_path / "groups.jsonl"
+        flags = ("--env.data_path_to_save_groups", str(out), "--env.total_steps", "1", *flags)
+    else:
+        out = tmp_path / "eval"
+        flags = ("--env.data_dir_to_save_evals", str(out), "--env.eval_size", "1", *flags)
     run_env_mode(
         ENV_FILE,
-        "process",
+        mode,
         "--openai.base_url",
         stub.base_url,
         "--env.tokenizer_name",
         str(tokenizer),
-        "--env.data_path_to_save_groups",
-        str(out),
         "--env.sandbox_root",
         str(tmp_path / "sandboxes"),
-        "--env.total_steps",
-        "1",
         *flags,
         cwd=tmp_path,
         timeout=180,
@@ -98,11 +111,18 @@ def process(stub, tokenizer: Path, tmp_path: Path, *flags: str) -> Path:
     return out
 
 
+def process(stub, tokenizer: Path, tmp_path: Path, *flags: str) -> Path:
+    return run_mode(stub, tokenizer, tmp_path, "process", *flags)
+
+
 @pytest.mark.slow
-def test_smollm2s_own_template_is_refused_at_start_up(stub_server, smollm2_tokenizer, tmp_path):
+@pytest.mark.parametrize("mode", ["process", "evaluate"])
+def test_smollm2s_own_template_is_refused_at_start_up(
+    stub_server, smollm2_tokenizer, tmp_path, mode
+):
     stub = stub_server(SCRIPT)
     with pytest.raises(EnvRunFailed) as failed:
-        process(stub, smollm2_tokenizer, tmp_path)
+        run_mode(stub, smollm2_tokenizer, tmp_path, mode)
     message = str(failed.value)
     assert "exited 2" in message and "Traceback" not in message
     stderr = message.split("--- stderr\n", 1)[1].strip().splitlines()
@@ -110,6 +130,9 @@ def test_smollm2s_own_template_is_refused_at_start_up(stub_server, smollm2_token
     assert "drops tool calls" in stderr[-1]
     assert "--env.chat_template hermes" in stderr[-1]
     assert not (tmp_path / "groups.jsonl").exists()
+    # No results: evaluate leaves only the config atroposlib writes before the env starts.
+    written = {p.name for p in (tmp_path / "eval").iterdir()} if mode == "evaluate" else set()
+    assert written <= {"evaluate_config.yaml"}
     assert stub.requests == []  # stopped before any rollout
 
 

@@ -255,7 +255,7 @@ TOOL_CALLS_ROW = "tool calls in training data"
 
 
 def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckResult:
-    """Decode the trained tokens of each sequence: every tool call must be in them, whole."""
+    """Decode the trained runs of each sequence: every tool call must be in its turn's, whole."""
     from transformers import AutoTokenizer
 
     from hermes_envgen.runtime.trajectory import trained_runs, untrained_tool_calls
@@ -267,7 +267,7 @@ def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckRe
     calls, missing = 0, []
     for group in groups:
         for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
-            trained = "\n".join(tokenizer.decode(run) for run in trained_runs(tokens, masks))
+            trained = [tokenizer.decode(run) for run in trained_runs(tokens, masks)]
             calls += sum(len(m.get("tool_calls") or []) for m in messages)
             missing += untrained_tool_calls(messages, trained)
     if not calls:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.errors import InferenceError
+from hermes_envgen.runtime.parsers.base import new_alnum_id
 from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools.registry import printable
@@ -108,7 +109,8 @@ def normalize_tool_call(call: Any) -> dict:
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
     return {
-        "id": get("id") or f"call_{uuid.uuid4().hex[:24]}",
+        # A made-up id has the 9 alphanumeric characters that every template takes.
+        "id": get("id") or new_alnum_id(9),
         "type": "function",
         "function": {"name": fget("name", "") or "", "arguments": arguments},
     }

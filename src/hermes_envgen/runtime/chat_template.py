@@ -12,12 +12,14 @@ template with a built-in one or a Jinja file.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
+import string
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.errors import EarlierTurnsRewritten, EnvConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ BUILTIN_TEMPLATES = {
     "chatml-tools": CHATML_TOOLS_TEMPLATE,
 }
 
-# The probe: values that appear nowhere else, and a 9-character call id (Mistral needs one).
+# The probe: values that appear nowhere else.
 _PROBE_NAME = "probe_lookup"
 _PROBE_KEY, _PROBE_VALUE, _PROBE_RESULT = "probe_key", "probe-value-7x3", "probe-result-k9w"
 _PROBE_DESCRIPTION = "Look a key up."
@@ -103,16 +105,27 @@ _PROBE_TOOLS = [
 ]
 # Spaced unlike json.dumps, to tell a template that renders argument text as given.
 _PROBE_ARGUMENTS = f'{{ "{_PROBE_KEY}":  "{_PROBE_VALUE}" }}'
-_PROBE_CALL = {
-    "id": "probe0001",
-    "type": "function",
-    "function": {"name": _PROBE_NAME, "arguments": _PROBE_ARGUMENTS},
-}
-_PROBE_MESSAGES = [
-    {"role": "user", "content": "Look up the probe key."},
-    {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]},
-    {"role": "tool", "tool_call_id": "probe0001", "name": _PROBE_NAME, "content": _PROBE_RESULT},
-]
+
+
+def _probe_messages(call_id: str) -> list[dict]:
+    """The probe conversation: a tool call with ``call_id``, and its result."""
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": _PROBE_NAME, "arguments": _PROBE_ARGUMENTS},
+    }
+    return [
+        {"role": "user", "content": "Look up the probe key."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "name": _PROBE_NAME, "content": _PROBE_RESULT},
+    ]
+
+
+# A 9-character id, which every template takes (Mistral's takes no other), and one as
+# OpenAI-style servers give them, which the start-up probe uses as a rollout would.
+_PROBE_ID = "probe0001"
+_PROBE_MESSAGES = _probe_messages(_PROBE_ID)
+_SERVER_STYLE_PROBE = _probe_messages("call_" + "3b9e" * 6)
 
 _FIX = (
     "Fix: --env.chat_template hermes (or qwen, chatml-tools, or a Jinja file in the model's "
@@ -173,7 +186,61 @@ def with_arguments(messages: list[dict], raw: bool) -> list[dict]:
     return out
 
 
+_ALNUM = string.ascii_letters + string.digits
+
+
+def short_call_id(call_id: str) -> str:
+    """``call_id`` as 9 alphanumeric characters (itself when it is that), the same every time."""
+    if len(call_id) == 9 and call_id.isascii() and call_id.isalnum():
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode()).digest(), "big")
+    chars = []
+    for _ in range(9):
+        number, digit = divmod(number, len(_ALNUM))
+        chars.append(_ALNUM[digit])
+    return "".join(chars)
+
+
+# How a template needs call ids (see call_id_style).
+AS_GIVEN, SHORT, NAMED = "as given", "9 characters", "functions.NAME:IDX"
+
+
+def with_call_ids(messages: list[dict], style: str) -> list[dict]:
+    """A copy of ``messages`` whose call ids (and the results' ``tool_call_id``) have ``style``.
+
+    SHORT: 9 characters derived from each id. NAMED: ``functions.NAME:IDX`` with IDX counting
+    the calls of the conversation, unless the id has that form already (the model's own).
+    """
+    out = copy.deepcopy(messages)
+    renamed: dict[str, str] = {}
+    for message in out:
+        for call in message.get("tool_calls") or []:
+            old = call.get("id")
+            if not isinstance(old, str):
+                continue
+            if style == SHORT:
+                new = short_call_id(old)
+            elif style == NAMED and not old.startswith("functions."):
+                new = f"functions.{call.get('function', call).get('name')}:{len(renamed)}"
+            else:
+                new = old
+            call["id"] = renamed[old] = new
+        result_of = message.get("tool_call_id")
+        if isinstance(result_of, str):
+            fallback = short_call_id(result_of) if style == SHORT else result_of
+            message["tool_call_id"] = renamed.get(result_of, fallback)
+    return out
+
+
+def for_template(tokenizer: Any, messages: list[dict]) -> list[dict]:
+    """A copy of ``messages`` as the tokenizer's template takes them: arguments, call ids."""
+    shaped = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
+    style = call_id_style(tokenizer)
+    return shaped if style == AS_GIVEN else with_call_ids(shaped, style)
+
+
 _raw_arguments_by_template: dict[str, bool] = {}
+_id_style_by_template: dict[str, str] = {}
 
 
 def renders_raw_arguments(tokenizer: Any) -> bool:
@@ -189,6 +256,40 @@ def renders_raw_arguments(tokenizer: Any) -> bool:
     return known
 
 
+def call_id_style(tokenizer: Any) -> str:
+    """How the tokenizer's template needs call ids: AS_GIVEN, SHORT or NAMED.
+
+    SHORT: Mistral's templates raise on any call id but 9 alphanumeric characters, which
+    OpenAI-style servers (and llama.cpp's) do not give. NAMED: Kimi K2's prints the id where the
+    call's name belongs, so only ``functions.NAME:IDX`` (what vLLM's Kimi parser gives) renders
+    the name. The training data renders other ids in the form the template needs.
+    """
+    template = str(getattr(tokenizer, "chat_template", None))
+    known = _id_style_by_template.get(template)
+    if known is None:
+        if not _renders(tokenizer, _SERVER_STYLE_PROBE) and _renders(tokenizer, _PROBE_MESSAGES):
+            known = SHORT
+        else:
+            try:
+                text = render(
+                    tokenizer, with_arguments(_PROBE_MESSAGES[:2], raw=False), None, False
+                )
+            except Exception:  # Jinja errors: the probe says what is wrong
+                text = ""
+            known = NAMED if _PROBE_ID in text and _PROBE_NAME not in text else AS_GIVEN
+        _id_style_by_template[template] = known
+    return known
+
+
+def _renders(tokenizer: Any, messages: list[dict]) -> bool:
+    """Whether the template renders ``messages`` (arguments as objects) without an error."""
+    try:
+        render(tokenizer, with_arguments(messages, raw=False), None, False)
+    except Exception:  # Jinja errors, and templates that raise on purpose
+        return False
+    return True
+
+
 def _assistant_turn(tokenizer: Any, messages: list[dict]) -> str:
     """The text the template adds for the probe's tool-call turn (``messages[-1]``)."""
     before = render(tokenizer, messages[:-1], _PROBE_TOOLS, True)
@@ -202,20 +303,25 @@ def check_tool_calls_rendered(
     """Refuse, in one line, a chat template that drops tool calls or tool results.
 
     The probe conversation (with the env's system prompt, if any) is turned into training data
-    as a rollout would be: its tool call must be among the trained tokens. With
-    ``exact_tokens`` (Phase 2) the trained tokens are the model's own, so only the tool results
-    (which the template renders into the next prompt) must appear.
+    as a rollout would be: its tool call must be among the trained tokens, also when the replies
+    carry reasoning (some templates show reasoning only on the last turn, re-rendering the
+    earlier ones). With ``exact_tokens`` (Phase 2) the trained tokens are the model's own, so
+    only the tool results (which the template renders into the next prompt) must appear.
     """
-    from hermes_envgen.runtime.trajectory import tokenize_conversation, untrained_tool_calls
+    from hermes_envgen.runtime.trajectory import untrained_tool_calls
 
     where = f"the chat template of {name!r}"
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    probe = [*system, *_PROBE_MESSAGES, {"role": "assistant", "content": "Done."}]
+    probe = [*system, *_SERVER_STYLE_PROBE, {"role": "assistant", "content": "Done."}]
+    thinking = [
+        dict(m, reasoning_content="Probe reasoning.") if m["role"] == "assistant" else m
+        for m in probe
+    ]
     try:
-        raw = renders_raw_arguments(tokenizer)
-        full = render(tokenizer, with_arguments(probe, raw=raw), _PROBE_TOOLS, False)
-        trained = "\n".join(tokenize_conversation(tokenizer, probe, _PROBE_TOOLS).trained_spans)
-        turn = _assistant_turn(tokenizer, with_arguments(probe[: len(system) + 2], raw=raw))
+        full = render(tokenizer, for_template(tokenizer, probe), _PROBE_TOOLS, False)
+        trained = _trained_turns(tokenizer, probe)
+        trained_thinking = None if exact_tokens else _trained_turns(tokenizer, thinking)
+        turn = [_assistant_turn(tokenizer, for_template(tokenizer, probe[: len(system) + 2]))]
     except Exception as exc:  # Jinja errors, and templates that raise on purpose
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ChatTemplateDropsToolCalls(
@@ -233,18 +339,48 @@ def check_tool_calls_rendered(
             "only from what the prompts say about them",
             where,
         )
-    if exact_tokens or not untrained_tool_calls(probe, trained):
-        return
-    if untrained_tool_calls(probe, turn):
-        raise ChatTemplateDropsToolCalls(
-            f"{where} drops tool calls: tool-call turns would train as empty turns, teaching "
-            f"the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
+    style = call_id_style(tokenizer)
+    if style == SHORT:
+        logger.warning(
+            "%s takes only 9-character call ids: the training data renders longer ids (as "
+            "OpenAI-style servers give them) as 9 characters derived from them",
+            where,
         )
-    raise ChatTemplateDropsToolCalls(
-        f"{where} re-renders earlier turns (e.g. moves the system prompt to the last user "
-        "turn): only the final answer would train, not the tool calls before it. "
-        f"{_FIX}{_OR_EXACT_TOKENS}"
-    )
+    elif style == NAMED:
+        logger.warning(
+            "%s prints the call id where the call's name belongs: the training data renders "
+            "ids not of the form functions.NAME:IDX in that form",
+            where,
+        )
+    if exact_tokens:
+        return
+    if trained is None or untrained_tool_calls(probe, trained):
+        if untrained_tool_calls(probe[: len(system) + 2], turn):
+            raise ChatTemplateDropsToolCalls(
+                f"{where} drops tool calls: tool-call turns would train as empty turns, "
+                f"teaching the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
+            )
+        raise ChatTemplateDropsToolCalls(
+            f"{where} re-renders earlier turns (e.g. moves the system prompt to the last user "
+            "turn): their tool calls could not be trained, so every tool-using rollout would "
+            f"be left out. {_FIX}{_OR_EXACT_TOKENS}"
+        )
+    if trained_thinking is None or untrained_tool_calls(thinking, trained_thinking):
+        raise ChatTemplateDropsToolCalls(
+            f"{where} re-renders earlier turns that carry reasoning (e.g. shows reasoning only "
+            "on the last turn): the tool calls of rollouts whose replies carry reasoning could "
+            f"not be trained, and those rollouts would be left out. {_FIX}{_OR_EXACT_TOKENS}"
+        )
+
+
+def _trained_turns(tokenizer: Any, messages: list[dict]) -> list[str] | None:
+    """The trained text of each assistant turn; None when earlier turns are re-rendered."""
+    from hermes_envgen.runtime.trajectory import tokenize_conversation
+
+    try:
+        return tokenize_conversation(tokenizer, messages, _PROBE_TOOLS).trained_spans
+    except EarlierTurnsRewritten:
+        return None
 
 
 def prepare_chat_template(

@@ -50,6 +50,10 @@ class ChatTemplateError(HermesEnvgenError):
     """The tokenizer's chat template cannot render the conversation as training data needs."""
 
 
+class EarlierTurnsRewritten(ChatTemplateError):
+    """The template renders earlier turns differently once a turn follows, and they call tools."""
+
+
 class InferenceError(HermesEnvgenError):
     """A request to the model server failed; the message says what came back (status, words).
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
-from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
+from hermes_envgen.runtime.chat_template import for_template, render
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
 from hermes_envgen.runtime.trajectory import MASKED
@@ -240,8 +240,9 @@ class ExactTokensBackend:
         """The messages as chat-template text, tool-call arguments as the template prints them."""
         if not messages:
             return ""
-        shaped = with_arguments(messages, raw=renders_raw_arguments(self.tokenizer))
-        return render(self.tokenizer, shaped, tools, generation_prompt)
+        return render(
+            self.tokenizer, for_template(self.tokenizer, messages), tools, generation_prompt
+        )
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of template text; the template writes any BOS itself."""

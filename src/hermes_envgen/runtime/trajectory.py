@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
-from hermes_envgen.runtime.errors import ChatTemplateError
+from hermes_envgen.runtime.chat_template import for_template, render
+from hermes_envgen.runtime.errors import ChatTemplateError, EarlierTurnsRewritten
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +60,12 @@ def tokenize_conversation(
     """Tokens and masks for a whole conversation; only assistant turns are trained.
 
     Tool-call arguments are rendered as the JSON text the server returned when the template
-    prints strings as given; otherwise as objects the template serialises (see README).
-    ChatTemplateError when the template cannot render the conversation.
+    prints strings as given; otherwise as objects the template serialises (see README); call
+    ids in the form the template needs (Mistral's 9 characters, Kimi's functions.NAME:IDX).
+    ChatTemplateError when the template cannot render the conversation, or re-renders earlier
+    turns that call tools (training only the final answer would drop the calls).
     """
-    messages = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
+    messages = for_template(tokenizer, messages)
     full = _render(tokenizer, messages, tools, gen=False)
 
     pieces: list[tuple[str, bool]] = []  # (text, trained)
@@ -86,20 +88,27 @@ def tokenize_conversation(
 
     if not consistent:
         # Some templates rewrite earlier turns (e.g. drop old reasoning), so the conversation
-        # is not a prefix of itself. Train only the final assistant turn, which is exact.
+        # is not a prefix of itself: only the final assistant turn is exact. Earlier text
+        # turns may go untrained (with a warning); earlier tool calls may not, as that would
+        # teach the model to answer without calling tools: such rollouts are left out.
+        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        if any(m.get("tool_calls") for m in messages[:last] if m["role"] == "assistant"):
+            raise EarlierTurnsRewritten(
+                "the chat template re-renders earlier turns once a turn follows them (e.g. "
+                "drops their reasoning): their tool calls cannot be trained"
+            )
         logger.warning(
             "the chat template rewrites earlier turns; training only the final assistant turn"
         )
-        return _final_turn_only(tokenizer, messages, tools)
+        return _final_turn_only(tokenizer, messages, tools, last)
 
     pieces.append((full[position:], False))
     return _encode(tokenizer, pieces)
 
 
 def _final_turn_only(
-    tokenizer: Any, messages: list[dict], tools: list[dict] | None
+    tokenizer: Any, messages: list[dict], tools: list[dict] | None, last: int
 ) -> TokenizedConversation:
-    last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
     before = _render(tokenizer, messages[:last], tools, gen=True)
     after = _render(tokenizer, messages[: last + 1], tools, gen=False)
     turn, tail = _split_trailing_whitespace(after[len(before) :])
@@ -138,23 +147,28 @@ def trained_runs(tokens: list[int], masks: list[int]) -> list[list[int]]:
     return runs
 
 
-def untrained_tool_calls(messages: list[dict], trained_text: str) -> list[str]:
-    """The tool calls of the assistant turns whose name or arguments ``trained_text`` lacks.
+def untrained_tool_calls(messages: list[dict], trained_turns: list[str]) -> list[str]:
+    """The tool calls of the assistant turns whose name or arguments their own trained turn lacks.
 
-    Calls are looked for in order. Arguments count as trained when their JSON text appears as
-    the server returned it, or a JSON object equal to them does (a template that serialises
-    arguments itself, e.g. Llama 3's ``"parameters": {...}``).
+    ``trained_turns`` is the trained text of each assistant turn (the decoded trained runs), the
+    last one for the last turn: a turn without one (only the final answer trained) trains none
+    of its calls, and a call quoted in another turn's text does not count. Within a turn calls
+    are looked for in order. Arguments count as trained when their JSON text appears as the
+    server returned it, or a JSON object equal to them does (a template that serialises
+    arguments itself, e.g. Llama 3's ``"parameters": {...}``), or each key and then its value
+    does (one element per argument, as Qwen3-Coder and GLM write them).
     """
+    replies = [m for m in messages if m.get("role") == "assistant"]
+    texts = list(trained_turns[-len(replies) :]) if replies else []
+    texts = [""] * (len(replies) - len(texts)) + texts
     missing: list[str] = []
-    cursor = 0
-    for message in messages:
-        if message.get("role") != "assistant":
-            continue
-        for call in message.get("tool_calls") or []:
+    for reply, text in zip(replies, texts):
+        cursor = 0
+        for call in reply.get("tool_calls") or []:
             function = call.get("function", call)
             name, arguments = str(function.get("name") or ""), function.get("arguments", "")
-            at = trained_text.find(name, cursor) if name else -1
-            end = _arguments_end(trained_text, arguments, at + len(name)) if at >= 0 else -1
+            at = text.find(name, cursor) if name else -1
+            end = _arguments_end(text, arguments, at + len(name)) if at >= 0 else -1
             if end < 0:
                 missing.append(f"{name} {arguments}"[:160])
             else:
@@ -172,6 +186,14 @@ def _arguments_end(text: str, arguments: Any, start: int) -> int:
             arguments = json.loads(arguments)
         except ValueError:
             return -1
+    end = _json_object_end(text, arguments, start)
+    if end < 0 and isinstance(arguments, dict):
+        end = _keys_and_values_end(text, arguments, start)
+    return end
+
+
+def _json_object_end(text: str, arguments: Any, start: int) -> int:
+    """Where a JSON object equal to ``arguments`` ends in ``text`` after ``start``, or -1."""
     decoder = json.JSONDecoder()
     at = text.find("{", start)
     while at >= 0:
@@ -183,3 +205,27 @@ def _arguments_end(text: str, arguments: Any, start: int) -> int:
             return end
         at = text.find("{", at + 1)
     return -1
+
+
+def _keys_and_values_end(text: str, arguments: dict, start: int) -> int:
+    """Where the last value ends when each key and then its value follow in order, or -1.
+
+    Templates that write one element per argument (Qwen3-Coder's ``<parameter=key>``, GLM's
+    ``<arg_key>``) print strings as they are and other values as JSON (or as Python would).
+    """
+    at = start
+    for key, value in arguments.items():
+        at = text.find(str(key), at)
+        if at < 0:
+            return -1
+        at += len(str(key))
+        if isinstance(value, str):
+            forms = [value]
+        else:
+            forms = [json.dumps(value, ensure_ascii=False), json.dumps(value), str(value)]
+        found = [(where, form) for form in forms if (where := text.find(form, at)) >= 0]
+        if not found:
+            return -1
+        where, form = min(found)
+        at = where + len(form)
+    return at
