@@ -98,17 +98,21 @@ def update_project(
     check_git()
     _check_clean_repository(project)
     old, src = str(answers["_commit"]), str(answers["_src_path"])
-    target = vcs_ref or source.release_tag()
     changes = dict(data or {})
-    if old == target and not changes:
-        return UpdateResult(project, old, target, changed=False)
     redirect: dict[str, str] = {}
     if src == source.template_url():  # ours: fetch it from the bundle; anything else as recorded
-        template = source.template_source()
+        template = source.template_source(base=old)
+        target = vcs_ref or source.default_ref(template)
+        if old == target and not changes:
+            return UpdateResult(project, old, target, changed=False)
         source.check_versions(template, project=old, target=target)
         redirect = source.git_redirect(src, template)
         if changes:
             changes = check_answers(changes, template, target)
+    else:
+        target = vcs_ref or source.release_tag()
+        if old == target and not changes:
+            return UpdateResult(project, old, target, changed=False)
     if interactive is None:
         interactive = stdin_is_terminal()
     try:
