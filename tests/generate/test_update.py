@@ -258,6 +258,40 @@ def test_plain_copier_update_works_the_same(
     _assert_merged(project, release, user_doc_line, user_code)
 
 
+def test_update_fills_the_install_source_of_a_project_made_before_it_was_asked(
+    run_cli: RunCli, project: Path
+):
+    # As made by a template version without the question: no answer, no install line.
+    install_line = "# hermes-envgen: on no package index"
+    answers = project / ".copier-answers.yml"
+    answers.write_text(
+        "".join(
+            line
+            for line in answers.read_text().splitlines(keepends=True)
+            if not line.startswith("hermes_envgen_source:")
+        )
+    )
+    readme = project / "README.md"
+    lines = readme.read_text().splitlines(keepends=True)
+    readme.write_text("".join(line for line in lines if install_line not in line))
+    _commit_all(project, "Made before hermes_envgen_source was asked")
+
+    result = run_cli("update", str(project), "--vcs-ref", NEW_TAG)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(answers.read_text())["hermes_envgen_source"] == str(REPO)
+    assert f"pip install {REPO}    {install_line}" in readme.read_text()
+
+
+def test_the_ci_of_a_project_from_a_release_installs_hermes_envgen_from_its_repository(
+    project: Path,
+):
+    # Made from a local checkout that CI cannot reach, but from a release: the public repository
+    # has that tag.
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "tests.yml").read_text())
+    runs = [step.get("run", "") for step in workflow["jobs"]["test"]["steps"]]
+    assert any(f"pip install git+{PUBLIC_URL}@{VERSION_TAG} ||" in run for run in runs), runs
+
+
 def test_update_can_change_answers_and_checks_them(run_cli: RunCli, project: Path):
     refused = run_cli("update", str(project), "--data", "colour=blue")
     assert_one_line_error(refused, 2, "unknown question colour")

@@ -10,12 +10,13 @@ from typing import Any, Literal
 import yaml
 
 from hermes_envgen.errors import GitError, Interrupted, UpdateConflictError, UsageError
-from hermes_envgen.generate import source
+from hermes_envgen.generate import origin, source
 from hermes_envgen.generate.answers import check_answers
 from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
 from hermes_envgen.generate.git import check_git, one_line, run_git
 
 ANSWERS_FILE = ".copier-answers.yml"
+INSTALL_SOURCE = "hermes_envgen_source"  # the question whose answer the README installs from
 
 Conflict = Literal["inline", "rej"]
 
@@ -77,6 +78,19 @@ def conflicted_files(project: Path, conflict: Conflict) -> list[str]:
     return sorted(set(entries))
 
 
+def _fill_install_source(
+    answers: Mapping[str, Any], changes: dict[str, Any], template: Path, target: str
+) -> None:
+    """Answer ``hermes_envgen_source`` as ``new`` does, for projects made before it was asked.
+
+    Without it their README would keep no line that installs hermes-envgen, on no index.
+    """
+    if INSTALL_SOURCE in answers or INSTALL_SOURCE in changes:
+        return
+    if INSTALL_SOURCE in source.template_questions(template, target):
+        changes[INSTALL_SOURCE] = origin.install_source()
+
+
 def update_project(
     path: Path | str = ".",
     *,
@@ -107,6 +121,7 @@ def update_project(
             return UpdateResult(project, old, target, changed=False)
         source.check_versions(template, project=old, target=target)
         redirect = source.git_redirect(src, template)
+        _fill_install_source(answers, changes, template, target)
         if changes:
             changes = check_answers(changes, template, target)
     else:
