@@ -24,6 +24,10 @@ from .envgen_helpers import NOT_SOURCE, REPO, RunCli, answers_of, git
 pytestmark = pytest.mark.timeout(600)
 
 TEMPLATE_LINE = "A template change after the project was made."
+# The commit whose template made tests/fixtures/legacy-env-v0.1.0 (which records v0.1.0): the
+# one to tag v0.1.0 in this repository.
+V0_1_0_COMMIT = "5bb9bc29093c32cf061b32f872aada683a9e6198"
+LEGACY_PROJECT = REPO / "tests" / "fixtures" / "legacy-env-v0.1.0"
 
 
 def release(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -187,3 +191,47 @@ def test_a_checkout_renders_as_a_label_naming_its_commit_unless_it_is_the_tagged
     assert dirty.startswith(f"v0.7.0+g{head}.dirty."), dirty
     shutil.rmtree(repo / ".git")
     assert head_tag("no-git.bundle").startswith("v0.7.0+tree."), dirty
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """The files under ``root`` (outside .git) and their bytes."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and ".git" not in path.relative_to(root).parts
+    }
+
+
+def test_the_v0_1_0_project_updates_from_the_commit_that_made_it(
+    tmp_path: Path, run_cli: RunCli, cli_env: dict[str, str]
+):
+    # With v0.1.0 tagged there, updating the kept v0.1.0 project gives exactly a fresh project of
+    # the same answers: no line of it differs from what that commit rendered.
+    known = subprocess.run(["git", "cat-file", "-e", f"{V0_1_0_COMMIT}^{{commit}}"], cwd=REPO)
+    if known.returncode != 0:
+        pytest.skip(f"this clone lacks commit {V0_1_0_COMMIT} (a shallow clone?)")
+    clone = tmp_path / "hermes-envgen"
+    git(tmp_path, "clone", "--quiet", str(REPO), str(clone), env=cli_env)
+    git(clone, "tag", "v0.1.0", V0_1_0_COMMIT, env=cli_env)
+    from_clone = {"PYTHONPATH": str(clone / "src")}
+
+    project = tmp_path / "legacy-env"
+    shutil.copytree(LEGACY_PROJECT, project, ignore=NOT_SOURCE)
+    git(project, "init", "--quiet", env=cli_env)
+    git(project, "add", "--all", env=cli_env)
+    git(project, "commit", "--quiet", "-m", "Made by v0.1.0", env=cli_env)
+    updated = run_cli("update", str(project), "--defaults", env=from_clone)
+    assert updated.returncode == 0, updated.stderr
+
+    answers = answers_of(project)
+    data = [
+        f"{key}={','.join(value) if isinstance(value, list) else value}"
+        for key, value in answers.items()
+        if not key.startswith("_") and key != "project_name"
+    ]
+    pairs = [arg for pair in data for arg in ("--data", pair)]
+    fresh = run_cli("new", "legacy-env", "-o", "fresh", "--defaults", *pairs, env=from_clone)
+    assert fresh.returncode == 0, fresh.stderr
+    made, merged = _tree(tmp_path / "fresh" / "legacy-env"), _tree(project)
+    assert merged.keys() == made.keys() - {".github/workflows/tests.yml"}  # removed in the fixture
+    assert [name for name in merged if merged[name] != made[name]] == []
