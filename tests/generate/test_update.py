@@ -7,6 +7,7 @@ template change), never from this repository's own tags, which a fresh clone doe
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -274,12 +275,16 @@ def test_update_fills_the_install_source_of_a_project_made_before_it_was_asked(
     readme = project / "README.md"
     lines = readme.read_text().splitlines(keepends=True)
     readme.write_text("".join(line for line in lines if install_line not in line))
+    workflow = project / ".github" / "workflows" / "tests.yml"
+    step = re.compile(r"^      - name: Install hermes-envgen .*?(?=^      - name: )", re.M | re.S)
+    workflow.write_text(step.sub("", workflow.read_text(), count=1))
     _commit_all(project, "Made before hermes_envgen_source was asked")
 
     result = run_cli("update", str(project), "--vcs-ref", NEW_TAG)
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(answers.read_text())["hermes_envgen_source"] == str(REPO)
     assert f"pip install {REPO}    {install_line}" in readme.read_text()
+    assert f"pip install git+{PUBLIC_URL}@{NEW_TAG}" in workflow.read_text()
 
 
 def test_the_ci_of_a_project_from_a_release_installs_hermes_envgen_from_its_repository(
