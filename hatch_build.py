@@ -1,7 +1,9 @@
 """Hatch build hook: ship the git bundle of the template's releases inside the package.
 
 The bundle lets ``hermes-envgen new``/``update`` render from the public template URL, pinned to
-the tag ``v{version}``, with no network (see ``src/hermes_envgen/generate/bundle.py``).
+the tag ``v{version}`` (or, built from an untagged commit, the label naming it), with no network
+(see ``src/hermes_envgen/generate/bundle.py``). A shallow clone is refused: its bundle would
+lack the earlier releases.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class TemplateBundleHook(BuildHookInterface):
             if self.target_name == "sdist":
                 build_data["force_include"][str(prebuilt)] = BUNDLE_IN_SOURCE
             return
+        bundle_module.check_full_history(root)
         self._tmp = tempfile.TemporaryDirectory(prefix="hermes-envgen-build.")
         bundle = bundle_module.build_bundle(
             root, self.metadata.version, Path(self._tmp.name) / "template.bundle"

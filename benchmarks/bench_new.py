@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hermes_envgen.generate.source import git_redirect, release_tag, template_source, template_url
+from hermes_envgen.generate.source import default_ref, git_redirect, template_source, template_url
 
 RUNS = 7
 
@@ -32,7 +32,7 @@ def wall(command: list[str], env: dict[str, str]) -> float:
 
 def main() -> None:
     bundle = template_source()  # a source checkout builds it here, outside the timings
-    tag, url = release_tag(), template_url()
+    tag, url = default_ref(bundle), template_url()
     with tempfile.TemporaryDirectory(prefix="bench-new.") as tmp:
         out = Path(tmp)
         env = {

@@ -18,6 +18,14 @@ def test_the_default_eval_size_leaves_most_tasks_for_training(tasks: int, held_o
     assert sorted(train + evaluation) == list(range(tasks))
 
 
+def test_the_eval_size_help_says_what_a_single_task_gets():
+    # It once promised "at least one item" held out, which one task cannot give.
+    from hermes_envgen.runtime.config import HermesAgentEnvConfig
+
+    description = HermesAgentEnvConfig.model_fields["eval_size"].description or ""
+    assert "a single task is kept for training" in description
+
+
 def test_the_training_order_is_a_shuffle_of_its_own_seed_and_leaves_the_split_alone():
     # Serve workers with their own --env.seed share one split (split_seed) and differ in order.
     train, _ = split_train_eval(list(range(40)), eval_size=4, seed=0)

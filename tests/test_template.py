@@ -213,3 +213,33 @@ def test_vllm_server_kinds_and_a_judge_of_its_own_render_clean(tmp_path, vllm_se
     assert ("vllm serve" in readme) == (vllm_server != "generate")
     assert ("--enable-auto-tool-choice" in readme) == (vllm_server == "chat")
     assert "Port 8000 is also run-api's default" in readme  # the answers put vLLM on 8000
+
+
+@pytest.mark.parametrize(
+    ("install_source", "ci_installs"),
+    [
+        ("/home/me/hermes_envgen-0.2.0-py3-none-any.whl", None),  # CI cannot reach it: fails
+        ("git+https://git.example.com/hermes-envgen.git@v0.2.0", "git+https://git.example.com"),
+        ("", ""),  # the user's package index has it: nothing to add
+    ],
+)
+def test_updating_says_where_hermes_envgen_comes_from_and_ci_installs_it(
+    tmp_path, install_source: str, ci_installs: str | None
+):
+    data = answers("atropos", "binary", True, False) | {"hermes_envgen_source": install_source}
+    project = render(tmp_path, data)
+    updating = (project / "README.md").read_text().split("## Updating", 1)[1]
+    assert "pip install -U hermes-envgen" not in updating
+    assert "exits 0 even when it leaves conflicts" in updating and "redirection" in updating
+    if install_source:
+        assert f"pip install --force-reinstall --no-deps {install_source}" in updating
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "tests.yml").read_text())
+    steps = {step.get("name"): step.get("run", "") for step in workflow["jobs"]["test"]["steps"]}
+    step = steps.get("Install hermes-envgen (on no package index)")
+    if ci_installs is None:  # a local path, and no release to fetch (rendered from a commit)
+        assert "::error::" in step and "exit 1" in step and "tests.yml" in step
+    elif ci_installs:
+        assert f"pip install {install_source}" in step
+    else:
+        assert step is None
+    assert "pip install -e '.[dev]'" in steps["Install"]

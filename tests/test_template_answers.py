@@ -3,14 +3,16 @@
 Hostile text (quotes, triple quotes, backslashes, Jinja, newlines, U+2028, emoji, CJK, YAML
 words, 25 KB) goes into every free-text question. Whatever is rendered imports with no side
 effect, is ruff-clean, and gives back exactly the text that was typed: in the env's Python
-values, in configs/default.yaml, in pyproject.toml and in the README as Markdown reads it. One
-hostile project also runs its own tests (the stub model sees the emoji system prompt).
+values, in configs/default.yaml, in pyproject.toml, in the README as Markdown reads it, and in
+the shell lines of the README and the CI workflow (which must stay valid YAML). One hostile
+project also runs its own tests (the stub model sees the emoji system prompt).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,6 +39,10 @@ BIG = "All work and no play. 😀 " * 1000  # about 25 KB
 
 # Text on one line (descriptions, author names): no control characters, which they refuse.
 ONE_LINE = st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp"))
+# Where hermes-envgen is installed from: also no noncharacter, which YAML cannot hold.
+SOURCE = st.characters(
+    exclude_categories=("Cs", "Cc", "Zl", "Zp"), exclude_characters="\ufffe\uffff"
+)
 # System prompts: any text, line breaks and tabs included, but other control characters.
 PROMPT = st.characters(exclude_categories=("Cs", "Cc")) | st.sampled_from("\t\n\r")
 # Names (models, tokenizers, dataset fields): printable ASCII, no spaces or backticks.
@@ -76,9 +82,23 @@ ANSWERS = st.fixed_dictionaries(
         "dataset_split": hostile(NAME, NAME_PIECES, min_size=1),
         "prompt_field": hostile(NAME, NAME_PIECES, min_size=1),
         "answer_field": hostile(NAME, NAME_PIECES, min_size=1),
+        "judge_base_url": hostile(NAME, NAME_PIECES).map(lambda value: f"https://j:9/v1/{value}"),
+        "judge_model": hostile(NAME, NAME_PIECES, min_size=1),
+        "judge_api_key_env": st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True) | st.just(""),
+        # A wheel path or directory (CI cannot reach it), or a git+ URL (CI installs it).
+        "hermes_envgen_source": st.one_of(
+            hostile(SOURCE, ONE_LINE_PIECES),
+            hostile(SOURCE, ONE_LINE_PIECES).map(lambda value: f"git+{value}"),
+        ),
     }
 )
-FIXED = {"provider": "vllm", "use_dataset": True, "dataset_name": "org/tasks"}
+FIXED = {
+    "provider": "vllm",
+    "use_dataset": True,
+    "dataset_name": "org/tasks",
+    "reward_pattern": "judge",
+}
+INSTALL_STEP = "Install hermes-envgen (on no package index)"
 
 # Prints, as JSON, every answer value as the generated packages see it.
 PROBE = """
@@ -95,6 +115,8 @@ for package in sys.argv[1:]:
         "base_url": server.base_url, "tokenizer_name": config.tokenizer_name,
         "dataset_split": config.dataset_split, "prompt_field": config.prompt_field,
         "answer_field": config.answer_field, "doc": importlib.import_module(package).__doc__,
+        "judge_base_url": config.judge_base_url, "judge_model": config.judge_model,
+        "judge_api_key_env": config.judge_api_key_env or "",
     }
 sys.stdout.write("RESULT" + json.dumps(out))
 """
@@ -141,6 +163,38 @@ def check_files(project: Path, answers: dict[str, Any]) -> None:
     assert {key: recorded[key] for key in answers} == answers
     readme = (project / "README.md").read_text(encoding="utf-8")
     assert readme_description(readme) == answers["description"].strip().rstrip(".") + "."
+    check_install_source(project, readme, answers["hermes_envgen_source"])
+
+
+def shell_words(block: str, start: str) -> list[list[str]]:
+    """The words of each shell line of ``block`` that begins with ``start``, comments dropped."""
+    return [
+        shlex.split(line, comments=True) for line in block.splitlines() if line.startswith(start)
+    ]
+
+
+def check_install_source(project: Path, readme: str, source: str) -> None:
+    """The README and CI workflow install hermes-envgen from exactly ``source``, in shell words."""
+    blocks = [
+        token.content
+        for token in MarkdownIt("commonmark").parse(readme)
+        if token.type == "fence" and token.info == "bash"
+    ]
+    (setup,) = [block for block in blocks if block.startswith("python -m venv")]
+    (upgrade,) = [block for block in blocks if "--no-deps" in block]
+    if source:
+        assert shell_words(setup, "pip install ")[0] == ["pip", "install", source]
+        assert shell_words(upgrade, "pip install ")[0][-1] == source
+    else:
+        assert shell_words(setup, "pip install ")[0] == ["pip", "install", "-e", ".[dev]"]
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "tests.yml").read_text())
+    steps = {step.get("name"): step.get("run", "") for step in workflow["jobs"]["test"]["steps"]}
+    if source.startswith(("git+", "https://")):
+        assert shell_words(steps[INSTALL_STEP], "pip install ") == [["pip", "install", source]]
+    elif source:  # a local path, and no release to fetch from the public repository
+        assert "exit 1" in steps[INSTALL_STEP]
+    else:
+        assert INSTALL_STEP not in steps
 
 
 def run(command: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -205,6 +259,8 @@ def test_hostile_answers_render_exactly_and_import_without_side_effects(
         ("dataset_split", "中文"),
         ("system_prompt", "bell\x07"),
         ("system_prompt", "next line\x85"),
+        ("hermes_envgen_source", "/wheels\nrm -rf ~"),
+        ("hermes_envgen_source", "git+https://host/x\ufffe"),  # the CI workflow's YAML refuses it
     ],
 )
 def test_text_a_file_cannot_hold_is_refused_with_a_reason(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,3 +102,28 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
     assert processes_mentioning(str(tmp_path)) == []
     assert mounts_below(tmp_path) == [], "size-limited workspaces left mounted"
     assert not list((tmp_path / "demo-output").glob("sandboxes/*"))
+
+
+def test_demo_sh_takes_a_relative_directory_from_where_it_is_run(tmp_path):
+    # The script in a copy whose set-up is done and whose CLI reports where and how it was run.
+    root = tmp_path / "hermes-envgen"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy2(Path(__file__).resolve().parents[2] / "scripts" / "demo.sh", root / "scripts")
+    (root / "scripts" / "setup.sh").write_text("exit 0\n")
+    cli = root / ".venv" / "bin" / "hermes-envgen"
+    cli.parent.mkdir(parents=True)
+    cli.write_text('#!/bin/sh\nprintf "%s\\n" "$PWD" "$@"\n')
+    cli.chmod(0o755)
+    caller = tmp_path / "work"
+    caller.mkdir()
+    result = subprocess.run(
+        ["bash", str(root / "scripts" / "demo.sh"), "demo", "--groups", "2"],
+        cwd=caller,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    cwd, *args = result.stdout.splitlines()
+    assert args == ["demo", "demo", "--groups", "2"]
+    assert Path(cwd) / args[1] == caller / "demo"

@@ -9,13 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from .envgen_helpers import RunCli
+from hermes_envgen.generate import bundle, source
+
+from .envgen_helpers import REPO, RunCli
 
 
 @pytest.fixture(scope="session")
 def bundle_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache of working-tree bundles for the whole session (built once per content)."""
     return tmp_path_factory.mktemp("hermes-envgen-cache")
+
+
+@pytest.fixture(scope="session")
+def checkout_tag(bundle_cache: Path) -> str:
+    """The template version a project made from this checkout records: its checkout label."""
+    built = bundle.build_cached_bundle(REPO, source.package_version(), bundle_cache)
+    return source.default_ref(built)
 
 
 @pytest.fixture

@@ -11,10 +11,17 @@ from pathlib import Path
 
 import pexpect
 import yaml
+from packaging.version import Version
+
+from hermes_envgen.generate.source import package_version
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC_URL = "https://github.com/hermes-envgen/hermes-envgen.git"
-VERSION_TAG = "v0.1.0"
+# This checkout's version as a release tag, and the release after it: test template repositories
+# tag them, so that `new` renders VERSION_TAG by default and `update` has a newer one.
+VERSION_TAG = f"v{package_version()}"
+_MAJOR, _MINOR = Version(package_version()).release[:2]
+NEW_TAG = f"v{_MAJOR}.{_MINOR + 1}.0"
 
 RunCli = Callable[..., subprocess.CompletedProcess]
 

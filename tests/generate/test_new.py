@@ -11,13 +11,14 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from hermes_envgen.generate.source import package_version
+
 from .envgen_helpers import (
     ANSI,
     PROMPT_STARTS,
     PUBLIC_URL,
     QUESTION,
     REPO,
-    VERSION_TAG,
     RunCli,
     answers_of,
     assert_one_line_error,
@@ -26,16 +27,21 @@ from .envgen_helpers import (
 )
 
 
-def test_new_with_defaults_renders_a_committed_updatable_project(run_cli: RunCli, tmp_path):
+def test_new_with_defaults_renders_a_committed_updatable_project(
+    run_cli: RunCli, tmp_path, checkout_tag: str
+):
     result = run_cli("new", "demo-env", "--defaults")
     assert result.returncode == 0, result.stderr
     project = tmp_path / "demo-env"
     answers = answers_of(project)
     assert answers["_src_path"] == PUBLIC_URL
-    assert answers["_commit"] == VERSION_TAG
+    # An untagged checkout records the commit it ran from, never a release version.
+    head = git(REPO, "rev-parse", "HEAD").strip()
+    assert checkout_tag.startswith(f"v{package_version()}+g{head[:12]}")
+    assert answers["_commit"] == checkout_tag
     assert answers["project_name"] == "demo-env"
     log = git(project, "log", "--format=%s").splitlines()
-    assert log == [f"Generate demo-env from hermes-envgen {VERSION_TAG}"]
+    assert log == [f"Generate demo-env from hermes-envgen {checkout_tag}"]
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
     assert "demo_env" in result.stdout and "pytest" in result.stdout
     # The closing message gives the README's set-up lines, the source of hermes-envgen included.
@@ -158,7 +164,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
-    run_cli: RunCli, tmp_path, cli_env, monkeypatch
+    run_cli: RunCli, tmp_path, cli_env, monkeypatch, checkout_tag: str
 ):
     # If ruff changed what copier rendered, later updates (which diff raw renders) would conflict
     # on every changed line: the template must render formatted, lint-clean code.
@@ -168,7 +174,7 @@ def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
     monkeypatch.setenv("HERMES_ENVGEN_CACHE_DIR", cli_env["HERMES_ENVGEN_CACHE_DIR"])
     bare = tmp_path / "bare" / "demo-env"
     command = [sys.executable, "-m", "copier", "copy", "--defaults", "--quiet", "--vcs-ref",
-               VERSION_TAG, "--data", "project_name=demo-env", "--data",
+               checkout_tag, "--data", "project_name=demo-env", "--data",
                f"hermes_envgen_source={install_source()}", PUBLIC_URL, str(bare)]  # fmt: skip
     env = {**cli_env, **git_redirect(PUBLIC_URL, template_source())}
     copied = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
@@ -180,7 +186,7 @@ def test_hooks_leave_the_rendered_files_as_copier_wrote_them(
     assert changed == [], f"ruff changed {changed}: fix the template so it renders them clean"
 
 
-def test_prompts_on_a_terminal(tmp_path, cli_env):
+def test_prompts_on_a_terminal(tmp_path, cli_env, checkout_tag: str):
     child = spawn_new(tmp_path, cli_env, "demo-env")
     asked = []
     try:
@@ -201,7 +207,7 @@ def test_prompts_on_a_terminal(tmp_path, cli_env):
     answers = answers_of(tmp_path / "demo-env")
     assert answers["description"] == "Typed at the prompt"
     assert answers["license"] == "Apache-2.0"
-    assert answers["_commit"] == VERSION_TAG
+    assert answers["_commit"] == checkout_tag
 
 
 def test_ctrl_c_at_a_prompt_aborts_cleanly(tmp_path, cli_env):

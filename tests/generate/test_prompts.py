@@ -46,7 +46,7 @@ def drive(child: pexpect.spawn, replies: Mapping[str, list[str]]) -> list[str]:
         attempts = pending.pop(prefix, ["\r"]) if prefix else ["\r"]
         for keys in attempts[:-1]:
             child.send(keys)
-            child.expect(r"Validation error|must |needed|no spaces", timeout=20)
+            child.expect(r"Validation error|must |needed|needs |no spaces", timeout=20)
         child.send(attempts[-1])
     return asked
 
@@ -128,3 +128,43 @@ def test_the_dataset_branch_asks_its_questions(tmp_path: Path, cli_env: dict[str
     assert (answers["prompt_field"], answers["answer_field"]) == ("question", "solution")
     env_py = (tmp_path / "demo-env" / "src" / "demo_env" / "env.py").read_text()
     assert 'default="org/tasks"' in env_py and 'default="question"' in env_py
+
+
+def test_the_judge_branch_asks_for_its_model_once_it_has_an_endpoint(
+    tmp_path: Path, cli_env: dict[str, str]
+):
+    replies = {
+        "How are rollouts rewarded": [DOWN + "\r"],  # the LLM judge
+        "Base URL of the judge's": [typed("https://openrouter.ai/api/v1")],
+        # Enter on the empty prompt is refused by the validator, then a name is typed.
+        "Model name of the judge": ["\r", typed("openai/gpt-4o-mini")],
+        "Environment variable that holds the judge's": ["\r"],  # its default, from the URL
+    }
+    answer_new_on_a_terminal(tmp_path, cli_env, replies)
+    answers = answers_of(tmp_path / "demo-env")
+    assert answers["reward_pattern"] == "judge"
+    assert answers["judge_base_url"] == "https://openrouter.ai/api/v1"
+    assert answers["judge_model"] == "openai/gpt-4o-mini"
+    assert answers["judge_api_key_env"] == "OPENROUTER_API_KEY"
+    env_py = (tmp_path / "demo-env" / "src" / "demo_env" / "env.py").read_text()
+    assert '"openai/gpt-4o-mini"' in env_py and '"OPENROUTER_API_KEY"' in env_py
+
+
+def test_the_vllm_server_choice_and_no_ci(tmp_path: Path, cli_env: dict[str, str]):
+    replies = {
+        "Which inference provider": [provider_keys(2)],
+        "Model name the server serves": [typed("Qwen/Qwen3-8B")],
+        "Which vLLM server": [DOWN * 2 + "\r"],  # Atropos's own vLLM server
+        "Add a GitHub Actions workflow": ["n"],
+    }
+    answer_new_on_a_terminal(tmp_path, cli_env, replies)
+    project = tmp_path / "demo-env"
+    answers = answers_of(project)
+    assert (answers["provider"], answers["vllm_server"], answers["ci"]) == (
+        "vllm",
+        "generate",
+        False,
+    )
+    env_py = (project / "src" / "demo_env" / "env.py").read_text()
+    assert 'inference_api="generate"' in env_py
+    assert not (project / ".github").exists()

@@ -1,8 +1,9 @@
-"""scripts/release.sh: two releases on a copy of this repository keep every earlier template
-version reachable, and a project made before them updates across both.
+"""scripts/release.sh on copies of this repository: releases keep every earlier template version
+reachable, and projects made before them update across them with the copy's own CLI.
 
-Also the wrong way (only the new version tagged), which strands existing projects: ``update``
-then names the real reason and fix.
+A checkout between releases holds a dev version and labels what it renders with its commit;
+a release that was never tagged is tagged where its projects were made (``--old-at``), never
+silently at HEAD, whose template has moved on since.
 """
 
 from __future__ import annotations
@@ -14,100 +15,223 @@ from pathlib import Path
 
 import pytest
 
-from hermes_envgen.generate.bundle import build_bundle, bundle_tags
+from hermes_envgen.errors import TemplateSourceError
+from hermes_envgen.generate.bundle import build_bundle, bundle_tags, check_full_history
+from hermes_envgen.generate.source import package_version, template_refs
 
-from .envgen_helpers import NOT_SOURCE, REPO, VERSION_TAG, RunCli, answers_of, git
+from .envgen_helpers import NOT_SOURCE, REPO, RunCli, answers_of, git
 
 pytestmark = pytest.mark.timeout(600)
 
-TEMPLATE_LINE = "Released in 0.3.0."
+TEMPLATE_LINE = "A template change after the project was made."
+# The commit whose template made tests/fixtures/legacy-env-v0.1.0 (which records v0.1.0): the
+# one to tag v0.1.0 in this repository.
+V0_1_0_COMMIT = "5bb9bc29093c32cf061b32f872aada683a9e6198"
+LEGACY_PROJECT = REPO / "tests" / "fixtures" / "legacy-env-v0.1.0"
 
 
-def release(repo: Path, version: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """``bash scripts/release.sh VERSION`` in ``repo``."""
+def release(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``bash scripts/release.sh ARGS`` in ``repo``."""
     return subprocess.run(
-        ["bash", "scripts/release.sh", version],
+        ["bash", "scripts/release.sh", *args],
         cwd=repo,
         env={**env, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
     )
 
 
 @pytest.fixture
 def repo(tmp_path: Path, cli_env: dict[str, str]) -> Path:
-    """A copy of this repository's working tree, committed once, with no tags (version 0.1.0)."""
+    """A copy of this repository's working tree, committed once, with no tags (a dev version)."""
     repo = tmp_path / "hermes-envgen"
     shutil.copytree(REPO, repo, ignore=NOT_SOURCE, symlinks=True)
     git(repo, "init", "--quiet", env=cli_env)
     git(repo, "add", "--all", env=cli_env)
-    git(repo, "commit", "--quiet", "-m", "hermes-envgen 0.1.0", env=cli_env)
+    git(repo, "commit", "--quiet", "-m", "hermes-envgen, between releases", env=cli_env)
     return repo
 
 
-def test_two_releases_keep_earlier_ones_and_a_project_updates_across_them(
-    repo: Path, tmp_path: Path, run_cli: RunCli, cli_env: dict[str, str]
-):
-    # A project made from a build before any release: it recorded v0.1.0.
-    first = build_bundle(repo, "0.1.0", tmp_path / "first.bundle")
-    made = run_cli(
-        "new", "demo-env", "--defaults", env={"HERMES_ENVGEN_TEMPLATE_SOURCE": str(first)}
-    )
-    assert made.returncode == 0, made.stderr
-    project = tmp_path / "demo-env"
-    assert answers_of(project)["_commit"] == VERSION_TAG
+@pytest.fixture
+def run_copy(run_cli: RunCli, repo: Path) -> RunCli:
+    """The CLI of the copy ``repo``, as if installed from it (``pip install -e``)."""
 
-    # Tagging only the new version strands it; update says why and what to do.
-    git(repo, "tag", "v0.2.0", env=cli_env)
-    stranded = build_bundle(repo, "0.2.0", tmp_path / "stranded.bundle")
-    git(repo, "tag", "--delete", "v0.2.0", env=cli_env)
-    refused = run_cli(
-        "update", str(project), "--vcs-ref", "v0.2.0",
-        env={"HERMES_ENVGEN_TEMPLATE_SOURCE": str(stranded)},
-    )  # fmt: skip
-    assert refused.returncode == 2, refused.stderr
-    assert "made from template v0.1.0" in refused.stderr and "never tagged" in refused.stderr
-    assert "HERMES_ENVGEN_TEMPLATE_SOURCE" in refused.stderr
-    assert "upgrade hermes-envgen" not in refused.stderr
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return run_cli(*args, env={"PYTHONPATH": str(repo / "src"), **(env or {})})
 
-    # Release 0.2.0 (it tags the never-tagged 0.1.0 first), a template change, release 0.3.0.
-    result = release(repo, "0.2.0", cli_env)
-    assert result.returncode == 0, result.stderr
-    assert "tagged v0.1.0" in result.stdout
+    return run
+
+
+def change_template(repo: Path, env: dict[str, str]) -> None:
+    """Commit a line added to the generated README's template."""
     readme = repo / "template" / "README.md.jinja"
     readme.write_text(f"{readme.read_text()}\n{TEMPLATE_LINE}\n")
-    git(repo, "commit", "--quiet", "-am", "A template change", env=cli_env)
-    result = release(repo, "0.3.0", cli_env)
-    assert result.returncode == 0, result.stderr
-    assert "bundle holds: v0.1.0 v0.2.0 v0.3.0" in result.stdout
-    assert 'version = "0.3.0"' in (repo / "pyproject.toml").read_text()
+    git(repo, "commit", "--quiet", "-am", "A template change", env=env)
 
-    # The bundle a wheel of the second release ships; the project updates across both releases.
-    bundle = build_bundle(repo, "0.3.0", tmp_path / "release.bundle")
-    assert bundle_tags(bundle) == ["v0.1.0", "v0.2.0", "v0.3.0"]
-    updated = run_cli(
-        "update", str(project), "--vcs-ref", "v0.3.0",
-        env={"HERMES_ENVGEN_TEMPLATE_SOURCE": str(bundle)},
-    )  # fmt: skip
+
+def test_two_releases_and_a_project_from_a_dev_checkout_updates_to_the_newest_by_default(
+    repo: Path, tmp_path: Path, run_copy: RunCli, cli_env: dict[str, str]
+):
+    # Made from the untagged checkout: the project records the commit, not a release.
+    made = run_copy("new", "demo-env", "--defaults")
+    assert made.returncode == 0, made.stderr
+    project = tmp_path / "demo-env"
+    head = git(repo, "rev-parse", "HEAD", env=cli_env).strip()
+    made_from = f"v{package_version()}+g{head[:12]}"
+    assert answers_of(project)["_commit"] == made_from
+
+    result = release(repo, cli_env, "0.8.0")
+    assert result.returncode == 0, result.stderr
+    assert "bundle holds: v0.8.0" in result.stdout
+    change_template(repo, cli_env)
+    result = release(repo, cli_env, "0.9.0")
+    assert result.returncode == 0, result.stderr
+    assert "bundle holds: v0.8.0 v0.9.0" in result.stdout
+    assert 'version = "0.9.0"' in (repo / "pyproject.toml").read_text()
+
+    # A bundle of the releases alone lacks the project's base: update says what it is.
+    bundle = build_bundle(repo, "0.9.0", tmp_path / "release.bundle")
+    assert bundle_tags(bundle) == ["v0.8.0", "v0.9.0"]
+    refused = run_copy("update", str(project), env={"HERMES_ENVGEN_TEMPLATE_SOURCE": str(bundle)})
+    assert refused.returncode == 2, refused.stderr
+    assert f"commit {head[:12]} of a hermes-envgen checkout" in refused.stderr
+    assert "HERMES_ENVGEN_TEMPLATE_SOURCE unset" in refused.stderr
+
+    # The checkout has that commit: update, with no --vcs-ref, goes to its newest release.
+    updated = run_copy("update", str(project))
     assert updated.returncode == 0, updated.stderr
-    assert answers_of(project)["_commit"] == "v0.3.0"
+    assert f"{made_from} to v0.9.0" in updated.stdout
+    assert answers_of(project)["_commit"] == "v0.9.0"
+    assert TEMPLATE_LINE in (project / "README.md").read_text()
+
+
+def test_a_release_never_tagged_is_tagged_where_its_projects_were_made(
+    repo: Path, tmp_path: Path, run_copy: RunCli, cli_env: dict[str, str]
+):
+    pyproject = repo / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(package_version(), "0.7.0", 1))
+    git(repo, "commit", "--quiet", "-am", "Version 0.7.0, never tagged", env=cli_env)
+    made_at = git(repo, "rev-parse", "HEAD", env=cli_env).strip()
+    # A project made by a build that still called itself v0.7.0.
+    git(repo, "tag", "v0.7.0", env=cli_env)
+    legacy = build_bundle(repo, "0.7.0", tmp_path / "legacy.bundle")
+    git(repo, "tag", "--delete", "v0.7.0", env=cli_env)
+    made = run_copy("new", "demo-env", "--defaults",
+                    env={"HERMES_ENVGEN_TEMPLATE_SOURCE": str(legacy)})  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    project = tmp_path / "demo-env"
+    assert answers_of(project)["_commit"] == "v0.7.0"
+    change_template(repo, cli_env)
+
+    refused = release(repo, cli_env, "0.8.0")
+    assert refused.returncode == 2, refused.stderr
+    assert "0.7.0 was never tagged" in refused.stderr and "--old-at COMMIT" in refused.stderr
+    wrong = release(repo, cli_env, "0.8.0", "--old-at", f"{made_at}~1")
+    assert wrong.returncode == 2 and "is not version 0.7.0" in wrong.stderr, wrong.stderr
+    assert git(repo, "tag", "--list", env=cli_env) == ""
+
+    result = release(repo, cli_env, "0.8.0", "--old-at", made_at)
+    assert result.returncode == 0, result.stderr
+    assert git(repo, "rev-parse", "v0.7.0^{commit}", env=cli_env).strip() == made_at
+    assert "bundle holds: v0.7.0 v0.8.0" in result.stdout
+    # Its true base is known, so the template change made since reaches the project.
+    updated = run_copy("update", str(project))
+    assert updated.returncode == 0, updated.stderr
+    assert answers_of(project)["_commit"] == "v0.8.0"
     assert TEMPLATE_LINE in (project / "README.md").read_text()
 
 
 @pytest.mark.parametrize(
-    ("version", "dirty", "message"),
+    ("args", "dirty", "message"),
     [
-        ("0.1.0", False, "not newer than the current version 0.1.0"),
-        ("0.2", False, "usage: scripts/release.sh VERSION"),
-        ("0.2.0", True, "uncommitted changes"),
+        (["0.1.0"], False, f"not newer than the current version {package_version()}"),
+        (["0.2"], False, "usage: scripts/release.sh VERSION"),
+        (["0.8.0", "--old-at"], False, "usage: scripts/release.sh VERSION"),
+        (["0.8.0", "--old-at", "HEAD"], False, "needs no tag"),
+        (["0.8.0"], True, "uncommitted changes"),
     ],
 )
 def test_release_refuses_a_bad_version_or_a_dirty_tree(
-    repo: Path, cli_env: dict[str, str], version: str, dirty: bool, message: str
+    repo: Path, cli_env: dict[str, str], args: list[str], dirty: bool, message: str
 ):
     if dirty:
         (repo / "copier.yml").write_text("# edited\n", encoding="utf-8")
-    result = release(repo, version, cli_env)
+    result = release(repo, cli_env, *args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert git(repo, "tag", "--list", env=cli_env) == ""
+
+
+def test_a_shallow_clone_neither_releases_nor_builds_a_wheel(
+    repo: Path, tmp_path: Path, cli_env: dict[str, str]
+):
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", "Later", env=cli_env)
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "--quiet", "--depth", "1", f"file://{repo}", str(shallow), env=cli_env)
+    result = release(shallow, cli_env, "0.8.0")
+    assert result.returncode == 2 and "shallow clone" in result.stderr, result.stderr
+    assert git(shallow, "tag", "--list", env=cli_env) == ""
+    with pytest.raises(TemplateSourceError, match="shallow clone"):
+        check_full_history(shallow)
+    check_full_history(repo)
+
+
+def test_a_checkout_renders_as_a_label_naming_its_commit_unless_it_is_the_tagged_release(
+    repo: Path, tmp_path: Path, cli_env: dict[str, str]
+):
+    def head_tag(name: str) -> str:
+        return template_refs(build_bundle(repo, "0.7.0", tmp_path / name))[1] or ""
+
+    head = git(repo, "rev-parse", "HEAD", env=cli_env).strip()[:12]
+    assert head_tag("clean.bundle") == f"v0.7.0+g{head}"
+    git(repo, "tag", "v0.7.0", env=cli_env)
+    assert head_tag("tagged.bundle") == "v0.7.0"
+    (repo / "template" / "NOTES.md").write_text("Not committed.\n")
+    dirty = head_tag("dirty.bundle")
+    assert dirty.startswith(f"v0.7.0+g{head}.dirty."), dirty
+    shutil.rmtree(repo / ".git")
+    assert head_tag("no-git.bundle").startswith("v0.7.0+tree."), dirty
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """The files under ``root`` (outside .git) and their bytes."""
+    return {
+        path.relative_to(root).as_posix(): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and ".git" not in path.relative_to(root).parts
+    }
+
+
+def test_the_v0_1_0_project_updates_from_the_commit_that_made_it(
+    tmp_path: Path, run_cli: RunCli, cli_env: dict[str, str]
+):
+    # With v0.1.0 tagged there, updating the kept v0.1.0 project gives exactly a fresh project of
+    # the same answers: no line of it differs from what that commit rendered.
+    known = subprocess.run(["git", "cat-file", "-e", f"{V0_1_0_COMMIT}^{{commit}}"], cwd=REPO)
+    if known.returncode != 0:
+        pytest.skip(f"this clone lacks commit {V0_1_0_COMMIT} (a shallow clone?)")
+    clone = tmp_path / "hermes-envgen"
+    git(tmp_path, "clone", "--quiet", str(REPO), str(clone), env=cli_env)
+    git(clone, "tag", "v0.1.0", V0_1_0_COMMIT, env=cli_env)
+    from_clone = {"PYTHONPATH": str(clone / "src")}
+
+    project = tmp_path / "legacy-env"
+    shutil.copytree(LEGACY_PROJECT, project, ignore=NOT_SOURCE)
+    git(project, "init", "--quiet", env=cli_env)
+    git(project, "add", "--all", env=cli_env)
+    git(project, "commit", "--quiet", "-m", "Made by v0.1.0", env=cli_env)
+    updated = run_cli("update", str(project), "--defaults", env=from_clone)
+    assert updated.returncode == 0, updated.stderr
+
+    answers = answers_of(project)
+    data = [
+        f"{key}={','.join(value) if isinstance(value, list) else value}"
+        for key, value in answers.items()
+        if not key.startswith("_") and key != "project_name"
+    ]
+    pairs = [arg for pair in data for arg in ("--data", pair)]
+    fresh = run_cli("new", "legacy-env", "-o", "fresh", "--defaults", *pairs, env=from_clone)
+    assert fresh.returncode == 0, fresh.stderr
+    made, merged = _tree(tmp_path / "fresh" / "legacy-env"), _tree(project)
+    assert merged.keys() == made.keys() - {".github/workflows/tests.yml"}  # removed in the fixture
+    assert [name for name in merged if merged[name] != made[name]] == []

@@ -1,12 +1,13 @@
 """``hermes-envgen update`` (and plain ``copier update``): a real three-way merge, offline.
 
-The tagged template repository is built here from the working tree (v0.1.0 = copier.yml +
-template/ as they are, v0.2.0 = the same plus a template change), never from this repository's
-own tags, which a fresh clone does not carry.
+The tagged template repository is built here from the working tree (VERSION_TAG, this checkout's
+version = copier.yml + template/ as they are; NEW_TAG, the release after it = the same plus a
+template change), never from this repository's own tags, which a fresh clone does not carry.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -16,12 +17,21 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hermes_envgen.errors import UsageError
 from hermes_envgen.generate import bundle as template_bundle
+from hermes_envgen.generate import source
 
-from .envgen_helpers import PUBLIC_URL, REPO, VERSION_TAG, RunCli, assert_one_line_error, git
+from .envgen_helpers import (
+    NEW_TAG,
+    PUBLIC_URL,
+    REPO,
+    VERSION_TAG,
+    RunCli,
+    assert_one_line_error,
+    git,
+)
 
-NEW_TAG = "v0.2.0"
-TEMPLATE_LINE = "Template change in v0.2.0."
+TEMPLATE_LINE = f"Template change in {NEW_TAG}."
 NEW_FILE = "CHANGES.md"
 
 
@@ -31,7 +41,7 @@ class TemplateRelease:
 
     repo: Path
     bundle: Path
-    doc: str  # the rendered file whose template gets a line appended in v0.2.0
+    doc: str  # the rendered file whose template gets a line appended in NEW_TAG
     comment: str  # how that file writes a line the user or template adds
 
 
@@ -43,7 +53,7 @@ def _commit_and_tag(repo: Path, tag: str) -> None:
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> TemplateRelease:
-    """Template repo with v0.1.0 (the working tree) and v0.2.0 (plus a change), as a bundle."""
+    """Template repo with VERSION_TAG (the working tree) and NEW_TAG (plus a change), bundled."""
     repo = tmp_path_factory.mktemp("template-repo")
     git(repo, "init", "--quiet")
     for relpath in template_bundle.template_paths(REPO):
@@ -59,16 +69,16 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> TemplateRelease:
     source = repo / "template" / f"{doc}.jinja"
     text = source.read_text()
     source.write_text(f"{text.rstrip(chr(10))}\n{comment}{TEMPLATE_LINE}\n")
-    (repo / "template" / NEW_FILE).write_text("New in the template's v0.2.0.\n")
+    (repo / "template" / NEW_FILE).write_text(f"New in the template's {NEW_TAG}.\n")
     _commit_and_tag(repo, NEW_TAG)
-    bundle = template_bundle.build_bundle(repo, "0.2.0", repo.parent / "template.bundle")
+    bundle = template_bundle.build_bundle(repo, NEW_TAG[1:], repo.parent / "template.bundle")
     assert template_bundle.bundle_tags(bundle) == [VERSION_TAG, NEW_TAG]
     return TemplateRelease(repo, bundle, doc, comment)
 
 
 @pytest.fixture
 def project(run_cli: RunCli, tmp_path: Path, release: TemplateRelease) -> Path:
-    """A project generated from the v0.1.0 of ``release``, committed."""
+    """A project generated from the VERSION_TAG of ``release`` (the default), committed."""
     result = run_cli("new", "demo-env", "--defaults")
     assert result.returncode == 0, result.stderr
     return tmp_path / "demo-env"
@@ -110,7 +120,7 @@ def _assert_merged(project: Path, release: TemplateRelease, user_doc_line: str, 
     doc = (project / release.doc).read_text()
     assert user_doc_line in doc and TEMPLATE_LINE in doc
     assert user_code in _python_file(project).read_text()
-    assert (project / NEW_FILE).read_text() == "New in the template's v0.2.0.\n"
+    assert (project / NEW_FILE).read_text() == f"New in the template's {NEW_TAG}.\n"
     assert yaml.safe_load((project / ".copier-answers.yml").read_text())["_commit"] == NEW_TAG
     assert git(project, "ls-files", "--unmerged") == ""
     assert not list(project.rglob("*.rej"))
@@ -136,7 +146,7 @@ def test_update_without_a_newer_template_does_nothing(run_cli: RunCli, project: 
 
 
 def _edit_the_changed_spot(project: Path, release: TemplateRelease) -> None:
-    """Append to the doc exactly where v0.2.0 of the template appends its own line."""
+    """Append to the doc exactly where NEW_TAG of the template appends its own line."""
     doc = project / release.doc
     doc.write_text(f"{doc.read_text()}{release.comment}The user's own last line.\n")
     _commit_all(project, "User edit where the template changes")
@@ -179,19 +189,50 @@ def test_a_folder_that_was_not_generated_is_refused(run_cli: RunCli, tmp_path: P
     assert_one_line_error(result, 2, "not a generated project")
 
 
+@pytest.mark.parametrize("ref", ["v9.9.9", "v0.0.5"])  # newer than all, and never released
+def test_an_unknown_template_version_is_refused(run_cli: RunCli, project: Path, ref: str):
+    result = run_cli("update", str(project), "--vcs-ref", ref)
+    assert_one_line_error(result, 2, f"template version {ref} is not among the releases")
+    # The override decides what is held: upgrading hermes-envgen would change nothing.
+    assert "HERMES_ENVGEN_TEMPLATE_SOURCE=" in result.stderr
+    assert "upgrade hermes-envgen" not in result.stderr.lower()
+
+
+def _made_from(project: Path, version: str) -> None:
+    """Make the project's answers say it was made from template ``version``; commit."""
+    answers = project / ".copier-answers.yml"
+    text = answers.read_text().replace(f"_commit: {VERSION_TAG}", f"_commit: {version}")
+    answers.write_text(text)
+    _commit_all(project, f"Made from {version}")
+
+
+def test_a_project_newer_than_every_release_held_names_the_override(run_cli: RunCli, project: Path):
+    _made_from(project, "v9.9.9")
+    result = run_cli("update", str(project))
+    assert_one_line_error(result, 2, "made from template v9.9.9")
+    assert "newer than all of them" in result.stderr
+    assert "Point HERMES_ENVGEN_TEMPLATE_SOURCE at" in result.stderr
+    assert "upgrade hermes-envgen" not in result.stderr.lower()
+
+
 @pytest.mark.parametrize(
-    ("ref", "fragment"),
+    ("project_version", "target", "fix"),
     [
-        ("v9.9.9", "newer than the releases"),  # a later hermes-envgen has it
-        ("v0.1.5", "is not among the releases"),  # no hermes-envgen has it
+        ("v9.9.9", NEW_TAG, "newer than all of them. Upgrade hermes-envgen"),
+        (VERSION_TAG, "v9.9.9", "newer than the releases"),
+        ("v0.0.5", NEW_TAG, "never tagged. Set HERMES_ENVGEN_TEMPLATE_SOURCE to"),
     ],
 )
-def test_an_unknown_template_version_is_refused(
-    run_cli: RunCli, project: Path, ref: str, fragment: str
+def test_without_the_override_the_fix_is_to_upgrade_or_to_name_a_source(
+    release: TemplateRelease, monkeypatch, project_version: str, target: str, fix: str
 ):
-    result = run_cli("update", str(project), "--vcs-ref", ref)
-    assert_one_line_error(result, 2, fragment)
-    assert ("upgrade hermes-envgen" in result.stderr) == (ref == "v9.9.9")
+    monkeypatch.delenv("HERMES_ENVGEN_TEMPLATE_SOURCE", raising=False)
+    with pytest.raises(UsageError) as refused:
+        source.check_versions(release.bundle, project=project_version, target=target)
+    message = str(refused.value)
+    assert fix in message and "HERMES_ENVGEN_TEMPLATE_SOURCE=" not in message
+    newer = "v9.9.9" in (project_version, target)
+    assert ("upgrade hermes-envgen" in message.lower()) == newer
 
 
 def test_plain_copier_update_works_the_same(
@@ -216,6 +257,44 @@ def test_plain_copier_update_works_the_same(
     )
     assert result.returncode == 0, result.stderr
     _assert_merged(project, release, user_doc_line, user_code)
+
+
+def test_update_fills_the_install_source_of_a_project_made_before_it_was_asked(
+    run_cli: RunCli, project: Path
+):
+    # As made by a template version without the question: no answer, no install line.
+    install_line = "# hermes-envgen: on no package index"
+    answers = project / ".copier-answers.yml"
+    answers.write_text(
+        "".join(
+            line
+            for line in answers.read_text().splitlines(keepends=True)
+            if not line.startswith("hermes_envgen_source:")
+        )
+    )
+    readme = project / "README.md"
+    lines = readme.read_text().splitlines(keepends=True)
+    readme.write_text("".join(line for line in lines if install_line not in line))
+    workflow = project / ".github" / "workflows" / "tests.yml"
+    step = re.compile(r"^      - name: Install hermes-envgen .*?(?=^      - name: )", re.M | re.S)
+    workflow.write_text(step.sub("", workflow.read_text(), count=1))
+    _commit_all(project, "Made before hermes_envgen_source was asked")
+
+    result = run_cli("update", str(project), "--vcs-ref", NEW_TAG)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(answers.read_text())["hermes_envgen_source"] == str(REPO)
+    assert f"pip install {REPO}    {install_line}" in readme.read_text()
+    assert f"pip install git+{PUBLIC_URL}@{NEW_TAG}" in workflow.read_text()
+
+
+def test_the_ci_of_a_project_from_a_release_installs_hermes_envgen_from_its_repository(
+    project: Path,
+):
+    # Made from a local checkout that CI cannot reach, but from a release: the public repository
+    # has that tag.
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "tests.yml").read_text())
+    runs = [step.get("run", "") for step in workflow["jobs"]["test"]["steps"]]
+    assert any(f"pip install git+{PUBLIC_URL}@{VERSION_TAG} ||" in run for run in runs), runs
 
 
 def test_update_can_change_answers_and_checks_them(run_cli: RunCli, project: Path):

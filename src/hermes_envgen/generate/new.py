@@ -67,7 +67,7 @@ def new_project(
 
         git_checked.result()
     template = source.template_source()
-    ref = vcs_ref or source.release_tag()
+    ref = vcs_ref or source.default_ref(template)
     if answers:
         answers = check_answers(answers, template, ref)
     answers["project_name"] = name

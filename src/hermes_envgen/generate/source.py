@@ -1,15 +1,17 @@
 """Where the template comes from: its public URL, the bundle git really reads, its releases.
 
 Projects are rendered from the canonical public template URL pinned to the tag ``v{version}``
-of the installed package, with git redirected (``url.<bundle>.insteadOf``) to a bundle of the
-template's releases shipped in the wheel. Copier thus records the public URL and a real tag in
-``.copier-answers.yml``: ``update`` is a true three-way merge with no network, and a plain
-``copier update`` works online too.
+of the installed package (or, for a build of an untagged commit, the checkout label that names
+it: ``v{version}+g{commit}``, see ``bundle``), with git redirected (``url.<bundle>.insteadOf``)
+to a bundle of the template's releases shipped in the wheel. Copier thus records the public URL
+and a real tag in ``.copier-answers.yml``: ``update`` is a true three-way merge with no network,
+and a plain ``copier update`` works online too.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,16 @@ SHIPPED_BUNDLE = PACKAGE_DIR / "_template" / "template.bundle"
 
 
 def package_version() -> str:
-    """The installed hermes-envgen version, which is also the template release it renders."""
+    """The hermes-envgen version, which is also the template release it renders.
+
+    A source checkout's is its ``pyproject.toml``'s: the installed metadata is as old as the
+    last ``pip install -e``.
+    """
+    root = source_checkout()
+    if root is not None and (root / "pyproject.toml").is_file():
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+        if found := re.search(r'^version = "([^"]+)"$', text, re.MULTILINE):
+            return found[1]
     from hermes_envgen import __version__
 
     return __version__
@@ -60,8 +71,12 @@ def source_checkout() -> Path | None:
     return None
 
 
-def template_source() -> Path:
-    """The bundle (or repository) git fetches the template from instead of the public URL."""
+def template_source(base: str | None = None) -> Path:
+    """The bundle (or repository) git fetches the template from instead of the public URL.
+
+    ``base`` is the version a project to update was made from: a source checkout adds it to
+    its bundle when it is a checkout label of one of its commits.
+    """
     if override := os.environ.get(TEMPLATE_SOURCE_ENV):
         source = Path(override).expanduser().resolve()
         if not source.exists():
@@ -76,7 +91,8 @@ def template_source() -> Path:
             "reinstall it from a wheel"
         )
     # A source checkout: bundle the working tree, once per distinct content.
-    return bundle.build_cached_bundle(root, package_version(), cache_dir())
+    bases = (base,) if base and bundle.labelled_commit(base) else ()
+    return bundle.build_cached_bundle(root, package_version(), cache_dir(), bases)
 
 
 def git_redirect(url: str, source: Path) -> dict[str, str]:
@@ -91,37 +107,108 @@ def git_redirect(url: str, source: Path) -> dict[str, str]:
     }
 
 
+def template_refs(source: Path) -> tuple[list[str], str | None]:
+    """The version tags the template source holds, oldest first, and the one at its HEAD."""
+    listing = run_git("ls-remote", str(source))
+    tags: dict[str, str] = {}
+    head = None
+    for line in listing.splitlines():
+        sha, _, ref = line.partition("\t")
+        if ref == "HEAD":
+            head = sha
+        elif ref.startswith("refs/tags/"):
+            tag = ref.removeprefix("refs/tags/")
+            commit = tag.endswith("^{}")  # an annotated tag, peeled to its commit
+            tag = tag.removesuffix("^{}")
+            if bundle.is_template_tag(tag) and (commit or tag not in tags):
+                tags[tag] = sha
+    at_head = [tag for tag, sha in tags.items() if sha == head]
+    ordered = sorted(tags, key=bundle.version_key)
+    return ordered, (max(at_head, key=bundle.version_key) if at_head else None)
+
+
 def template_versions(source: Path) -> list[str]:
-    """The release tags ``vX.Y.Z`` the template source holds, oldest first."""
-    listing = run_git("ls-remote", "--tags", "--refs", str(source))
-    tags = [line.rsplit("refs/tags/", 1)[-1] for line in listing.splitlines()]
-    return sorted((tag for tag in tags if bundle.is_release_tag(tag)), key=bundle.version_key)
+    """The version tags ``vX.Y.Z`` (and checkout labels) the template source holds, oldest first."""
+    return template_refs(source)[0]
+
+
+def default_ref(source: Path) -> str:
+    """The template version to render when none is asked for.
+
+    ``v{version}`` of this hermes-envgen when the source holds it; else the checkout label of
+    the same version at the source's HEAD (a build of an untagged commit); else ``v{version}``,
+    which ``check_versions`` then refuses with the reason.
+    """
+    wanted = release_tag()
+    tags, head = template_refs(source)
+    if wanted in tags or head is None:
+        return wanted
+    if bundle.version_key(head).public == package_version():
+        return head
+    return wanted
+
+
+def _override_named() -> str:
+    """``HERMES_ENVGEN_TEMPLATE_SOURCE=...`` when set, for messages; else ""."""
+    value = os.environ.get(TEMPLATE_SOURCE_ENV)
+    return f"{TEMPLATE_SOURCE_ENV}={value}" if value else ""
 
 
 def check_versions(source: Path, *, project: str | None = None, target: str) -> None:
-    """Refuse release tags the source does not hold, naming the real reason and fix.
+    """Refuse template versions the source does not hold, naming the real reason and fix.
 
     ``project`` is the version a project was made from, ``target`` the one to render.
     """
     available = template_versions(source)
     known = ", ".join(available) or "none"
-    if project and bundle.is_release_tag(project) and project not in available:
-        raise UsageError(
-            f"this project was made from template {project}, which {source} does not hold "
-            f"(it has {known}): that release was never tagged. Set {TEMPLATE_SOURCE_ENV} to a "
-            f"template repository or bundle with the tag {project} (scripts/release.sh tags "
-            "each release and keeps the earlier ones)"
-        )
-    if bundle.is_release_tag(target) and target not in available:
-        if available and bundle.version_key(target) > bundle.version_key(available[-1]):
+    override = _override_named()
+    holder = f"{source} ({override})" if override else str(source)
+    if project and bundle.is_template_tag(project) and project not in available:
+        raise UsageError(_unknown_base(project, holder, known, available, override))
+    if bundle.is_template_tag(target) and target not in available:
+        newer = available and bundle.version_key(target) > bundle.version_key(available[-1])
+        if newer and not override:
             raise UsageError(
                 f"template version {target} is newer than the releases {source} holds "
                 f"({known}): upgrade hermes-envgen, or pass --vcs-ref with one of those"
             )
+        fix = f" or point {TEMPLATE_SOURCE_ENV} at a source that has it" if override else ""
         raise UsageError(
-            f"template version {target} is not among the releases {source} holds ({known}): "
-            "pass --vcs-ref with one of those"
+            f"template version {target} is not among the releases {holder} holds ({known}): "
+            f"pass --vcs-ref with one of those{fix}"
         )
+
+
+def _unknown_base(
+    project: str, holder: str, known: str, available: list[str], override: str
+) -> str:
+    """Why a project's template version is missing from the source, and what to do about it."""
+    made = f"this project was made from template {project}, which {holder} does not hold ({known})"
+    unset = f", with {TEMPLATE_SOURCE_ENV} unset" if override else ""
+    if commit := bundle.labelled_commit(project):
+        return (
+            f"{made}: it is commit {commit} of a hermes-envgen checkout, not a release. Run "
+            f"update with hermes-envgen installed from a checkout that has that commit "
+            f"(pip install -e CHECKOUT){unset}"
+        )
+    if not bundle.is_release_tag(project):
+        return (
+            f"{made}: it is an uncommitted state of a hermes-envgen checkout, which no release "
+            "or commit holds, so there is no base to merge from: make a new project with "
+            "`hermes-envgen new` and move your changes over"
+        )
+    if available and bundle.version_key(project) > bundle.version_key(available[-1]):
+        if override:
+            return (
+                f"{made}: it is newer than all of them. Point {TEMPLATE_SOURCE_ENV} at a "
+                f"template source with {project}, or unset it"
+            )
+        return f"{made}: it is newer than all of them. Upgrade hermes-envgen"
+    return (
+        f"{made}: that release was never tagged. Set {TEMPLATE_SOURCE_ENV} to a template "
+        f"repository or bundle with the tag {project} (scripts/release.sh tags each release "
+        "and keeps the earlier ones)"
+    )
 
 
 def template_questions(source: Path, ref: str) -> dict[str, dict[str, Any]]:

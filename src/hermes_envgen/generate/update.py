@@ -10,12 +10,13 @@ from typing import Any, Literal
 import yaml
 
 from hermes_envgen.errors import GitError, Interrupted, UpdateConflictError, UsageError
-from hermes_envgen.generate import source
+from hermes_envgen.generate import origin, source
 from hermes_envgen.generate.answers import check_answers
 from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
 from hermes_envgen.generate.git import check_git, one_line, run_git
 
 ANSWERS_FILE = ".copier-answers.yml"
+INSTALL_SOURCE = "hermes_envgen_source"  # the question whose answer the README installs from
 
 Conflict = Literal["inline", "rej"]
 
@@ -77,6 +78,19 @@ def conflicted_files(project: Path, conflict: Conflict) -> list[str]:
     return sorted(set(entries))
 
 
+def _fill_install_source(
+    answers: Mapping[str, Any], changes: dict[str, Any], template: Path, target: str
+) -> None:
+    """Answer ``hermes_envgen_source`` as ``new`` does, for projects made before it was asked.
+
+    Without it their README would keep no line that installs hermes-envgen, on no index.
+    """
+    if INSTALL_SOURCE in answers or INSTALL_SOURCE in changes:
+        return
+    if INSTALL_SOURCE in source.template_questions(template, target):
+        changes[INSTALL_SOURCE] = origin.install_source()
+
+
 def update_project(
     path: Path | str = ".",
     *,
@@ -98,17 +112,22 @@ def update_project(
     check_git()
     _check_clean_repository(project)
     old, src = str(answers["_commit"]), str(answers["_src_path"])
-    target = vcs_ref or source.release_tag()
     changes = dict(data or {})
-    if old == target and not changes:
-        return UpdateResult(project, old, target, changed=False)
     redirect: dict[str, str] = {}
     if src == source.template_url():  # ours: fetch it from the bundle; anything else as recorded
-        template = source.template_source()
+        template = source.template_source(base=old)
+        target = vcs_ref or source.default_ref(template)
+        if old == target and not changes:
+            return UpdateResult(project, old, target, changed=False)
         source.check_versions(template, project=old, target=target)
         redirect = source.git_redirect(src, template)
+        _fill_install_source(answers, changes, template, target)
         if changes:
             changes = check_answers(changes, template, target)
+    else:
+        target = vcs_ref or source.release_tag()
+        if old == target and not changes:
+            return UpdateResult(project, old, target, changed=False)
     if interactive is None:
         interactive = stdin_is_terminal()
     try:

@@ -132,7 +132,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=20,
         ge=0,
         description="Items held out for evaluation: this many or a tenth of the data, whichever "
-        "is more, but at most a quarter of it (at least one item), leaving most for training.",
+        "is more, but at most a quarter of it (at least one, except that a single task is kept "
+        "for training), leaving most for training.",
     )
     # Json: the command line hands over a string (atroposlib's CLI model keeps no validators).
     extra_body: dict[str, Any] | Json[dict[str, Any]] | None = Field(

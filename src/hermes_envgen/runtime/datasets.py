@@ -54,7 +54,8 @@ def split_train_eval(
     items: list[Any], eval_size: int, seed: int = 0
 ) -> tuple[list[Any], list[Any]]:
     """A seeded shuffle, then items for evaluation: ``eval_size`` or a tenth, whichever is more,
-    but at most a quarter (at least one), so that most of a small set is left for training.
+    but at most a quarter (at least one; a single item is kept for training), so that most of a
+    small set is left for training.
     """
     if not items:
         raise DatasetError("no task items: the dataset is empty and there are no samples")
