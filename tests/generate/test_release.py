@@ -212,7 +212,7 @@ def test_the_v0_1_0_project_updates_from_the_commit_that_made_it(
         pytest.skip(f"this clone lacks commit {V0_1_0_COMMIT} (a shallow clone?)")
     clone = tmp_path / "hermes-envgen"
     git(tmp_path, "clone", "--quiet", str(REPO), str(clone), env=cli_env)
-    git(clone, "tag", "v0.1.0", V0_1_0_COMMIT, env=cli_env)
+    git(clone, "tag", "--force", "v0.1.0", V0_1_0_COMMIT, env=cli_env)  # main carries it too
     from_clone = {"PYTHONPATH": str(clone / "src")}
 
     project = tmp_path / "legacy-env"
