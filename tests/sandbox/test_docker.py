@@ -44,6 +44,7 @@ from hermes_envgen.runtime.sandbox.docker import (
     DockerSandbox,
     _docker,
     container_path,
+    escaped_path,
     explain_start_failure,
 )
 
@@ -139,7 +140,7 @@ def test_container_paths_outside_the_workspace_are_refused(path):
 
 def run_script(script: str, workspace: Path, path: str, data: bytes | None = None):
     """Run a file script on the host, with a host directory standing for /workspace."""
-    target = container_path(path, workdir=str(workspace))
+    target = escaped_path(container_path(path, workdir=str(workspace)))
     return subprocess.run(
         ["sh", "-c", script, "sh", str(workspace), target],
         input=data,
@@ -177,6 +178,21 @@ def test_the_file_scripts_confine_symlinks_as_the_container_resolves_them(tmp_pa
     listed = run_script(LIST_SCRIPT, workspace, ".").stdout.split(b"\0")
     names = sorted(os.path.relpath(n.decode(), workspace) for n in listed if n)
     assert names == ["new/deep/blob.bin", "real/f"]  # symlinks are not files of the listing
+
+
+def test_the_file_scripts_take_any_name_the_agent_can_make(tmp_path):
+    # docker exec would turn the \xff into U+FFFD; trailing newlines are lost to $(...)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    names = ["bad\udcffname.txt", "back\\slash", "new\nline\n", "é 'quoted' $x"]
+    for number, name in enumerate(names):
+        (workspace / name).write_bytes(b"file %d" % number)
+        assert escaped_path(name).isascii()
+    for number, name in enumerate(names):
+        assert run_script(READ_SCRIPT, workspace, name).stdout == b"file %d" % number, name
+        assert run_script(WRITE_SCRIPT, workspace, name, b"new").returncode == 0, name
+        assert (workspace / name).read_bytes() == b"new"
+    assert sorted(os.listdir(workspace)) == sorted(names)
 
 
 def test_a_command_runc_could_not_start_is_said_in_the_sandboxs_words():

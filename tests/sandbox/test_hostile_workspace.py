@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import tracemalloc
 
 import pytest
-from sandbox_helpers import BWRAP, LOCAL, make_manager
+from sandbox_helpers import BWRAP, DOCKER, LOCAL, make_manager
 
 from hermes_envgen.runtime.sandbox import SandboxError
 from hermes_envgen.runtime.tool_context import ToolContext
 
 BOTH = [LOCAL, BWRAP]
+EVERY_BACKEND = [LOCAL, BWRAP, DOCKER]
 DEEP = 3000
 MOST_A_READ_RETURNS = 250_000  # characters: read_file's cap and its notice
+# What the host may allocate to read a 300 MiB file: read_file takes 8 MB of it, search_files
+# skips it after 2 MB; the whole file pulled into the host would be 300 MiB.
+MOST_A_READ_ALLOCATES = 100 * 1024 * 1024
 
 # Builds a directory tree DEEP levels deep (far beyond PATH_MAX) with a file at the bottom.
 DEEP_TREE = f"""python3 - <<'EOF'
@@ -30,7 +35,7 @@ EOF
 echo needle > top.txt"""
 
 
-@pytest.mark.parametrize("backend", BOTH)
+@pytest.mark.parametrize("backend", EVERY_BACKEND)
 def test_download_dir_writes_only_below_its_destination(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
     destination = tmp_path / "host" / "dst"
@@ -79,7 +84,7 @@ def test_a_tree_thousands_deep_is_searched_and_removed(backend, tmp_path):
     assert not list((tmp_path / backend).rglob("*d/d/d*"))
 
 
-@pytest.mark.parametrize("backend", BOTH)
+@pytest.mark.parametrize("backend", EVERY_BACKEND)
 def test_undecodable_names_and_contents_reach_the_model_as_valid_text(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
 
@@ -101,20 +106,26 @@ def test_undecodable_names_and_contents_reach_the_model_as_valid_text(backend, t
     assert "bad\\xffname.txt:1: needle" in outputs[0]
 
 
-@pytest.mark.parametrize("backend", BOTH)
+@pytest.mark.parametrize("backend", EVERY_BACKEND)
 def test_a_huge_sparse_file_is_read_in_bounded_pieces(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
 
     async def main():
         ctx = ToolContext("sparse", manager)
         await ctx.terminal("truncate -s 300M big.bin && printf 'line\\n' > small.txt")
-        head = await ctx.call_tool("read_file", {"path": "big.bin", "end_line": 1})
-        whole = await ctx.call_tool("read_file", {"path": "big.bin"})
-        found = await ctx.call_tool("search_files", {"pattern": "line"})
+        tracemalloc.start()
+        try:
+            head = await ctx.call_tool("read_file", {"path": "big.bin", "end_line": 1})
+            whole = await ctx.call_tool("read_file", {"path": "big.bin"})
+            found = await ctx.call_tool("search_files", {"pattern": "line"})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
         await manager.close_all()
-        return head, whole, found
+        return head, whole, found, peak
 
-    head, whole, found = asyncio.run(main())
+    head, whole, found, peak = asyncio.run(main())
+    assert peak < MOST_A_READ_ALLOCATES, f"reading took {peak / 2**20:.0f} MiB of the host's memory"
     for output in (head, whole):
         assert len(output) < MOST_A_READ_RETURNS
         assert "only its start was read" in output or "cut at" in output

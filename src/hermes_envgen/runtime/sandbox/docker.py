@@ -12,9 +12,9 @@ start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming wh
 Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment, stderr
 joined to stdout inside. A timeout kills every process with the command's tag (from the host
 when the engine runs here and we may, and inside the container) and the ``docker exec``
-client: killing the client alone would leave the command running. Files: read, written and
-listed by small ``sh`` scripts run with ``docker exec``, byte for byte through stdin/stdout;
-each first resolves the path with ``realpath`` inside the container (symlinks as the
+client: killing the client alone would leave the command running. Files: read (no further
+than the caller asks: ``read_head``), written and listed by small ``sh`` scripts run with
+``docker exec``, byte for byte through stdin/stdout; each first resolves the path with ``realpath`` inside the container (symlinks as the
 container sees them) and refuses anything outside ``/workspace``.
 
 Verification: ``stop_agent_processes`` kills every process but docker's init and the
@@ -84,19 +84,21 @@ CANNOT_START = 126
 OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR = 3, 4, 5, 6, 7
 
 # Each file script gets the workspace as $1 and the path as $2 (already absolute and
-# lexically inside); it resolves symlinks with realpath, as the container sees them.
+# lexically inside, its bytes escaped by escaped_path); it resolves symlinks with realpath,
+# as the container sees them. The dots keep a name's trailing newlines from $(...).
 _CONFINE = """ws=$1
-p=$(realpath -m -- "$2") || exit 3
-case $p in "$ws"|"$ws"/*) ;; *) echo "$2 resolves to $p" >&2; exit 3 ;; esac
+t=$(printf '%b.' "$2"); t=${t%.}
+p=$(realpath -m -- "$t" && echo .) || exit 3
+p=${p%.}; p=${p%?}
+case $p in "$ws"|"$ws"/*) ;; *) echo "$t resolves to $p" >&2; exit 3 ;; esac
 """
-READ_SCRIPT = (
-    _CONFINE
-    + """[ -e "$p" ] || exit 4
+_READABLE = """[ -e "$p" ] || exit 4
 [ -d "$p" ] && exit 5
 [ -f "$p" ] || exit 7
-exec cat -- "$p"
 """
-)
+READ_SCRIPT = _CONFINE + _READABLE + 'exec cat -- "$p"\n'
+# At most the first $3 bytes: a huge (or sparse) file never crosses docker exec whole.
+HEAD_SCRIPT = _CONFINE + _READABLE + 'exec head -c "$3" -- "$p"\n'
 WRITE_SCRIPT = (
     _CONFINE
     + """[ -d "$p" ] && exit 5
@@ -184,6 +186,19 @@ def container_path(path: str, workdir: str = WORKDIR) -> str:
         else:
             resolved.append(part)
     return "/".join([workdir, *resolved])
+
+
+def escaped_path(path: str) -> str:
+    """A path as a file script's argument: its bytes as ASCII, decoded by ``printf %b`` inside.
+
+    docker exec carries its argv as JSON text, which turns bytes that are not UTF-8 (names
+    the agent made, reaching us surrogate-escaped) into U+FFFD: such a file could be listed
+    but never read. Printable ASCII but the backslash passes as it is.
+    """
+    return "".join(
+        chr(byte) if 0x20 <= byte < 0x7F and byte != 0x5C else f"\\0{byte:03o}"
+        for byte in os.fsencode(path)
+    )
 
 
 def container_name(task_id: str) -> str:
@@ -373,6 +388,14 @@ class DockerSandbox(Sandbox):
         self._raise_for(code, path, err)
         return out
 
+    async def read_head(self, path: str, limit: int) -> bytes:
+        self.touch()
+        target = container_path(path)
+        await self._ensure_started()
+        code, out, err = await self._script(HEAD_SCRIPT, target, str(max(limit, 0)))
+        self._raise_for(code, path, err)
+        return out
+
     async def write_bytes(self, path: str, data: bytes) -> None:
         self.touch()
         target = container_path(path)
@@ -394,10 +417,11 @@ class DockerSandbox(Sandbox):
         )
 
     async def _script(
-        self, script: str, target: str, data: bytes | None = None
+        self, script: str, target: str, *args: str, data: bytes | None = None
     ) -> tuple[int, bytes, str]:
         """Run a file script in the container: its exit code, stdout and stderr."""
-        argv = self.exec_argv("sh", "-c", script, "sh", WORKDIR, target, stdin=data is not None)
+        arguments = ["sh", WORKDIR, escaped_path(target), *args]
+        argv = self.exec_argv("sh", "-c", script, *arguments, stdin=data is not None)
         return await _exec(argv, data)
 
     @staticmethod
