@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REQUIRE_DOCKER_VARIABLE
 from sandbox_helpers import (
+    NO_DOCKER,
     alive,
     docker_containers,
     docker_test_image,
@@ -260,6 +262,32 @@ def test_the_backend_is_registered_and_an_unreachable_engine_is_a_clear_error(tm
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.mark.parametrize("required", ["1", ""])
+def test_a_docker_test_that_cannot_run_fails_when_docker_is_required(required, tmp_path):
+    # scripts/test.sh requires docker once it has an engine and the image: a skip would hide
+    # a backend that went untested.
+    test = f"{Path(__file__)}::test_commands_run_locked_down_in_the_container"
+    environment = {
+        **os.environ,
+        "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+        REQUIRE_DOCKER_VARIABLE: required,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", test, "-p", "no:cacheprovider", "-rfs"],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if required:
+        assert done.returncode == 1, done.stdout
+        assert f"{REQUIRE_DOCKER_VARIABLE}=1 but {NO_DOCKER}" in done.stdout
+    else:
+        assert done.returncode == 0, done.stdout
+        assert "1 skipped" in done.stdout and NO_DOCKER in done.stdout
 
 
 # -- with an engine ------------------------------------------------------------------------------

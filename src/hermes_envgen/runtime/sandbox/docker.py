@@ -14,8 +14,9 @@ joined to stdout inside. A timeout kills every process with the command's tag (f
 when the engine runs here and we may, and inside the container) and the ``docker exec``
 client: killing the client alone would leave the command running. Files: read (no further
 than the caller asks: ``read_head``), written and listed by small ``sh`` scripts run with
-``docker exec``, byte for byte through stdin/stdout; each first resolves the path with ``realpath`` inside the container (symlinks as the
-container sees them) and refuses anything outside ``/workspace``.
+``docker exec``, byte for byte through stdin/stdout; each first resolves the path with
+``realpath`` inside the container (symlinks as the container sees them) and refuses anything
+outside ``/workspace``.
 
 Verification: ``stop_agent_processes`` kills every process but docker's init and the
 ``sleep``, empties ``/tmp`` and makes the verification's ``HOME`` there; ``install_checks``
