@@ -89,6 +89,11 @@ up() {
         --log-level warn \
         </dev/null >"$STATE/dockerd.log" 2>&1 &
     echo $! >"$STATE/dockerd.started"
+    # Until it answers and the caller knows of it, a failure or an interruption (Ctrl-C while
+    # waiting) stops it here: nobody would stop it later.
+    trap down EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     export DOCKER_HOST="unix://$socket"
     local waited=0
     until answers; do
@@ -99,16 +104,16 @@ up() {
         fi
         if [ "$waited" -ge "$START_TIMEOUT" ]; then
             log "dockerd did not answer within ${START_TIMEOUT}s"
-            down
             return 1
         fi
         sleep 1
         waited=$((waited + 1))
     done
     # A run that was killed may have left containers in the cached data root.
-    docker ps --all --quiet | xargs --no-run-if-empty docker rm --force >/dev/null
+    docker ps --all --quiet | xargs --no-run-if-empty docker rm --force >/dev/null 2>&1 || true
     log "dockerd $(docker version --format '{{.Server.Version}}') ($driver) answers at $DOCKER_HOST after ${SECONDS}s"
     echo "export DOCKER_HOST=$DOCKER_HOST HERMES_ENVGEN_DOCKER_STATE=$STATE"
+    trap - EXIT INT TERM
 }
 
 down() {
