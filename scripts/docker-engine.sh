@@ -77,6 +77,7 @@ up() {
         log "$CACHE/data-root is in use; this run gets its own"
     fi
     mkdir -p "$data_root"
+    echo "$data_root" >"$STATE/dockerd.data-root"
     local socket="$STATE/docker.sock" driver
     driver="$(storage_driver "$data_root")"
     setsid dockerd \
@@ -130,6 +131,14 @@ down() {
             sleep 1
         done
         kill -KILL "$pid" 2>/dev/null || true
+    fi
+    # dockerd bind-mounts its data root on itself; stopped before it finished starting (or
+    # killed), it leaves that mount, and rm could then remove nothing below it.
+    local data_root
+    data_root="$(cat "$STATE/dockerd.data-root" 2>/dev/null || true)"
+    if [ -n "$data_root" ]; then
+        awk -v root="$data_root" '$2 == root || index($2, root "/") == 1 { print $2 }' /proc/self/mounts |
+            sort -r | xargs --no-run-if-empty -n 1 umount --lazy 2>/dev/null || true
     fi
     rm -f "$pidfile"
     # The throw-away data root (if any) goes; vfs layers are plain directories.

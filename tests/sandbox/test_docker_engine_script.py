@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import alive, eventually
 
+from hermes_envgen.runtime.sandbox.host_limits import mounts_below
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "docker-engine.sh"
 
 pytestmark = pytest.mark.skipif(
@@ -64,6 +66,7 @@ def test_an_up_interrupted_while_waiting_stops_the_dockerd_it_started(signum, tm
         assert eventually(lambda: not alive(dockerd), 40), err
         assert "docker engine: stopped" in err
         assert not state.exists()
+        assert mounts_below(tmp_path) == [], "dockerd's data root is still mounted"
     finally:
         if up.poll() is None:
             up.kill()
