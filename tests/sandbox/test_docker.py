@@ -76,9 +76,11 @@ def test_the_container_is_locked_down_by_default(tmp_path, monkeypatch):
     assert option_values(argv, "--memory") == ["2048m"]
     assert option_values(argv, "--memory-swap") == ["2048m"]
     assert option_values(argv, "--ulimit") == [f"fsize={1024 * 1024 * 1024}"]
+    assert option_values(argv, "--cpus") == ["1"]
     tmpfs = option_values(argv, "--tmpfs")
     assert [mount.split(":")[0] for mount in tmpfs] == ["/workspace", "/tmp"]
     assert all("nosuid" in mount and "size=" in mount for mount in tmpfs)
+    assert "size=1024m,nr_inodes=65536" in tmpfs[0]
     # --workdir on docker run would mount the workspace tmpfs root-owned 0755 (docker 20.10):
     # the agent (uid 65534) could not write its own workspace. Each exec enters it instead.
     assert "--workdir" not in argv
@@ -98,12 +100,16 @@ def test_settings_choose_the_image_network_and_limits(tmp_path):
         memory_mb=512,
         max_file_mb=10,
         cpu_seconds=30,
+        cpus=0.5,
+        workspace_mb=100,
     ).run_argv()
     assert argv[-2] == "ubuntu:24.04"
     assert option_values(argv, "--network") == ["bridge"]
     assert option_values(argv, "--pids-limit") == ["64"]
     assert option_values(argv, "--memory") == ["512m"]
     assert option_values(argv, "--ulimit") == [f"fsize={10 * 1024 * 1024}", "cpu=30"]
+    assert option_values(argv, "--cpus") == ["0.5"]
+    assert "size=100m,nr_inodes=6400" in option_values(argv, "--tmpfs")[0]
 
 
 def test_exec_argv_tags_the_command_and_names_the_container(tmp_path):
@@ -310,7 +316,6 @@ def test_commands_run_locked_down_in_the_container(docker_manager):
             "network": await sandbox.run(
                 "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\""
             ),
-            "pids": await sandbox.run("cat /sys/fs/cgroup/pids.max 2>/dev/null || echo unknown"),
         }
         name = sandbox.container
         await docker_manager.close_all()
@@ -323,7 +328,6 @@ def test_commands_run_locked_down_in_the_container(docker_manager):
     assert "Read-only file system" in out["read_only"].output
     assert out["workspace"].output == "data\n"
     assert out["network"].exit_code != 0
-    assert out["pids"].output.strip() in ("256", "unknown")
     listed = subprocess.run(
         ["docker", "ps", "-a", "-q", "--filter", f"name={name}"],
         capture_output=True,
@@ -331,6 +335,48 @@ def test_commands_run_locked_down_in_the_container(docker_manager):
         check=False,
     )
     assert listed.stdout.strip() == ""  # close removed the container
+
+
+# Each limit as the container sees it, under cgroup v1 or v2.
+CGROUP_LIMITS = """cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max
+cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null ||
+  cat /sys/fs/cgroup/cpu.max
+cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"""
+
+
+@needs_docker
+def test_the_limits_hold_in_the_container(tmp_path):
+    manager = make_manager(
+        tmp_path,
+        "docker",
+        command_timeout=60,
+        memory_mb=64,
+        max_processes=64,
+        max_file_mb=5,
+        cpus=0.5,
+        workspace_mb=100,
+    )
+
+    async def main():
+        sandbox = manager.get("limits")
+        out = {
+            "cgroups": await sandbox.run(CGROUP_LIMITS),
+            "fsize": await sandbox.run("grep 'Max file size' /proc/self/limits"),
+            "big_file": await sandbox.run("head -c 6M /dev/zero > big; ls -l big | cut -d' ' -f5"),
+            "hog": await sandbox.run("python3 -c 'x = bytearray(256 * 2**20)'; echo $?"),
+            "workspace": await sandbox.run("df -k --output=size,itotal /workspace | tail -n 1"),
+        }
+        await manager.close_all()
+        return out
+
+    out = asyncio.run(main())
+    pids, *cpu, memory = out["cgroups"].output.split()
+    assert pids == "64" and cpu == ["50000", "100000"], out["cgroups"].output
+    assert int(memory) == 64 * 2**20, out["cgroups"].output
+    assert out["fsize"].output.split()[3:5] == [str(5 * 2**20)] * 2, out["fsize"].output
+    assert out["big_file"].output.splitlines()[-1] == str(5 * 2**20), out["big_file"].output
+    assert out["hog"].output.splitlines()[-1] == "137", out["hog"].output  # the OOM killer's
+    assert out["workspace"].output.split() == ["102400", "6400"]
 
 
 @needs_docker

@@ -3,11 +3,12 @@
 The container (``settings.docker_image``, default ``python:3.11-slim``; it must have bash)
 starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
 (``--network none``) unless ``settings.network``; a read-only root filesystem with size-capped
-tmpfs mounts at ``/workspace`` (the working directory and ``HOME``) and ``/tmp``; no
-capabilities; no new privileges; commands as an unprivileged user (init and the anchor as
-root: out of the agent's reach by ptrace or signal); memory, process-count and file-size
-limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A container that cannot
-start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what is missing.
+tmpfs mounts at ``/workspace`` (the working directory and ``HOME``; ``workspace_mb``) and
+``/tmp``; no capabilities; no new privileges; commands as an unprivileged user (init and the
+anchor as root: out of the agent's reach by ptrace or signal); memory, process-count, CPU and
+file-size limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A container
+that cannot start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what
+is missing.
 
 Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment, stderr
 joined to stdout inside. A timeout kills every process with the command's tag (from the host
@@ -59,7 +60,11 @@ from hermes_envgen.runtime.sandbox.base import (
     finish_command,
     kill_processes,
 )
-from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
+from hermes_envgen.runtime.sandbox.limits import (
+    ISOLATED_DEFAULTS,
+    ResourceLimits,
+    tmpfs_size_options,
+)
 from hermes_envgen.runtime.sandbox.process import spawn
 from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
 from hermes_envgen.runtime.sandbox.runs import ENGINE_FILE
@@ -73,8 +78,7 @@ AGENT_USER = "65534:65534"  # nobody: every command and file script runs as it
 # docker's init and the anchor run as root (with no capabilities, as all in the container):
 # of another user than the agent's, which can neither ptrace nor signal them.
 ANCHOR_USER = "0:0"
-WORKSPACE_SIZE_MB = 2048  # the workspace is a tmpfs: it counts against the host's memory
-TMP_SIZE_MB = 512
+TMP_SIZE_MB = 512  # a tmpfs, as the workspace (limits.workspace_mb): the host's memory
 LABEL = "hermes-envgen.sandbox"
 RUN_LABEL = "hermes-envgen.run"  # host/run directory: what a next run reaps if this one dies
 START_TIMEOUT = 600.0  # includes pulling the image the first time
@@ -237,6 +241,8 @@ class DockerSandbox(Sandbox):
         """The ``docker run`` argv that creates this task's container."""
         environment = command_environment(WORKDIR)
         environment.pop("PATH", None)  # the image knows its PATH; the host's means nothing here
+        # ISOLATED_DEFAULTS fills in every limit the settings leave unset: never None here
+        workspace_size = tmpfs_size_options(self.limits.workspace_mb)
         args = [
             self.docker, "run", "--detach", "--init",
             "--name", self.container,
@@ -245,7 +251,7 @@ class DockerSandbox(Sandbox):
             "--label", f"{RUN_LABEL}={run_label(self.run_directory)}",
             "--network", "bridge" if self.settings.network else "none",
             "--read-only",
-            "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,mode=1777,size={WORKSPACE_SIZE_MB}m",
+            "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,mode=1777,{workspace_size}",
             "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,mode=1777,size={TMP_SIZE_MB}m",
             # No --workdir here: with it, docker 20.10 mounts the /workspace tmpfs root-owned
             # 0755 whatever its mode option says, and the agent cannot write its own workspace.
