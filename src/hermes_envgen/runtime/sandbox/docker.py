@@ -86,7 +86,7 @@ ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when no
 RUNTIME_EXEC_FAILED = "OCI runtime exec failed"  # docker exec's start failure, exit code 126
 CANNOT_START = 126
 # Exit codes of the file scripts.
-OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR = 3, 4, 5, 6, 7
+OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR, DENIED = 3, 4, 5, 6, 7, 8
 
 # Each file script gets the workspace as $1 and the path as $2 (already absolute and
 # lexically inside, its bytes escaped by escaped_path); it resolves symlinks with realpath,
@@ -100,14 +100,24 @@ case $p in "$ws"|"$ws"/*) ;; *) echo "$t resolves to $p" >&2; exit 3 ;; esac
 _READABLE = """[ -e "$p" ] || exit 4
 [ -d "$p" ] && exit 5
 [ -f "$p" ] || exit 7
+[ -r "$p" ] || exit 8
 """
 READ_SCRIPT = _CONFINE + _READABLE + 'exec cat -- "$p"\n'
 # At most the first $3 bytes: a huge (or sparse) file never crosses docker exec whole.
 HEAD_SCRIPT = _CONFINE + _READABLE + 'exec head -c "$3" -- "$p"\n'
+# The agent's user may not write every place of the workspace (chmod): the checks say so
+# with an exit code, as the other backends say "permission denied", not in sh's words.
+# $a: the deepest part of the parent directory that exists, where mkdir would start.
 WRITE_SCRIPT = (
     _CONFINE
     + """[ -d "$p" ] && exit 5
-mkdir -p -- "$(dirname -- "$p")" || exit 6
+parent=${p%/*}
+a=$parent
+while [ -n "$a" ] && [ ! -e "$a" ]; do a=${a%/*}; done
+[ -d "$a" ] || exit 6
+[ "$a" = "$parent" ] || [ -w "$a" ] || exit 8
+mkdir -p -- "$parent" || exit 1
+if [ -e "$p" ]; then [ -w "$p" ] || exit 8; else [ -w "$parent" ] || exit 8; fi
 exec cat > "$p"
 """
 )
@@ -446,6 +456,8 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"{path} is not a regular file")
         if code == NO_PARENT:
             raise SandboxError(f"{path}: a part of the path is not a directory")
+        if code == DENIED:
+            raise SandboxError(f"{path}: permission denied")
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
 
 
