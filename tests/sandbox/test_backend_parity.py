@@ -154,6 +154,9 @@ def test_file_tools_give_the_same_results(backend, tmp_path):
         out.append(await ctx.read_file("src/app.py"))
         await ctx.write_file("src/app.py", "rewritten\n")
         out.append(await ctx.terminal("cat src/app.py"))
+        # a listing goes as deep on every backend
+        await ctx.terminal("p=deep; for i in $(seq 70); do mkdir $p; touch $p/f; p=$p/d; done")
+        out.append(sorted(await ctx.sandbox.list_files("deep")))
         return out
 
     local, other = run_everywhere(backend, tmp_path, script)

@@ -68,6 +68,7 @@ from hermes_envgen.runtime.sandbox.limits import (
 from hermes_envgen.runtime.sandbox.process import spawn
 from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
 from hermes_envgen.runtime.sandbox.runs import ENGINE_FILE
+from hermes_envgen.runtime.sandbox.workspace_files import MAX_LIST_DEPTH, MAX_LISTED_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +103,21 @@ _READABLE = """[ -e "$p" ] || exit 4
 [ -f "$p" ] || exit 7
 [ -r "$p" ] || exit 8
 """
-READ_SCRIPT = _CONFINE + _READABLE + 'exec cat -- "$p"\n'
+# A path checked is not yet a file opened: a link swapped in meanwhile by a process of the
+# agent's would lead outside. So the file is opened first (descriptor 3), and what the
+# descriptor holds is checked before a byte moves.
+_OPENED_INSIDE = """case $(readlink /proc/self/fd/3) in
+  "$ws"/*) ;; *) echo "$t changed into a link while it was opened" >&2; exit 3 ;; esac
+"""
+_OPEN_TO_READ = _CONFINE + _READABLE + 'exec 3< "$p"\n' + _OPENED_INSIDE
+READ_SCRIPT = _OPEN_TO_READ + "exec cat <&3\n"
 # At most the first $3 bytes: a huge (or sparse) file never crosses docker exec whole.
-HEAD_SCRIPT = _CONFINE + _READABLE + 'exec head -c "$3" -- "$p"\n'
+HEAD_SCRIPT = _OPEN_TO_READ + 'exec head -c "$3" <&3\n'
 # The agent's user may not write every place of the workspace (chmod): the checks say so
 # with an exit code, as the other backends say "permission denied", not in sh's words.
-# $a: the deepest part of the parent directory that exists, where mkdir would start.
+# $a: the deepest part of the parent directory that exists, where mkdir would start. The
+# script enters the parent (a link swapped in later cannot move it), opens the file there
+# without truncating it, checks what it opened, and only then truncates and writes it.
 WRITE_SCRIPT = (
     _CONFINE
     + """[ -d "$p" ] && exit 5
@@ -117,15 +127,23 @@ while [ -n "$a" ] && [ ! -e "$a" ]; do a=${a%/*}; done
 [ -d "$a" ] || exit 6
 [ "$a" = "$parent" ] || [ -w "$a" ] || exit 8
 mkdir -p -- "$parent" || exit 1
-if [ -e "$p" ]; then [ -w "$p" ] || exit 8; else [ -w "$parent" ] || exit 8; fi
-exec cat > "$p"
+cd -P -- "$parent" || exit 1
+case $(pwd -P) in "$ws"|"$ws"/*) ;; *) echo "$t changed into a link" >&2; exit 3 ;; esac
+name=./${p##*/}
+if [ -e "$name" ]; then [ -w "$name" ] || exit 8; else [ -w . ] || exit 8; fi
+exec 3>> "$name"
 """
+    + _OPENED_INSIDE
+    + "exec cat > /proc/self/fd/3\n"
 )
+# Bounded as the other backends' listing (workspace_files): no deeper than MAX_LIST_DEPTH
+# directories, at most MAX_LISTED_FILES files; what cannot be read is left out.
 LIST_SCRIPT = (
     _CONFINE
-    + """if [ -f "$p" ] && [ ! -L "$p" ]; then printf '%s\\0' "$p"; exit 0; fi
+    + f"""if [ -f "$p" ] && [ ! -L "$p" ]; then printf '%s\\0' "$p"; exit 0; fi
 [ -d "$p" ] || exit 0
-exec find "$p" -type f -print0
+find "$p" -maxdepth {MAX_LIST_DEPTH + 1} -type f -print0 2>/dev/null |
+  head -z -n {MAX_LISTED_FILES}
 """
 )
 # Kills every process whose environment holds the tag ($1); run by bash as the container's
