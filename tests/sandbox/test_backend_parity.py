@@ -145,6 +145,7 @@ def test_file_tools_give_the_same_results(backend, tmp_path):
             ("read_file", {"path": "src"}),
             ("patch", {"path": "src/app.py", "old_text": "absent", "new_text": "z"}),
             ("write_file", {"path": "../x", "content": ""}),
+            ("write_file", {"path": "pipe", "content": "blocks no one"}),
         ]:
             with pytest.raises(ToolExecutionError) as caught:
                 await ctx.call_tool(name, arguments)

@@ -45,6 +45,7 @@ from hermes_envgen.runtime.sandbox.docker import (
     WRITE_SCRIPT,
     DockerSandbox,
     _docker,
+    _exec,
     container_path,
     escaped_path,
     explain_start_failure,
@@ -201,6 +202,16 @@ def test_the_file_scripts_take_any_name_the_agent_can_make(tmp_path):
         assert run_script(WRITE_SCRIPT, workspace, name, b"new").returncode == 0, name
         assert (workspace / name).read_bytes() == b"new"
     assert sorted(os.listdir(workspace)) == sorted(names)
+
+
+def test_a_file_operation_that_blocks_times_out():
+    # as a docker exec whose script blocks opening a FIFO would; the client is killed
+    started = time.monotonic()
+    code, out, err = asyncio.run(_exec(["sleep", "30"], b"data", timeout=0.5))
+    assert time.monotonic() - started < 5
+    assert (code, out) == (124, b"") and err == "the file operation timed out after 0.5 s"
+    with pytest.raises(SandboxError, match=r"^a\.txt: the file operation timed out after 0\.5 s$"):
+        DockerSandbox._raise_for(code, "a.txt", err)
 
 
 def test_a_command_runc_could_not_start_is_said_in_the_sandboxs_words():

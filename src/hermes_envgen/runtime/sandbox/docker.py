@@ -86,6 +86,7 @@ START_TIMEOUT = 600.0  # includes pulling the image the first time
 ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
 RUNTIME_EXEC_FAILED = "OCI runtime exec failed"  # docker exec's start failure, exit code 126
 CANNOT_START = 126
+FILE_TIMEOUT = 300.0  # seconds a file script may take (a GiB through docker exec: a few)
 # Exit codes of the file scripts.
 OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR, DENIED = 3, 4, 5, 6, 7, 8
 
@@ -130,7 +131,8 @@ mkdir -p -- "$parent" || exit 1
 cd -P -- "$parent" || exit 1
 case $(pwd -P) in "$ws"|"$ws"/*) ;; *) echo "$t changed into a link" >&2; exit 3 ;; esac
 name=./${p##*/}
-if [ -e "$name" ]; then [ -w "$name" ] || exit 8; else [ -w . ] || exit 8; fi
+if [ -e "$name" ]; then [ -f "$name" ] || exit 7; [ -w "$name" ] || exit 8; fi
+[ -e "$name" ] || [ -w . ] || exit 8
 exec 3>> "$name"
 """
     + _OPENED_INSIDE
@@ -479,15 +481,27 @@ class DockerSandbox(Sandbox):
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
 
 
-async def _exec(argv: list[str], data: bytes | None) -> tuple[int, bytes, str]:
-    """Run a ``docker exec`` argv with ``data`` on its stdin: its exit code, stdout, stderr."""
+async def _exec(
+    argv: list[str], data: bytes | None, timeout: float = FILE_TIMEOUT
+) -> tuple[int, bytes, str]:
+    """Run a ``docker exec`` argv with ``data`` on its stdin: its exit code, stdout, stderr.
+
+    After ``timeout`` seconds the client is killed (what it ran inside goes with the
+    sandbox's processes): a file operation that blocks (a FIFO swapped in for a file) fails
+    rather than hold its rollout forever.
+    """
     process = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await process.communicate(data)
+    try:
+        out, err = await asyncio.wait_for(process.communicate(data), timeout)
+    except asyncio.TimeoutError:
+        process.kill()
+        await process.wait()
+        return TIMEOUT_EXIT_CODE, b"", f"the file operation timed out after {timeout:g} s"
     return process.returncode, out, err.decode(errors="replace")
 
 
