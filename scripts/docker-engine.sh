@@ -13,7 +13,8 @@
 # overlayfs (a container is created in 0.1 s) else vfs (every container copies the image: 2-3 s). The data root lives under
 # ~/.cache/hermes-envgen/docker so images built there survive to the next run; when another
 # run holds it, this run gets a throw-away one. Exit 1 with a reason on stderr when no engine
-# can be had; the docker tests then skip.
+# can be had; the docker tests then skip. An `up` that fails or is interrupted once dockerd
+# started stops it again.
 set -euo pipefail
 
 CACHE="${HERMES_ENVGEN_SYSTEM_CACHE:-$HOME/.cache/hermes-envgen}/docker"
