@@ -13,7 +13,8 @@
 # overlayfs (a container is created in 0.1 s) else vfs (every container copies the image: 2-3 s). The data root lives under
 # ~/.cache/hermes-envgen/docker so images built there survive to the next run; when another
 # run holds it, this run gets a throw-away one. Exit 1 with a reason on stderr when no engine
-# can be had; the docker tests then skip.
+# can be had; the docker tests then skip. An `up` that fails or is interrupted once dockerd
+# started stops it again.
 set -euo pipefail
 
 CACHE="${HERMES_ENVGEN_SYSTEM_CACHE:-$HOME/.cache/hermes-envgen}/docker"
@@ -77,6 +78,7 @@ up() {
         log "$CACHE/data-root is in use; this run gets its own"
     fi
     mkdir -p "$data_root"
+    echo "$data_root" >"$STATE/dockerd.data-root"
     local socket="$STATE/docker.sock" driver
     driver="$(storage_driver "$data_root")"
     setsid dockerd \
@@ -89,6 +91,11 @@ up() {
         --log-level warn \
         </dev/null >"$STATE/dockerd.log" 2>&1 &
     echo $! >"$STATE/dockerd.started"
+    # Until it answers and the caller knows of it, a failure or an interruption (Ctrl-C while
+    # waiting) stops it here: nobody would stop it later.
+    trap down EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     export DOCKER_HOST="unix://$socket"
     local waited=0
     until answers; do
@@ -99,16 +106,16 @@ up() {
         fi
         if [ "$waited" -ge "$START_TIMEOUT" ]; then
             log "dockerd did not answer within ${START_TIMEOUT}s"
-            down
             return 1
         fi
         sleep 1
         waited=$((waited + 1))
     done
     # A run that was killed may have left containers in the cached data root.
-    docker ps --all --quiet | xargs --no-run-if-empty docker rm --force >/dev/null
+    docker ps --all --quiet | xargs --no-run-if-empty docker rm --force >/dev/null 2>&1 || true
     log "dockerd $(docker version --format '{{.Server.Version}}') ($driver) answers at $DOCKER_HOST after ${SECONDS}s"
     echo "export DOCKER_HOST=$DOCKER_HOST HERMES_ENVGEN_DOCKER_STATE=$STATE"
+    trap - EXIT INT TERM
 }
 
 down() {
@@ -125,6 +132,14 @@ down() {
             sleep 1
         done
         kill -KILL "$pid" 2>/dev/null || true
+    fi
+    # dockerd bind-mounts its data root on itself; stopped before it finished starting (or
+    # killed), it leaves that mount, and rm could then remove nothing below it.
+    local data_root
+    data_root="$(cat "$STATE/dockerd.data-root" 2>/dev/null || true)"
+    if [ -n "$data_root" ]; then
+        awk -v root="$data_root" '$2 == root || index($2, root "/") == 1 { print $2 }' /proc/self/mounts |
+            sort -r | xargs --no-run-if-empty -n 1 umount --lazy 2>/dev/null || true
     fi
     rm -f "$pidfile"
     # The throw-away data root (if any) goes; vfs layers are plain directories.

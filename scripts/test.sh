@@ -31,12 +31,18 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=
 
 # The docker backend's tests need an engine and an image: use the engine that answers, or start
 # a private one (root, Debian), stopped when this script exits. Without one they skip, saying
-# why.
+# why. With both, they must run: HERMES_ENVGEN_REQUIRE_DOCKER makes a skip a failure. As root
+# the image can always be built (debootstrap), so failing to is an error, not a skip.
 if engine="$(bash scripts/docker-engine.sh up)"; then
     docker_started=1
     eval "$engine"
     if image="$(bash scripts/docker-test-image.sh)"; then
-        export HERMES_ENVGEN_TEST_DOCKER_IMAGE="$image"
+        export HERMES_ENVGEN_TEST_DOCKER_IMAGE="$image" HERMES_ENVGEN_REQUIRE_DOCKER=1
+    elif [ "$(id -u)" -eq 0 ]; then
+        echo "error: scripts/docker-test-image.sh failed (see above)" >&2
+        exit 1
+    else
+        echo "warning: no docker test image (building it needs root); the docker backend's tests will be skipped" >&2
     fi
 else
     echo "warning: no Docker engine; the docker backend's tests will be skipped" >&2

@@ -60,9 +60,8 @@ def docker_skip_reason() -> str | None:
     return None
 
 
-needs_docker = pytest.mark.skipif(
-    docker_skip_reason() is not None, reason=str(docker_skip_reason())
-)
+# A test that cannot run here skips, or fails when this run requires docker (conftest.py).
+needs_docker = pytest.mark.docker(unavailable=docker_skip_reason())
 
 LOCAL = pytest.param("local", id="local")
 BWRAP = pytest.param("bwrap", id="bwrap", marks=needs_bwrap)

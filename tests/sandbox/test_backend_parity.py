@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
@@ -10,6 +11,8 @@ import os
 import pytest
 from sandbox_helpers import BWRAP, DOCKER, LOCAL, make_manager
 
+from hermes_envgen.runtime.sandbox import SandboxError
+from hermes_envgen.runtime.sandbox.workspace_files import file_errors
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import ToolExecutionError
 
@@ -142,6 +145,7 @@ def test_file_tools_give_the_same_results(backend, tmp_path):
             ("read_file", {"path": "src"}),
             ("patch", {"path": "src/app.py", "old_text": "absent", "new_text": "z"}),
             ("write_file", {"path": "../x", "content": ""}),
+            ("write_file", {"path": "pipe", "content": "blocks no one"}),
         ]:
             with pytest.raises(ToolExecutionError) as caught:
                 await ctx.call_tool(name, arguments)
@@ -151,11 +155,51 @@ def test_file_tools_give_the_same_results(backend, tmp_path):
         out.append(await ctx.read_file("src/app.py"))
         await ctx.write_file("src/app.py", "rewritten\n")
         out.append(await ctx.terminal("cat src/app.py"))
+        # a listing goes as deep on every backend
+        await ctx.terminal("p=deep; for i in $(seq 70); do mkdir $p; touch $p/f; p=$p/d; done")
+        out.append(sorted(await ctx.sandbox.list_files("deep")))
         return out
 
     local, other = run_everywhere(backend, tmp_path, script)
     for number, (expected, got) in enumerate(zip(local, other)):
         assert got == expected, number
+
+
+def permission_error(path: str) -> str:
+    """What local and bwrap say of a file operation the OS refused with EACCES."""
+
+    def refused():
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    with pytest.raises(SandboxError) as caught:
+        file_errors(path, refused)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("backend", [LOCAL, *OTHERS])
+def test_a_place_the_agent_may_not_write_gives_the_same_error(backend, tmp_path):
+    if backend != "docker" and os.geteuid() == 0:
+        pytest.skip("as root the host writes and reads the workspace's files whatever their mode")
+
+    async def main():
+        ctx = ToolContext("denied", make_manager(tmp_path, backend))
+        await ctx.terminal("mkdir ro && echo s > secret && chmod 000 secret && chmod 555 ro")
+        errors = []
+        for name, arguments in [
+            ("write_file", {"path": "ro/f", "content": "x"}),
+            ("write_file", {"path": "ro/sub/f", "content": "x"}),
+            ("write_file", {"path": "secret", "content": "x"}),
+            ("read_file", {"path": "secret"}),
+        ]:
+            with pytest.raises(ToolExecutionError) as caught:
+                await ctx.call_tool(name, arguments)
+            errors.append(str(caught.value))
+        await ctx.cleanup()
+        return errors
+
+    assert asyncio.run(main()) == [
+        permission_error(path) for path in ("ro/f", "ro/sub/f", "secret", "secret")
+    ]
 
 
 @pytest.mark.parametrize("backend", OTHERS)

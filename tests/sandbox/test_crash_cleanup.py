@@ -16,10 +16,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import BWRAP, LOCAL, eventually, processes_running, run_cleanup_command
+from sandbox_helpers import (
+    BWRAP,
+    DOCKER,
+    LOCAL,
+    docker_containers,
+    docker_test_image,
+    eventually,
+    processes_running,
+    run_cleanup_command,
+)
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox import runs as runs_module
+from hermes_envgen.runtime.sandbox.docker import RUN_LABEL, run_label
 from hermes_envgen.runtime.sandbox.host_limits import cgroup_parents, mounts_below
 from hermes_envgen.runtime.sandbox.local import LocalSandbox
 from hermes_envgen.runtime.sandbox.manager import BACKENDS, register_backend
@@ -44,7 +54,7 @@ def script(mark: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_a_killed_run_leaves_no_sandbox_behind(
     backend, signum, stub_server, offline_tokenizer, tmp_path
@@ -53,20 +63,28 @@ def test_a_killed_run_leaves_no_sandbox_behind(
     needle = f"sleep\0{mark}\0".encode()
     server = stub_server(script(mark))
     root = tmp_path / "sandboxes"
+    image = ["--env.sandbox_image", str(docker_test_image())] if backend == "docker" else []
     run = subprocess.Popen(
         [sys.executable, str(ENV_FILE), "evaluate", "--openai.base_url", server.base_url,
          "--env.tokenizer_name", str(offline_tokenizer), "--env.sandbox_root", str(root),
          "--env.data_dir_to_save_evals", str(tmp_path / "evals"),
-         "--env.terminal_backend", backend, "--env.terminal_timeout", "300"],
+         "--env.terminal_backend", backend, "--env.terminal_timeout", "300", *image],
         env=offline_environment(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
+    containers = []  # filters of the run's containers (docker: in no workspace of the host)
     try:
-        started = eventually(lambda: len(list(root.rglob("started"))) >= 2, seconds=120)
+        # two tasks' commands are under way: two sleeps each (their workspaces' "started")
+        started = eventually(lambda: len(processes_running(needle)) >= 4, seconds=120)
         assert started, run.stderr.read().decode()[-3000:] if run.poll() is not None else ""
-        assert eventually(lambda: len(processes_running(needle)) >= 4)
+        if backend == "docker":
+            [run_directory] = (p for p in (root / "hermes-envgen").iterdir() if p.is_dir())
+            containers.append(f"label={RUN_LABEL}={run_label(run_directory)}")
+            assert len(docker_containers(*containers)) >= 2
+        else:
+            assert eventually(lambda: len(list(root.rglob("started"))) >= 2)
         run.send_signal(signum)
         run.wait(timeout=60)
     finally:
@@ -80,8 +98,12 @@ def test_a_killed_run_leaves_no_sandbox_behind(
     if signum != signal.SIGKILL:
         assert eventually(lambda: not list(root.rglob("started")), seconds=5)
         assert mounts_below(root) == [], "the run left size-limited workspaces mounted"
+        if containers:
+            assert docker_containers(*containers) == [], "the run left containers"
     # the next run under the same root removes whatever is left
     SandboxManager(SandboxSettings(backend=backend, root=str(root)))
+    if containers:
+        assert docker_containers(*containers) == []
     assert not processes_running(needle)
     assert not list(root.rglob("started"))
     assert [path.name for path in (root / "hermes-envgen").iterdir()] == []

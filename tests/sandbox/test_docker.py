@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REQUIRE_DOCKER_VARIABLE
 from sandbox_helpers import (
+    NO_DOCKER,
     alive,
     docker_containers,
     docker_test_image,
@@ -43,7 +45,9 @@ from hermes_envgen.runtime.sandbox.docker import (
     WRITE_SCRIPT,
     DockerSandbox,
     _docker,
+    _exec,
     container_path,
+    escaped_path,
     explain_start_failure,
 )
 
@@ -73,9 +77,11 @@ def test_the_container_is_locked_down_by_default(tmp_path, monkeypatch):
     assert option_values(argv, "--memory") == ["2048m"]
     assert option_values(argv, "--memory-swap") == ["2048m"]
     assert option_values(argv, "--ulimit") == [f"fsize={1024 * 1024 * 1024}"]
+    assert option_values(argv, "--cpus") == ["1"]
     tmpfs = option_values(argv, "--tmpfs")
     assert [mount.split(":")[0] for mount in tmpfs] == ["/workspace", "/tmp"]
     assert all("nosuid" in mount and "size=" in mount for mount in tmpfs)
+    assert "size=1024m,nr_inodes=65536" in tmpfs[0]
     # --workdir on docker run would mount the workspace tmpfs root-owned 0755 (docker 20.10):
     # the agent (uid 65534) could not write its own workspace. Each exec enters it instead.
     assert "--workdir" not in argv
@@ -95,12 +101,16 @@ def test_settings_choose_the_image_network_and_limits(tmp_path):
         memory_mb=512,
         max_file_mb=10,
         cpu_seconds=30,
+        cpus=0.5,
+        workspace_mb=100,
     ).run_argv()
     assert argv[-2] == "ubuntu:24.04"
     assert option_values(argv, "--network") == ["bridge"]
     assert option_values(argv, "--pids-limit") == ["64"]
     assert option_values(argv, "--memory") == ["512m"]
     assert option_values(argv, "--ulimit") == [f"fsize={10 * 1024 * 1024}", "cpu=30"]
+    assert option_values(argv, "--cpus") == ["0.5"]
+    assert "size=100m,nr_inodes=6400" in option_values(argv, "--tmpfs")[0]
 
 
 def test_exec_argv_tags_the_command_and_names_the_container(tmp_path):
@@ -139,7 +149,7 @@ def test_container_paths_outside_the_workspace_are_refused(path):
 
 def run_script(script: str, workspace: Path, path: str, data: bytes | None = None):
     """Run a file script on the host, with a host directory standing for /workspace."""
-    target = container_path(path, workdir=str(workspace))
+    target = escaped_path(container_path(path, workdir=str(workspace)))
     return subprocess.run(
         ["sh", "-c", script, "sh", str(workspace), target],
         input=data,
@@ -179,6 +189,31 @@ def test_the_file_scripts_confine_symlinks_as_the_container_resolves_them(tmp_pa
     assert names == ["new/deep/blob.bin", "real/f"]  # symlinks are not files of the listing
 
 
+def test_the_file_scripts_take_any_name_the_agent_can_make(tmp_path):
+    # docker exec would turn the \xff into U+FFFD; trailing newlines are lost to $(...)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    names = ["bad\udcffname.txt", "back\\slash", "new\nline\n", "é 'quoted' $x"]
+    for number, name in enumerate(names):
+        (workspace / name).write_bytes(b"file %d" % number)
+        assert escaped_path(name).isascii()
+    for number, name in enumerate(names):
+        assert run_script(READ_SCRIPT, workspace, name).stdout == b"file %d" % number, name
+        assert run_script(WRITE_SCRIPT, workspace, name, b"new").returncode == 0, name
+        assert (workspace / name).read_bytes() == b"new"
+    assert sorted(os.listdir(workspace)) == sorted(names)
+
+
+def test_a_file_operation_that_blocks_times_out():
+    # as a docker exec whose script blocks opening a FIFO would; the client is killed
+    started = time.monotonic()
+    code, out, err = asyncio.run(_exec(["sleep", "30"], b"data", timeout=0.5))
+    assert time.monotonic() - started < 5
+    assert (code, out) == (124, b"") and err == "the file operation timed out after 0.5 s"
+    with pytest.raises(SandboxError, match=r"^a\.txt: the file operation timed out after 0\.5 s$"):
+        DockerSandbox._raise_for(code, "a.txt", err)
+
+
 def test_a_command_runc_could_not_start_is_said_in_the_sandboxs_words():
     # what docker exec printed in a container a background fork bomb had filled
     runc = (
@@ -216,34 +251,52 @@ def test_the_kill_script_kills_exactly_the_tagged_processes():
             process.wait()
 
 
-def test_the_backend_is_registered_and_an_unreachable_engine_is_a_clear_error(tmp_path):
+def test_the_backend_is_registered_and_an_unreachable_engine_is_a_clear_error(
+    tmp_path, monkeypatch
+):
     assert "docker" in BACKENDS and "bwrap" in BACKENDS
     check_backend("docker")
     with pytest.raises(ValueError, match="valid backends: local, bwrap, docker"):
         check_backend("vm")
-    if os.environ.get("DOCKER_HOST") is None and Path("/var/run/docker.sock").exists():
-        pytest.skip("a Docker socket exists here; the unreachable-engine case cannot be shown")
+    # an engine nobody runs, whatever socket this machine has
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     manager = make_manager(tmp_path, "docker")
-    environment = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 
     async def main():
         sandbox = manager.get("x")
-        with pytest.raises(SandboxError, match="docker"):
+        with pytest.raises(SandboxError, match="no Docker engine answers at unix:///nonexistent"):
             await sandbox.run("true")
-        with pytest.raises(SandboxError):
+        with pytest.raises(SandboxError, match="no Docker engine answers"):
             await sandbox.read_bytes("a.txt")
         await manager.close_all()
 
-    saved = {name: os.environ.get(name) for name in environment}
-    os.environ.update(environment)
-    try:
-        asyncio.run(main())
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("required", ["1", ""])
+def test_a_docker_test_that_cannot_run_fails_when_docker_is_required(required, tmp_path):
+    # scripts/test.sh requires docker once it has an engine and the image: a skip would hide
+    # a backend that went untested.
+    test = f"{Path(__file__)}::test_commands_run_locked_down_in_the_container"
+    environment = {
+        **os.environ,
+        "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+        REQUIRE_DOCKER_VARIABLE: required,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", test, "-p", "no:cacheprovider", "-rfs"],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if required:
+        assert done.returncode == 1, done.stdout
+        assert f"{REQUIRE_DOCKER_VARIABLE}=1 but {NO_DOCKER}" in done.stdout
+    else:
+        assert done.returncode == 0, done.stdout
+        assert "1 skipped" in done.stdout and NO_DOCKER in done.stdout
 
 
 # -- with an engine ------------------------------------------------------------------------------
@@ -266,7 +319,6 @@ def test_commands_run_locked_down_in_the_container(docker_manager):
             "network": await sandbox.run(
                 "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\""
             ),
-            "pids": await sandbox.run("cat /sys/fs/cgroup/pids.max 2>/dev/null || echo unknown"),
         }
         name = sandbox.container
         await docker_manager.close_all()
@@ -279,7 +331,6 @@ def test_commands_run_locked_down_in_the_container(docker_manager):
     assert "Read-only file system" in out["read_only"].output
     assert out["workspace"].output == "data\n"
     assert out["network"].exit_code != 0
-    assert out["pids"].output.strip() in ("256", "unknown")
     listed = subprocess.run(
         ["docker", "ps", "-a", "-q", "--filter", f"name={name}"],
         capture_output=True,
@@ -287,6 +338,48 @@ def test_commands_run_locked_down_in_the_container(docker_manager):
         check=False,
     )
     assert listed.stdout.strip() == ""  # close removed the container
+
+
+# Each limit as the container sees it, under cgroup v1 or v2.
+CGROUP_LIMITS = """cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max
+cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null ||
+  cat /sys/fs/cgroup/cpu.max
+cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"""
+
+
+@needs_docker
+def test_the_limits_hold_in_the_container(tmp_path):
+    manager = make_manager(
+        tmp_path,
+        "docker",
+        command_timeout=60,
+        memory_mb=64,
+        max_processes=64,
+        max_file_mb=5,
+        cpus=0.5,
+        workspace_mb=100,
+    )
+
+    async def main():
+        sandbox = manager.get("limits")
+        out = {
+            "cgroups": await sandbox.run(CGROUP_LIMITS),
+            "fsize": await sandbox.run("grep 'Max file size' /proc/self/limits"),
+            "big_file": await sandbox.run("head -c 6M /dev/zero > big; ls -l big | cut -d' ' -f5"),
+            "hog": await sandbox.run("python3 -c 'x = bytearray(256 * 2**20)'; echo $?"),
+            "workspace": await sandbox.run("df -k --output=size,itotal /workspace | tail -n 1"),
+        }
+        await manager.close_all()
+        return out
+
+    out = asyncio.run(main())
+    pids, *cpu, memory = out["cgroups"].output.split()
+    assert pids == "64" and cpu == ["50000", "100000"], out["cgroups"].output
+    assert int(memory) == 64 * 2**20, out["cgroups"].output
+    assert out["fsize"].output.split()[3:5] == [str(5 * 2**20)] * 2, out["fsize"].output
+    assert out["big_file"].output.splitlines()[-1] == str(5 * 2**20), out["big_file"].output
+    assert out["hog"].output.splitlines()[-1] == "137", out["hog"].output  # the OOM killer's
+    assert out["workspace"].output.split() == ["102400", "6400"]
 
 
 @needs_docker

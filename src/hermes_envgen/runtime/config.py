@@ -54,10 +54,12 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None, ge=1, description="CPU seconds per command (bwrap/docker; None: default)."
     )
     sandbox_memory_mb: int | None = Field(
-        default=None, ge=16, description="Memory per sandbox in MiB (bwrap: 2048 by default)."
+        default=None,
+        ge=16,
+        description="Memory per sandbox in MiB (bwrap/docker: 2048 by default).",
     )
     sandbox_max_processes: int | None = Field(
-        default=None, ge=8, description="Processes per sandbox (bwrap: 256 by default)."
+        default=None, ge=8, description="Processes per sandbox (bwrap/docker: 256 by default)."
     )
     sandbox_max_file_mb: int | None = Field(
         default=None, ge=1, description="Largest file a command may write, in MiB."
@@ -65,14 +67,14 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     sandbox_workspace_mb: int | None = Field(
         default=None,
         ge=1,
-        description="Size of a sandbox's workspace in MiB, 64 files per MiB (bwrap as root: "
-        "a tmpfs, 1024 by default).",
+        description="Size of a sandbox's workspace in MiB, 64 files per MiB (docker, and bwrap "
+        "as root: a tmpfs, 1024 by default).",
     )
     sandbox_cpus: float | None = Field(
         default=None,
         gt=0,
-        description="CPUs a sandbox's processes may use together (bwrap as root: a cgroup, "
-        "1.0 by default).",
+        description="CPUs a sandbox's processes may use together (docker: --cpus; bwrap as "
+        "root: a cgroup; 1.0 by default).",
     )
     terminal_timeout: float = Field(
         default=60.0, gt=0, description="Seconds before a tool command is killed (exit 124)."

@@ -3,19 +3,21 @@
 The container (``settings.docker_image``, default ``python:3.11-slim``; it must have bash)
 starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
 (``--network none``) unless ``settings.network``; a read-only root filesystem with size-capped
-tmpfs mounts at ``/workspace`` (the working directory and ``HOME``) and ``/tmp``; no
-capabilities; no new privileges; commands as an unprivileged user (init and the anchor as
-root: out of the agent's reach by ptrace or signal); memory, process-count and file-size
-limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A container that cannot
-start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what is missing.
+tmpfs mounts at ``/workspace`` (the working directory and ``HOME``; ``workspace_mb``) and
+``/tmp``; no capabilities; no new privileges; commands as an unprivileged user (init and the
+anchor as root: out of the agent's reach by ptrace or signal); memory, process-count, CPU and
+file-size limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A container
+that cannot start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what
+is missing.
 
 Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment, stderr
 joined to stdout inside. A timeout kills every process with the command's tag (from the host
 when the engine runs here and we may, and inside the container) and the ``docker exec``
-client: killing the client alone would leave the command running. Files: read, written and
-listed by small ``sh`` scripts run with ``docker exec``, byte for byte through stdin/stdout;
-each first resolves the path with ``realpath`` inside the container (symlinks as the
-container sees them) and refuses anything outside ``/workspace``.
+client: killing the client alone would leave the command running. Files: read (no further
+than the caller asks: ``read_head``), written and listed by small ``sh`` scripts run with
+``docker exec``, byte for byte through stdin/stdout; each first resolves the path with
+``realpath`` inside the container (symlinks as the container sees them) and refuses anything
+outside ``/workspace``.
 
 Verification: ``stop_agent_processes`` kills every process but docker's init and the
 ``sleep``, empties ``/tmp`` and makes the verification's ``HOME`` there; ``install_checks``
@@ -58,10 +60,15 @@ from hermes_envgen.runtime.sandbox.base import (
     finish_command,
     kill_processes,
 )
-from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
+from hermes_envgen.runtime.sandbox.limits import (
+    ISOLATED_DEFAULTS,
+    ResourceLimits,
+    tmpfs_size_options,
+)
 from hermes_envgen.runtime.sandbox.process import spawn
 from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
 from hermes_envgen.runtime.sandbox.runs import ENGINE_FILE
+from hermes_envgen.runtime.sandbox.workspace_files import MAX_LIST_DEPTH, MAX_LISTED_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -72,43 +79,73 @@ AGENT_USER = "65534:65534"  # nobody: every command and file script runs as it
 # docker's init and the anchor run as root (with no capabilities, as all in the container):
 # of another user than the agent's, which can neither ptrace nor signal them.
 ANCHOR_USER = "0:0"
-WORKSPACE_SIZE_MB = 2048  # the workspace is a tmpfs: it counts against the host's memory
-TMP_SIZE_MB = 512
+TMP_SIZE_MB = 512  # a tmpfs, as the workspace (limits.workspace_mb): the host's memory
 LABEL = "hermes-envgen.sandbox"
 RUN_LABEL = "hermes-envgen.run"  # host/run directory: what a next run reaps if this one dies
 START_TIMEOUT = 600.0  # includes pulling the image the first time
 ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
 RUNTIME_EXEC_FAILED = "OCI runtime exec failed"  # docker exec's start failure, exit code 126
 CANNOT_START = 126
+FILE_TIMEOUT = 300.0  # seconds a file script may take (a GiB through docker exec: a few)
 # Exit codes of the file scripts.
-OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR = 3, 4, 5, 6, 7
+OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR, DENIED = 3, 4, 5, 6, 7, 8
 
 # Each file script gets the workspace as $1 and the path as $2 (already absolute and
-# lexically inside); it resolves symlinks with realpath, as the container sees them.
+# lexically inside, its bytes escaped by escaped_path); it resolves symlinks with realpath,
+# as the container sees them. The dots keep a name's trailing newlines from $(...).
 _CONFINE = """ws=$1
-p=$(realpath -m -- "$2") || exit 3
-case $p in "$ws"|"$ws"/*) ;; *) echo "$2 resolves to $p" >&2; exit 3 ;; esac
+t=$(printf '%b.' "$2"); t=${t%.}
+p=$(realpath -m -- "$t" && echo .) || exit 3
+p=${p%.}; p=${p%?}
+case $p in "$ws"|"$ws"/*) ;; *) echo "$t resolves to $p" >&2; exit 3 ;; esac
 """
-READ_SCRIPT = (
-    _CONFINE
-    + """[ -e "$p" ] || exit 4
+_READABLE = """[ -e "$p" ] || exit 4
 [ -d "$p" ] && exit 5
 [ -f "$p" ] || exit 7
-exec cat -- "$p"
+[ -r "$p" ] || exit 8
 """
-)
+# A path checked is not yet a file opened: a link swapped in meanwhile by a process of the
+# agent's would lead outside. So the file is opened first (descriptor 3), and what the
+# descriptor holds is checked before a byte moves.
+_OPENED_INSIDE = """case $(readlink /proc/self/fd/3) in
+  "$ws"/*) ;; *) echo "$t changed into a link while it was opened" >&2; exit 3 ;; esac
+"""
+_OPEN_TO_READ = _CONFINE + _READABLE + 'exec 3< "$p"\n' + _OPENED_INSIDE
+READ_SCRIPT = _OPEN_TO_READ + "exec cat <&3\n"
+# At most the first $3 bytes: a huge (or sparse) file never crosses docker exec whole.
+HEAD_SCRIPT = _OPEN_TO_READ + 'exec head -c "$3" <&3\n'
+# The agent's user may not write every place of the workspace (chmod): the checks say so
+# with an exit code, as the other backends say "permission denied", not in sh's words.
+# $a: the deepest part of the parent directory that exists, where mkdir would start. The
+# script enters the parent (a link swapped in later cannot move it), opens the file there
+# without truncating it, checks what it opened, and only then truncates and writes it.
 WRITE_SCRIPT = (
     _CONFINE
     + """[ -d "$p" ] && exit 5
-mkdir -p -- "$(dirname -- "$p")" || exit 6
-exec cat > "$p"
+parent=${p%/*}
+a=$parent
+while [ -n "$a" ] && [ ! -e "$a" ]; do a=${a%/*}; done
+[ -d "$a" ] || exit 6
+[ "$a" = "$parent" ] || [ -w "$a" ] || exit 8
+mkdir -p -- "$parent" || exit 1
+cd -P -- "$parent" || exit 1
+case $(pwd -P) in "$ws"|"$ws"/*) ;; *) echo "$t changed into a link" >&2; exit 3 ;; esac
+name=./${p##*/}
+if [ -e "$name" ]; then [ -f "$name" ] || exit 7; [ -w "$name" ] || exit 8; fi
+[ -e "$name" ] || [ -w . ] || exit 8
+exec 3>> "$name"
 """
+    + _OPENED_INSIDE
+    + "exec cat > /proc/self/fd/3\n"
 )
+# Bounded as the other backends' listing (workspace_files): no deeper than MAX_LIST_DEPTH
+# directories, at most MAX_LISTED_FILES files; what cannot be read is left out.
 LIST_SCRIPT = (
     _CONFINE
-    + """if [ -f "$p" ] && [ ! -L "$p" ]; then printf '%s\\0' "$p"; exit 0; fi
+    + f"""if [ -f "$p" ] && [ ! -L "$p" ]; then printf '%s\\0' "$p"; exit 0; fi
 [ -d "$p" ] || exit 0
-exec find "$p" -type f -print0
+find "$p" -maxdepth {MAX_LIST_DEPTH + 1} -type f -print0 2>/dev/null |
+  head -z -n {MAX_LISTED_FILES}
 """
 )
 # Kills every process whose environment holds the tag ($1); run by bash as the container's
@@ -186,6 +223,19 @@ def container_path(path: str, workdir: str = WORKDIR) -> str:
     return "/".join([workdir, *resolved])
 
 
+def escaped_path(path: str) -> str:
+    """A path as a file script's argument: its bytes as ASCII, decoded by ``printf %b`` inside.
+
+    docker exec carries its argv as JSON text, which turns bytes that are not UTF-8 (names
+    the agent made, reaching us surrogate-escaped) into U+FFFD: such a file could be listed
+    but never read. Printable ASCII but the backslash passes as it is.
+    """
+    return "".join(
+        chr(byte) if 0x20 <= byte < 0x7F and byte != 0x5C else f"\\0{byte:03o}"
+        for byte in os.fsencode(path)
+    )
+
+
 def container_name(task_id: str) -> str:
     """A unique, docker-valid container name for a task."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:40] or "task"
@@ -221,6 +271,8 @@ class DockerSandbox(Sandbox):
         """The ``docker run`` argv that creates this task's container."""
         environment = command_environment(WORKDIR)
         environment.pop("PATH", None)  # the image knows its PATH; the host's means nothing here
+        # ISOLATED_DEFAULTS fills in every limit the settings leave unset: never None here
+        workspace_size = tmpfs_size_options(self.limits.workspace_mb)
         args = [
             self.docker, "run", "--detach", "--init",
             "--name", self.container,
@@ -229,7 +281,7 @@ class DockerSandbox(Sandbox):
             "--label", f"{RUN_LABEL}={run_label(self.run_directory)}",
             "--network", "bridge" if self.settings.network else "none",
             "--read-only",
-            "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,mode=1777,size={WORKSPACE_SIZE_MB}m",
+            "--tmpfs", f"{WORKDIR}:rw,exec,nosuid,nodev,mode=1777,{workspace_size}",
             "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,mode=1777,size={TMP_SIZE_MB}m",
             # No --workdir here: with it, docker 20.10 mounts the /workspace tmpfs root-owned
             # 0755 whatever its mode option says, and the agent cannot write its own workspace.
@@ -373,6 +425,14 @@ class DockerSandbox(Sandbox):
         self._raise_for(code, path, err)
         return out
 
+    async def read_head(self, path: str, limit: int) -> bytes:
+        self.touch()
+        target = container_path(path)
+        await self._ensure_started()
+        code, out, err = await self._script(HEAD_SCRIPT, target, str(max(limit, 0)))
+        self._raise_for(code, path, err)
+        return out
+
     async def write_bytes(self, path: str, data: bytes) -> None:
         self.touch()
         target = container_path(path)
@@ -394,10 +454,11 @@ class DockerSandbox(Sandbox):
         )
 
     async def _script(
-        self, script: str, target: str, data: bytes | None = None
+        self, script: str, target: str, *args: str, data: bytes | None = None
     ) -> tuple[int, bytes, str]:
         """Run a file script in the container: its exit code, stdout and stderr."""
-        argv = self.exec_argv("sh", "-c", script, "sh", WORKDIR, target, stdin=data is not None)
+        arguments = ["sh", WORKDIR, escaped_path(target), *args]
+        argv = self.exec_argv("sh", "-c", script, *arguments, stdin=data is not None)
         return await _exec(argv, data)
 
     @staticmethod
@@ -415,18 +476,32 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"{path} is not a regular file")
         if code == NO_PARENT:
             raise SandboxError(f"{path}: a part of the path is not a directory")
+        if code == DENIED:
+            raise SandboxError(f"{path}: permission denied")
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
 
 
-async def _exec(argv: list[str], data: bytes | None) -> tuple[int, bytes, str]:
-    """Run a ``docker exec`` argv with ``data`` on its stdin: its exit code, stdout, stderr."""
+async def _exec(
+    argv: list[str], data: bytes | None, timeout: float = FILE_TIMEOUT
+) -> tuple[int, bytes, str]:
+    """Run a ``docker exec`` argv with ``data`` on its stdin: its exit code, stdout, stderr.
+
+    After ``timeout`` seconds the client is killed (what it ran inside goes with the
+    sandbox's processes): a file operation that blocks (a FIFO swapped in for a file) fails
+    rather than hold its rollout forever.
+    """
     process = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await process.communicate(data)
+    try:
+        out, err = await asyncio.wait_for(process.communicate(data), timeout)
+    except asyncio.TimeoutError:
+        process.kill()
+        await process.wait()
+        return TIMEOUT_EXIT_CODE, b"", f"the file operation timed out after {timeout:g} s"
     return process.returncode, out, err.decode(errors="replace")
 
 

@@ -22,6 +22,8 @@ import shlex
 import signal
 from pathlib import Path
 
+from hermes_envgen.runtime.sandbox.limits import tmpfs_size_options
+
 logger = logging.getLogger(__name__)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -29,7 +31,6 @@ CGROUP_DIRECTORY = "hermes-envgen"  # below the host process's own cgroup, per c
 CPU_PERIOD_US = 100_000
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
-INODES_PER_MB = 64  # the workspace's file limit: 64 files per MiB of its size
 _warned = False
 
 
@@ -179,7 +180,7 @@ def mount_workspace(path: Path, size_mb: int, owner: tuple[int, int] | None) -> 
     """Mount a tmpfs of ``size_mb`` MiB over ``path``; whether it was mounted (root only)."""
     if os.geteuid() != 0:
         return False
-    options = f"size={size_mb}m,nr_inodes={max(1024, size_mb * INODES_PER_MB)},mode=0755"
+    options = f"{tmpfs_size_options(size_mb)},mode=0755"
     if owner is not None:
         options += f",uid={owner[0]},gid={owner[1]}"
     libc = ctypes.CDLL(None, use_errno=True)

@@ -11,7 +11,8 @@ default, and apply the limits inside the sandbox:
   As root, also for the sandbox as a whole (see ``host_limits``): a cgroup caps its memory
   (``memory_mb``), processes and CPUs (``cpus``), and its workspace is a tmpfs of
   ``workspace_mb``.
-- docker: ``--pids-limit``/``--memory`` (cgroups) and ``--ulimit`` for CPU time and file size.
+- docker: ``--pids-limit``, ``--memory`` and ``--cpus`` (the container's cgroups), ``--ulimit``
+  for CPU time and file size, and a workspace tmpfs of ``workspace_mb``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from dataclasses import dataclass
 from hermes_envgen.runtime.sandbox.base import SandboxSettings
 
 MIB = 1024 * 1024
+INODES_PER_MB = 64  # a size-limited workspace's file limit: 64 files per MiB of its size
+
+
+def tmpfs_size_options(size_mb: int) -> str:
+    """tmpfs mount options that cap a workspace at ``size_mb`` MiB and its number of files."""
+    return f"size={size_mb}m,nr_inodes={max(1024, size_mb * INODES_PER_MB)}"
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,8 @@ class ResourceLimits:
             flags += ["--ulimit", f"fsize={self.max_file_mb * MIB}"]  # bytes
         if self.cpu_seconds is not None:
             flags += ["--ulimit", f"cpu={self.cpu_seconds}"]
+        if self.cpus is not None:
+            flags += ["--cpus", f"{self.cpus:g}"]
         return flags
 
 
@@ -95,6 +104,6 @@ ISOLATED_DEFAULTS = ResourceLimits(
     memory_mb=2048,
     max_processes=256,
     max_file_mb=1024,
-    workspace_mb=1024,  # bwrap as root: a tmpfs workspace
-    cpus=1.0,  # bwrap as root: the sandbox's cgroup
+    workspace_mb=1024,  # a tmpfs workspace (docker; bwrap as root)
+    cpus=1.0,  # the sandbox's cgroup (docker; bwrap as root)
 )
