@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_envgen.errors import CheckError
+from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
@@ -331,8 +332,8 @@ def _key_check(root: Path, info: dict) -> CheckResult:
 
 def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, list[float]]:
     """The evaluate row from what the run saved: scored rollouts, failures and their cause."""
-    samples = _jsonl(eval_dir / "samples.jsonl")
-    failures = _jsonl(eval_dir / "failures.jsonl")
+    samples = _jsonl(eval_dir / SAMPLES_FILE)
+    failures = _jsonl(eval_dir / FAILURES_FILE)
     scores = [s["reward"] for s in samples if s.get("reward") is not None]
     cause = failures[0].get("failure") if failures else None
     if not samples:
@@ -351,7 +352,7 @@ def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, l
             "evaluate",
             status,
             f"{len(samples)} rollouts scored, {with_tools} used tools{failed}; "
-            "metrics.json and samples.jsonl written",
+            f"{METRICS_FILE} and {SAMPLES_FILE} written",
         ),
         scores,
     )

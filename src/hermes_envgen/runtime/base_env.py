@@ -427,7 +427,7 @@ class HermesAgentBaseEnv(BaseEnv):
             self._sandbox_errors_logged.add(error)
             logger.error("the sandbox could not start; rollouts score 0.0: %s", error)
         result = AgentResult(messages=self.build_messages(item))
-        reward = Reward(0.0, counts={"reward_errors": 1.0}, failure=f"sandbox failed: {error}")
+        reward = Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=f"sandbox failed: {error}")
         return Rollout(item, result, 0.0, task_id, error, reward.counts, failure=reward.failure)
 
     async def _score(
@@ -683,7 +683,8 @@ def _wandb_configured() -> bool:
 
 def _reward_error(error: str) -> Reward:
     """The stand-in of a reward that could not be computed: 0.0 in training, a failure in eval."""
-    return Reward(0.0, counts={"reward_errors": 1.0}, failure=f"compute_reward failed: {error}")
+    failure = f"compute_reward failed: {error}"
+    return Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=failure)
 
 
 def _jsonable(value: Any) -> Any:
