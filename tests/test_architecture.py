@@ -126,3 +126,33 @@ def test_a_project_generated_before_the_layered_api_passes_its_tests_and_check(t
     )
     assert check.returncode == 0, check.stdout + check.stderr[-3000:]
     assert "ready to train" in check.stdout
+
+
+# Exceptions that never leave the module that raises them: each is caught where it is made.
+INTERNAL_EXCEPTIONS = {
+    "hermes_envgen.runtime.parsers.base.UnreadableCall",  # a parser's "not a call", made a miss
+}
+
+
+def test_every_exception_class_derives_from_the_error_root():
+    from hermes_envgen.errors import HermesEnvgenError
+
+    names = sorted(
+        ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__main__.py"
+    )
+    classes = {
+        f"{name}.{cls.__qualname__}": cls
+        for name in names
+        for cls in vars(importlib.import_module(name)).values()
+        if isinstance(cls, type) and issubclass(cls, BaseException) and cls.__module__ == name
+    }
+    assert "hermes_envgen.errors.UsageError" in classes
+    outside = sorted(
+        name
+        for name, cls in classes.items()
+        if not issubclass(cls, HermesEnvgenError) and name not in INTERNAL_EXCEPTIONS
+    )
+    assert outside == [], f"exceptions outside hermes_envgen.errors.HermesEnvgenError: {outside}"
+    assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"

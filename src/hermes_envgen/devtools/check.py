@@ -185,10 +185,7 @@ def run_checks(
     stub = None
     try:
         if endpoint is None:
-            try:
-                stub = StubServer(script, port=port).start()
-            except OSError as exc:
-                raise CheckError(str(exc)) from None
+            stub = StubServer(script, port=port).start()  # a port taken: StubServerError
             run = OfflineRun(
                 target.entry,
                 stub.base_url,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
 from hermes_envgen.runtime.sandbox.runs import RunDirectory, reap_stale_runs, runs_directory
 
@@ -50,7 +51,7 @@ def register_backend(name: str, factory: SandboxFactory) -> None:
 def check_backend(name: str) -> None:
     """Fail early, naming the valid choices, for an unknown backend."""
     if name not in BACKENDS:
-        raise ValueError(
+        raise EnvConfigError(
             f"unknown terminal_backend {name!r}; valid backends: {', '.join(BACKENDS)}"
         )
 
