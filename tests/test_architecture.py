@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, imported_modules
+from conftest import REPO, imported_modules, imported_names
 
 PACKAGE = REPO / "src" / "hermes_envgen"
 
@@ -39,6 +39,29 @@ def test_each_layer_imports_only_what_lies_below_it(layer):
         if any(module == name or module.startswith(f"{name}.") for name in banned)
     )
     assert wrong == []
+
+
+def test_the_import_scan_sees_submodules_and_relative_imports(tmp_path):
+    # `from package import submodule` imports the submodule; relative imports are resolved.
+    folder = tmp_path / "pkg" / "sub"
+    folder.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (folder / "__init__.py").write_text("")
+    (folder / "mod.py").write_text(
+        "from hermes_envgen.runtime import Metric, rewards\n"
+        "from hermes_envgen import testing\n"
+        "from . import sibling\n"
+        "from ..other import thing\n"
+    )
+    assert imported_modules(folder / "mod.py") == {
+        "hermes_envgen.runtime",
+        "hermes_envgen.runtime.rewards",
+        "hermes_envgen",
+        "hermes_envgen.testing",
+        "pkg.sub",
+        "pkg.other",
+    }
+    assert ("hermes_envgen.runtime", "Metric") in imported_names(folder / "mod.py")
 
 
 def test_the_hooks_import_only_the_errors_and_git_of_hermes_envgen():
