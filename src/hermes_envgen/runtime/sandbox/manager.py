@@ -44,7 +44,7 @@ BACKENDS: dict[str, SandboxFactory] = {"local": _local, "bwrap": _bwrap, "docker
 
 
 def register_backend(name: str, factory: SandboxFactory) -> None:
-    """Make a sandbox backend selectable by ``terminal_backend``."""
+    """Make a sandbox backend selectable by ``sandbox_backend``."""
     BACKENDS[name] = factory
 
 
@@ -52,7 +52,7 @@ def check_backend(name: str) -> None:
     """Fail early, naming the valid choices, for an unknown backend."""
     if name not in BACKENDS:
         raise EnvConfigError(
-            f"unknown terminal_backend {name!r}; valid backends: {', '.join(BACKENDS)}"
+            f"unknown sandbox_backend {name!r}; valid backends: {', '.join(BACKENDS)}"
         )
 
 
