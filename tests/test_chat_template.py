@@ -12,6 +12,7 @@ from hermes_envgen.runtime.chat_template import (
     BUILTIN_TEMPLATES,
     ChatTemplateDropsToolCalls,
     check_tool_calls_rendered,
+    encode,
     prepare_chat_template,
     resolve_chat_template,
 )
@@ -253,3 +254,17 @@ def test_a_rollout_the_template_refuses_is_left_out_with_an_error(stub_server, t
         caplog.text
     )
     assert "only supports single tool-calls at once" in caplog.text
+
+
+def test_encode_adds_no_special_tokens_and_reads_encoding_objects(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(build_offline_tokenizer(tmp_path / "tok"))
+    text = "<|im_start|>user\nhi<|im_end|>\n"
+    assert encode(tokenizer, text) == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(encode(tokenizer, text)) == text
+    assert encode(tokenizer, "") == []
+
+    class EncodingTokenizer:  # tokenizers whose encode returns a BatchEncoding-like dict
+        def encode(self, text, add_special_tokens):
+            return {"input_ids": tokenizer.encode(text, add_special_tokens=add_special_tokens)}
+
+    assert encode(EncodingTokenizer(), text) == encode(tokenizer, text)
