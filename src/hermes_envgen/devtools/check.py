@@ -160,7 +160,6 @@ def run_checks(
         EnvRunFailed,
         OfflineRun,
         StubServer,
-        build_offline_tokenizer,
         scripted_policy,
     )
 
@@ -186,13 +185,8 @@ def run_checks(
     try:
         if endpoint is None:
             stub = StubServer(script, port=port).start()  # a port taken: StubServerError
-            run = OfflineRun(
-                target.entry,
-                stub.base_url,
-                build_offline_tokenizer(work / "tokenizer"),
-                work,
-                timeout=timeout,
-                extra_env=target.environment(),
+            run = OfflineRun.against_stub(
+                target.entry, stub.base_url, work, timeout=timeout, extra_env=target.environment()
             )
         else:
             run = OfflineRun(
