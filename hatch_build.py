@@ -19,7 +19,6 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 BUNDLE_IN_PACKAGE = "hermes_envgen/_template/template.bundle"
 BUNDLE_IN_SOURCE = f"src/{BUNDLE_IN_PACKAGE}"
-HOOKS_IN_PACKAGE = "hermes_envgen/_hooks"
 
 
 def _bundle_module(root: Path) -> ModuleType:

@@ -84,7 +84,7 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
         tokenizer,
         workdir,
         group_size=concurrency,
-        terminal_backend="bwrap",
+        sandbox_backend="bwrap",
         max_agent_turns=4,
     )
     await env.setup()

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
+
 from hermes_envgen.errors import GitError, HermesEnvgenError, HookError
 from hermes_envgen.generate.git import run_git
 
@@ -161,14 +163,26 @@ def run(project: Path, project_name: str, template_version: str) -> None:
     commit_rendered(project, project_name, template_version, git_init(project))
 
 
+def rendered_from(project: Path) -> tuple[str, str]:
+    """The project's name and the template version copier recorded in .copier-answers.yml."""
+    try:
+        answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    except (OSError, yaml.YAMLError):
+        answers = None
+    answers = answers if isinstance(answers, dict) else {}
+    name = answers.get("project_name") or project.name
+    return str(name), str(answers.get("_commit") or "(version unknown)")
+
+
 def main(argv: list[str]) -> int:
     """``post_gen_project.py PROJECT_DIR``: format and commit a project ``copier copy`` made."""
     if len(argv) != 1 or not Path(argv[0]).is_dir():
         print("usage: post_gen_project.py PROJECT_DIR", file=sys.stderr)
         return 2
     project = Path(argv[0]).resolve()
+    name, version = rendered_from(project)
     try:
-        run(project, project.name, "a plain copier copy")
+        run(project, name, version)
     except (HermesEnvgenError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

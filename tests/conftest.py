@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,16 +57,56 @@ def sandboxes(tmp_path):
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The absolute module names a Python file imports (``from x import y`` gives ``x``)."""
+    """The absolute module names a Python file imports, relative imports resolved.
+
+    ``from x import y`` gives ``x``, and ``x.y`` too when that is a module of hermes_envgen:
+    Python imports the submodule when ``x`` has no attribute ``y``, so that is a deeper path.
+    """
+    modules = set()
+    for module, name in _imports(path):
+        modules.add(module)
+        if name is not None and _is_our_module(f"{module}.{name}"):
+            modules.add(f"{module}.{name}")
+    return modules
+
+
+def imported_names(path: Path) -> set[tuple[str, str]]:
+    """Each ``(module, name)`` of a file's ``from module import name`` (relative resolved)."""
+    return {(module, name) for module, name in _imports(path) if name is not None}
+
+
+def _imports(path: Path) -> Iterator[tuple[str, str | None]]:
+    """``(module, None)`` per ``import module``, ``(module, name)`` per name of a from-import."""
     import ast
 
-    modules = set()
+    package = _package_of(path)
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            modules.add(node.module)
-    return modules
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(filter(None, [*parts, module]))
+            yield from ((module, alias.name) for alias in node.names if alias.name != "*")
+
+
+def _package_of(path: Path) -> str:
+    """The dotted package a file belongs to: its folders up to the first without __init__.py."""
+    parts = []
+    folder = path.resolve().parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+def _is_our_module(name: str) -> bool:
+    """Whether ``name`` is a module or package of hermes_envgen (by its file, importing none)."""
+    if not name.startswith("hermes_envgen."):
+        return False
+    path = REPO.joinpath("src", *name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def render_template(target: Path, data: dict) -> Path:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, imported_modules
+from conftest import REPO, imported_modules, imported_names
 
 PACKAGE = REPO / "src" / "hermes_envgen"
 
@@ -39,6 +39,29 @@ def test_each_layer_imports_only_what_lies_below_it(layer):
         if any(module == name or module.startswith(f"{name}.") for name in banned)
     )
     assert wrong == []
+
+
+def test_the_import_scan_sees_submodules_and_relative_imports(tmp_path):
+    # `from package import submodule` imports the submodule; relative imports are resolved.
+    folder = tmp_path / "pkg" / "sub"
+    folder.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (folder / "__init__.py").write_text("")
+    (folder / "mod.py").write_text(
+        "from hermes_envgen.runtime import Metric, rewards\n"
+        "from hermes_envgen import testing\n"
+        "from . import sibling\n"
+        "from ..other import thing\n"
+    )
+    assert imported_modules(folder / "mod.py") == {
+        "hermes_envgen.runtime",
+        "hermes_envgen.runtime.rewards",
+        "hermes_envgen",
+        "hermes_envgen.testing",
+        "pkg.sub",
+        "pkg.other",
+    }
+    assert ("hermes_envgen.runtime", "Metric") in imported_names(folder / "mod.py")
 
 
 def test_the_hooks_import_only_the_errors_and_git_of_hermes_envgen():
@@ -126,3 +149,33 @@ def test_a_project_generated_before_the_layered_api_passes_its_tests_and_check(t
     )
     assert check.returncode == 0, check.stdout + check.stderr[-3000:]
     assert "ready to train" in check.stdout
+
+
+# Exceptions that never leave the module that raises them: each is caught where it is made.
+INTERNAL_EXCEPTIONS = {
+    "hermes_envgen.runtime.parsers.base.UnreadableCall",  # a parser's "not a call", made a miss
+}
+
+
+def test_every_exception_class_derives_from_the_error_root():
+    from hermes_envgen.errors import HermesEnvgenError
+
+    names = sorted(
+        ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__main__.py"
+    )
+    classes = {
+        f"{name}.{cls.__qualname__}": cls
+        for name in names
+        for cls in vars(importlib.import_module(name)).values()
+        if isinstance(cls, type) and issubclass(cls, BaseException) and cls.__module__ == name
+    }
+    assert "hermes_envgen.errors.UsageError" in classes
+    outside = sorted(
+        name
+        for name, cls in classes.items()
+        if not issubclass(cls, HermesEnvgenError) and name not in INTERNAL_EXCEPTIONS
+    )
+    assert outside == [], f"exceptions outside hermes_envgen.errors.HermesEnvgenError: {outside}"
+    assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"

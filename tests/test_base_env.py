@@ -246,7 +246,7 @@ def test_a_sandbox_that_cannot_start_scores_zero_and_spares_the_group(
         server.base_url,
         offline_tokenizer,
         tmp_path,
-        terminal_backend="docker",
+        sandbox_backend="docker",
         sandbox_image=image,
     )
 

@@ -13,6 +13,7 @@ from hermes_envgen.runtime.chat_template import (
     BUILTIN_TEMPLATES,
     ChatTemplateDropsToolCalls,
     check_tool_calls_rendered,
+    encode,
     prepare_chat_template,
     resolve_chat_template,
 )
@@ -397,3 +398,17 @@ def test_kimi_k2_gets_the_call_ids_that_carry_the_names(tmp_path, caplog):
     ]
     rendered = tokenizer.decode(tokenize_conversation(tokenizer, own, TOOLS).tokens)
     assert "<|tool_call_begin|>functions.read_file:7<" in rendered
+
+
+def test_encode_adds_no_special_tokens_and_reads_encoding_objects(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(build_offline_tokenizer(tmp_path / "tok"))
+    text = "<|im_start|>user\nhi<|im_end|>\n"
+    assert encode(tokenizer, text) == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(encode(tokenizer, text)) == text
+    assert encode(tokenizer, "") == []
+
+    class EncodingTokenizer:  # tokenizers whose encode returns a BatchEncoding-like dict
+        def encode(self, text, add_special_tokens):
+            return {"input_ids": tokenizer.encode(text, add_special_tokens=add_special_tokens)}
+
+    assert encode(EncodingTokenizer(), text) == encode(tokenizer, text)

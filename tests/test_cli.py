@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -62,6 +63,10 @@ def test_help_shows_no_placeholder_for_flags(command):
             ["stub-server", "--script", "{script}", "--error-rate", "3"],
             "error_rate must be between 0 and 1",
         ),
+        (
+            ["stub-server", "--script", "{script}", "--tokenizer", "/no/such/tokenizer"],
+            "cannot load the tokenizer '/no/such/tokenizer'",
+        ),
     ],
 )
 def test_stub_server_user_mistakes_exit_2_without_a_traceback(tmp_path, args, message):
@@ -79,6 +84,13 @@ def test_stub_server_on_a_busy_port_exits_2(stub_server, tmp_path):
     result = run_cli("stub-server", "--script", str(script), "--port", str(busy.port))
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{busy.port}" in result.stderr
+
+
+def test_trainer_on_a_busy_port_fails_in_one_line(stub_server):
+    busy = stub_server({"conversations": [{"turns": [{"content": "x"}]}]})
+    result = run_cli("trainer", "--port", str(busy.port), "--steps", "1", timeout=120)
+    assert result.returncode == 1
+    assert re.fullmatch(rf"error: run-api exited with \d+ \(port {busy.port}\)\n", result.stderr)
 
 
 def test_offline_tokenizer_command(tmp_path):

@@ -32,7 +32,7 @@ from hermes_envgen.runtime import (
     Reward,
     ToolContext,
 )
-from hermes_envgen.runtime.base_env import EnvConfigError
+from hermes_envgen.runtime.base_env import EnvConfigError, Rollout, RolloutStats
 from hermes_envgen.runtime.evaluation import (
     SampleJournal,
     normal_interval,
@@ -44,6 +44,7 @@ from hermes_envgen.runtime.evaluation import (
 )
 from hermes_envgen.runtime.inference import STARTUP_PROMPT
 from hermes_envgen.runtime.progress import RunProgress
+from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, is_declared, metric
 from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER, ask_judge, keyword_overlap
 from hermes_envgen.testing.envs import build_env, read_eval_results
 from hermes_envgen.testing.runner import offline_environment
@@ -196,6 +197,42 @@ def test_keys_are_stable_across_orderings_and_repeats_get_their_own():
     tasks = plan_eval([ALPHA, dict(ALPHA)], 2)
     assert [t.key for t in tasks][:2] == [f"{tasks[0].item_key}#0", f"{tasks[0].item_key}#1"]
     assert len({t.key for t in tasks}) == 4
+
+
+def _record(item: str, reward: float | None, **fields) -> dict:
+    calls = [{"id": "c", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}]
+    return {
+        "item_key": item,
+        "reward": reward,
+        "failure": None if reward is not None else "judge failed",
+        "turns_used": 2,
+        "finished_naturally": True,
+        "messages": [{"role": "assistant", "content": "", "tool_calls": calls}],
+        "tool_errors": [],
+        "reward_counts": {Metric.REWARD_ERRORS: 0.0, Metric.JUDGE_FAILURES: 0.0},
+        **fields,
+    }
+
+
+def test_every_metric_key_is_declared_in_records():
+    # Every name evaluation and the training metrics write is one records declares (an env's
+    # own reward signals aside), so that view, check and generated tests read them by name.
+    records = [_record(item, r) for item in "ab" for r in (1.0, 0.0, 0.5)]
+    records += [_record("b", None, turns_used=3), _record("c", 1.0, rollout_error="cut")]
+    metrics = summarize(records, samples_per_item=3, pass_threshold=1.0)
+    assert metric(EVAL, Metric.pass_at(3)) in metrics and metric(EVAL, Metric.pass_hat(3))
+    assert Metric.ci_high(metric(EVAL, Metric.MEAN_TURNS)) in metrics
+    assert [name for name in metrics if not is_declared(name)] == []
+
+    stats = RolloutStats()
+    result = AgentResult(records[0]["messages"], turns_used=1)
+    for reward in (1.0, 0.0):
+        stats.add(Rollout("item", result, reward, "task", counts={Metric.REWARD_ERRORS: 1.0}))
+    train = stats.metrics(TRAIN)
+    assert train[metric(TRAIN, Metric.TOOL_CALLS_PER_ROLLOUT)] == 1.0
+    assert [name for name in train if not is_declared(name)] == []
+    assert not is_declared("eval/accuracy") and not is_declared("test/mean_reward")
+    assert not is_declared("eval/pass@0") and not is_declared("eval/mean_reward_items")
 
 
 # -- the whole evaluation on the stub --------------------------------------------------------

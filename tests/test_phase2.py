@@ -30,8 +30,9 @@ from hermes_envgen.runtime.parsers import get_parser
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.trajectory import MASKED, trained_runs
-from hermes_envgen.testing.envs import build_env, validate_groups
-from hermes_envgen.testing.runner import offline_environment, run_env_mode
+from hermes_envgen.testing import OfflineRun
+from hermes_envgen.testing.envs import build_env
+from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.script import Script
 from hermes_envgen.testing.stub_server import FAKE_LOGPROB, StubServer, generated_text
 
@@ -485,21 +486,16 @@ def test_process_writes_groups_with_real_tokens_and_logprobs(
 ):
     stub = stub_server(EXAMPLES / "stub_script.yaml", tokenizer=offline_tokenizer)
     out = tmp_path / "data" / "groups.jsonl"
-    run_env_mode(
+    run = OfflineRun(
         EXAMPLES / "terminal_env.py",
-        "process",
-        flags={
-            "openai.server_type": kind,
-            "openai.base_url": stub.base_url,
-            "env.tokenizer_name": offline_tokenizer,
-            "env.data_path_to_save_groups": out,
-            "env.sandbox_root": tmp_path / "sandboxes",
-            "env.total_steps": 3,
-        },
-        cwd=tmp_path,
-        timeout=180,
+        stub.base_url,
+        offline_tokenizer,
+        tmp_path,
+        health_check=None,
+        server_flags={"server_type": kind},
     )
-    groups = validate_groups(out, group_size=4)
+    groups = run.process(groups=3, output=out)
+    assert {len(group["scores"]) for group in groups} == {4}
     assert len(groups) == 3
     scores = []
     for group in groups:

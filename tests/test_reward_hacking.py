@@ -112,6 +112,6 @@ def test_processes_left_running_and_a_planted_user_site_score_zero(
         stub_server,
         offline_tokenizer,
         tmp_path,
-        terminal_backend=backend,
+        sandbox_backend=backend,
     )
     assert reward == 0.0

@@ -68,3 +68,16 @@ def test_ctrl_c_reaches_the_env_once_and_is_waited_for(env_file, tmp_path):
     finally:
         timer.cancel()
     assert mark.read_text() == "SIGINT"  # run_env_mode returned only after the env's cleanup
+
+
+def test_a_run_against_a_stub_brings_the_offline_tokenizer(tmp_path):
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.testing import OfflineRun
+
+    run = OfflineRun.against_stub("my_env", "http://127.0.0.1:9/v1", tmp_path, timeout=5)
+    assert run.tokenizer == tmp_path / "tokenizer" and run.timeout == 5
+    assert run.flags()["env.tokenizer_name"] == tmp_path / "tokenizer"
+    assert run.flags()["openai.health_check"] is False  # a stub has no health endpoint
+    tokenizer = AutoTokenizer.from_pretrained(str(run.tokenizer))
+    assert tokenizer.decode(tokenizer.encode("héllo", add_special_tokens=False)) == "héllo"

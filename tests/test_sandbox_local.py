@@ -7,11 +7,13 @@ import time
 
 import pytest
 
+from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox import (
     TIMEOUT_EXIT_CODE,
     PathOutsideWorkspace,
     SandboxManager,
     SandboxSettings,
+    check_backend,
 )
 from hermes_envgen.runtime.sandbox.procfs import is_alive as pid_alive  # a zombie is dead
 
@@ -236,3 +238,8 @@ def test_the_run_keeps_its_directory_between_rollouts_and_gives_it_up_at_close_a
     asyncio.run(main())
     assert not manager.root.exists()
     assert not list(manager.root.parent.iterdir())  # neither the directory nor its lock
+
+
+def test_an_unknown_backend_is_a_config_error_naming_the_choices():
+    with pytest.raises(EnvConfigError, match="'vm'; valid backends: local, bwrap, docker"):
+        check_backend("vm")

@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from hermes_envgen.errors import StubServerError
 from hermes_envgen.testing.script import Script, ScriptError
 from hermes_envgen.testing.stub_server import Faults, StubServer
 
@@ -177,11 +178,11 @@ def test_latency_is_added(stub_server):
 
 
 def test_fault_rates_are_validated():
-    with pytest.raises(ValueError, match="error_rate must be between 0 and 1"):
+    with pytest.raises(StubServerError, match="error_rate must be between 0 and 1"):
         Faults(error_rate=2)
 
 
 def test_port_in_use_is_a_clear_error(stub_server):
     server = stub_server(SCRIPT)
-    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}"):
+    with pytest.raises(StubServerError, match=f"cannot listen on 127.0.0.1:{server.port}"):
         StubServer(SCRIPT, port=server.port).start()

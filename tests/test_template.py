@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import imported_modules, render_template
+from conftest import imported_modules, imported_names, render_template
 
 # What generated code may import from hermes-envgen: anything deeper may move between releases.
 DECLARED_API = {"hermes_envgen.runtime", "hermes_envgen.testing"}
@@ -85,6 +86,13 @@ def test_every_combination_is_ruff_clean(tmp_path, provider, pattern, ci, use_da
         if module.startswith("hermes_envgen") and module not in DECLARED_API
     )
     assert deep == [], f"generated code imports beyond the declared API: {deep}"
+    undeclared = sorted(
+        f"{path.relative_to(project)}: {module}.{name}"
+        for path in project.rglob("*.py")
+        for module, name in imported_names(path)
+        if module in DECLARED_API and name not in importlib.import_module(module).__all__
+    )
+    assert undeclared == [], f"generated code imports names outside __all__: {undeclared}"
 
 
 # Each provider x pattern runs its own tests once; the booleans rotate so that every pattern

@@ -132,12 +132,9 @@ def stub_server(
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
     from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
 
-    try:
-        faults = Faults(
-            error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
-        )
-    except ValueError as exc:
-        fail(str(exc))
+    faults = Faults(
+        error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
+    )
     server = StubServer(
         script,
         host=host,
@@ -147,10 +144,7 @@ def stub_server(
         tokenizer=tokenizer,
         generate=generate,
     )
-    try:
-        serve_forever(server)
-    except OSError as exc:
-        fail(str(exc))
+    serve_forever(server)
 
 
 @command("offline-tokenizer")
@@ -184,22 +178,19 @@ def trainer(
     """Run run-api and a minimal trainer that pulls batches: serve mode end to end, no GPU."""
     from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
 
-    try:
-        with RunApi(port=port) as api:
-            pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
-            pulling.register()
-            typer.echo(f"run-api on {api.url}: start an env with")
-            typer.echo(f"  python -m <package> serve --env.rollout_server_url {api.url}")
-            for step in range(1, steps + 1):
-                batch = pulling.next_batch(timeout)
-                scores = [score for group in batch for score in group["scores"]]
-                mean = sum(scores) / len(scores) if scores else 0.0
-                typer.echo(
-                    f"batch {step}/{steps}: {len(batch)} groups, {len(scores)} rollouts, "
-                    f"mean score {mean:.2f}"
-                )
-    except (OSError, RuntimeError, TimeoutError) as exc:
-        fail(f"{exc} (port {port})", 1)
+    with RunApi(port=port) as api:
+        pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
+        pulling.register()
+        typer.echo(f"run-api on {api.url}: start an env with")
+        typer.echo(f"  python -m <package> serve --env.rollout_server_url {api.url}")
+        for step in range(1, steps + 1):
+            batch = pulling.next_batch(timeout)
+            scores = [score for group in batch for score in group["scores"]]
+            mean = sum(scores) / len(scores) if scores else 0.0
+            typer.echo(
+                f"batch {step}/{steps}: {len(batch)} groups, {len(scores)} rollouts, "
+                f"mean score {mean:.2f}"
+            )
 
 
 @command()

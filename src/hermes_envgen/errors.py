@@ -63,6 +63,18 @@ class ScriptError(UsageError, ValueError):
     """A stub-server script that cannot be used; the message names the place."""
 
 
+class StubServerError(UsageError):
+    """A stub server that cannot be set up: faults out of range, a port taken, no tokenizer."""
+
+
+class TrainerError(HermesEnvgenError):
+    """run-api or the minimal trainer failed: did not start, went away, sent no batch in time."""
+
+
+class NoBatchInTime(TrainerError, TimeoutError):
+    """run-api sent no batch within the timeout (also a TimeoutError, as callers expect)."""
+
+
 class GGUFTokenizerError(UsageError):
     """A GGUF file that yields no tokenizer: missing, not GGUF, or of a kind not supported."""
 

@@ -20,7 +20,7 @@ from test_gguf_tokenizer import GGUF
 from hermes_envgen.devtools.check import FAIL, PASS, WARN, trained_tool_calls_check
 from hermes_envgen.errors import EnvRunFailed
 from hermes_envgen.runtime.trajectory import tokenize_conversation, trained_runs
-from hermes_envgen.testing.runner import run_env_mode
+from hermes_envgen.testing import OfflineRun
 
 ENV_FILE = EXAMPLES / "terminal_env.py"
 
@@ -87,32 +87,20 @@ def smollm2_tokenizer(tmp_path_factory) -> Path:
     return tokenizer_from_gguf(GGUF, tmp_path_factory.mktemp("smollm2"))
 
 
-def run_mode(stub, tokenizer: Path, tmp_path: Path, mode: str, *flags: str) -> Path:
+def run_mode(stub, tokenizer: Path, tmp_path: Path, mode: str, **flags: str) -> Path:
     """Run ``mode`` of the example env (one step, or one evaluation); where it writes."""
+    run = OfflineRun(ENV_FILE, stub.base_url, tokenizer, tmp_path)
     if mode == "process":
         out = tmp_path / "groups.jsonl"
-        flags = ("--env.data_path_to_save_groups", str(out), "--env.total_steps", "1", *flags)
+        run.process(output=out, **flags)
     else:
         out = tmp_path / "eval"
-        flags = ("--env.data_dir_to_save_evals", str(out), "--env.eval_size", "1", *flags)
-    run_env_mode(
-        ENV_FILE,
-        mode,
-        "--openai.base_url",
-        stub.base_url,
-        "--env.tokenizer_name",
-        str(tokenizer),
-        "--env.sandbox_root",
-        str(tmp_path / "sandboxes"),
-        *flags,
-        cwd=tmp_path,
-        timeout=180,
-    )
+        run.run("evaluate", env__data_dir_to_save_evals=out, env__eval_size=1, **flags)
     return out
 
 
-def process(stub, tokenizer: Path, tmp_path: Path, *flags: str) -> Path:
-    return run_mode(stub, tokenizer, tmp_path, "process", *flags)
+def process(stub, tokenizer: Path, tmp_path: Path, **flags: str) -> Path:
+    return run_mode(stub, tokenizer, tmp_path, "process", **flags)
 
 
 @pytest.mark.slow
@@ -143,7 +131,7 @@ def test_smollm2_with_the_override_trains_the_calls_as_returned(
     from transformers import AutoTokenizer
 
     stub = stub_server(SCRIPT)
-    out = process(stub, smollm2_tokenizer, tmp_path, "--env.chat_template", "hermes")
+    out = process(stub, smollm2_tokenizer, tmp_path, env__chat_template="hermes")
     groups = [json.loads(line) for line in out.read_text().splitlines()]
     tokenizer = AutoTokenizer.from_pretrained(str(smollm2_tokenizer))
     commands = {c["turns"][0]["tool_calls"][0]["arguments"] for c in SCRIPT["conversations"]}

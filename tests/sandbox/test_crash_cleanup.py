@@ -68,7 +68,7 @@ def test_a_killed_run_leaves_no_sandbox_behind(
         [sys.executable, str(ENV_FILE), "evaluate", "--openai.base_url", server.base_url,
          "--env.tokenizer_name", str(offline_tokenizer), "--env.sandbox_root", str(root),
          "--env.data_dir_to_save_evals", str(tmp_path / "evals"),
-         "--env.terminal_backend", backend, "--env.terminal_timeout", "300", *image],
+         "--env.sandbox_backend", backend, "--env.sandbox_command_timeout", "300", *image],
         env=offline_environment(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

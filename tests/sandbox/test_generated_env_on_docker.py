@@ -1,5 +1,5 @@
 """End to end on a real Docker engine: a generated env's process and evaluate modes with
-``--env.terminal_backend docker``, against the stub model that solves each task once and gives
+``--env.sandbox_backend docker``, against the stub model that solves each task once and gives
 up once. The reward runs the task's checks in the container, so solved and given-up rollouts
 score apart only if the agent's commands really ran there."""
 
@@ -92,7 +92,7 @@ def run_on_docker(generated_env, stub_server, offline_tokenizer, tmp_path):
                     "openai.base_url": model.base_url,
                     "env.tokenizer_name": offline_tokenizer,
                     "env.sandbox_root": tmp_path / "sandboxes",
-                    "env.terminal_backend": "docker",
+                    "env.sandbox_backend": "docker",
                     "env.sandbox_image": docker_test_image(),
                 },
                 cwd=tmp_path,

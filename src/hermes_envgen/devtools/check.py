@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_envgen.errors import CheckError
+from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
@@ -159,7 +160,6 @@ def run_checks(
         EnvRunFailed,
         OfflineRun,
         StubServer,
-        build_offline_tokenizer,
         scripted_policy,
     )
 
@@ -184,17 +184,9 @@ def run_checks(
     stub = None
     try:
         if endpoint is None:
-            try:
-                stub = StubServer(script, port=port).start()
-            except OSError as exc:
-                raise CheckError(str(exc)) from None
-            run = OfflineRun(
-                target.entry,
-                stub.base_url,
-                build_offline_tokenizer(work / "tokenizer"),
-                work,
-                timeout=timeout,
-                extra_env=target.environment(),
+            stub = StubServer(script, port=port).start()  # a port taken: StubServerError
+            run = OfflineRun.against_stub(
+                target.entry, stub.base_url, work, timeout=timeout, extra_env=target.environment()
             )
         else:
             run = OfflineRun(
@@ -331,8 +323,8 @@ def _key_check(root: Path, info: dict) -> CheckResult:
 
 def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, list[float]]:
     """The evaluate row from what the run saved: scored rollouts, failures and their cause."""
-    samples = _jsonl(eval_dir / "samples.jsonl")
-    failures = _jsonl(eval_dir / "failures.jsonl")
+    samples = _jsonl(eval_dir / SAMPLES_FILE)
+    failures = _jsonl(eval_dir / FAILURES_FILE)
     scores = [s["reward"] for s in samples if s.get("reward") is not None]
     cause = failures[0].get("failure") if failures else None
     if not samples:
@@ -351,7 +343,7 @@ def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, l
             "evaluate",
             status,
             f"{len(samples)} rollouts scored, {with_tools} used tools{failed}; "
-            "metrics.json and samples.jsonl written",
+            f"{METRICS_FILE} and {SAMPLES_FILE} written",
         ),
         scores,
     )

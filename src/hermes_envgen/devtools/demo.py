@@ -72,7 +72,6 @@ def run_demo(
     from hermes_envgen.testing import (
         OfflineRun,
         StubServer,
-        build_offline_tokenizer,
         scripted_policy,
     )
 
@@ -92,10 +91,9 @@ def run_demo(
     eval_dir = outputs / "eval"
     try:
         with StubServer(scripted_policy(samples, judge=True)) as stub:
-            run = OfflineRun(
+            run = OfflineRun.against_stub(
                 target.entry,
                 stub.base_url,
-                build_offline_tokenizer(outputs / "tokenizer"),
                 outputs,
                 cwd=project,
                 timeout=timeout,

@@ -25,7 +25,7 @@ from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 from hermes_envgen.errors import HermesEnvgenError, ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.chat_template import prepare_chat_template
-from hermes_envgen.runtime.config import HermesAgentEnvConfig
+from hermes_envgen.runtime.config import HermesAgentEnvConfig, renamed_flags
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
@@ -210,7 +210,7 @@ class HermesAgentBaseEnv(BaseEnv):
             self._discard_empty_output()
             raise
         self.sandboxes = SandboxManager(
-            config.sandbox_settings(), lifetime=config.terminal_lifetime
+            config.sandbox_settings(), lifetime=config.sandbox_idle_lifetime
         )
         set_default_sandbox_manager(self.sandboxes)
         self._sandbox_errors_logged: set[str] = set()
@@ -236,6 +236,7 @@ class HermesAgentBaseEnv(BaseEnv):
 
         from pydantic import ValidationError
 
+        sys.argv[1:] = renamed_flags(sys.argv[1:])
         try:
             super().cli()
         except HermesEnvgenError as exc:  # configuration mistakes exit 2, the model server's too
@@ -427,7 +428,7 @@ class HermesAgentBaseEnv(BaseEnv):
             self._sandbox_errors_logged.add(error)
             logger.error("the sandbox could not start; rollouts score 0.0: %s", error)
         result = AgentResult(messages=self.build_messages(item))
-        reward = Reward(0.0, counts={"reward_errors": 1.0}, failure=f"sandbox failed: {error}")
+        reward = Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=f"sandbox failed: {error}")
         return Rollout(item, result, 0.0, task_id, error, reward.counts, failure=reward.failure)
 
     async def _score(
@@ -683,7 +684,8 @@ def _wandb_configured() -> bool:
 
 def _reward_error(error: str) -> Reward:
     """The stand-in of a reward that could not be computed: 0.0 in training, a failure in eval."""
-    return Reward(0.0, counts={"reward_errors": 1.0}, failure=f"compute_reward failed: {error}")
+    failure = f"compute_reward failed: {error}"
+    return Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=failure)
 
 
 def _jsonable(value: Any) -> Any:

@@ -154,6 +154,16 @@ def resolve_chat_template(setting: str) -> str:
         raise EnvConfigError(f"cannot read chat_template {setting!r}: {exc}") from None
 
 
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of text a chat template rendered: it wrote any BOS itself, so none is added."""
+    if not text:
+        return []
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if not isinstance(ids, list):  # some tokenizers return an Encoding-like object
+        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    return ids
+
+
 def render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
     """The messages as chat-template text (``tokenize=False`` behaves alike on 4.x and 5.x)."""
     kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": gen}

@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
-from pydantic import Field, Json, field_validator
+from pydantic import Field, Json, field_validator, model_validator
 
 from hermes_envgen.runtime.sandbox import SandboxSettings
+
+logger = logging.getLogger(__name__)
+
+# Settings renamed after 0.1 (they configure the sandbox, not a terminal): the old names keep
+# working for one release, in config files, config_init and --env. flags, with a warning.
+RENAMED_SETTINGS = {
+    "terminal_backend": "sandbox_backend",
+    "terminal_timeout": "sandbox_command_timeout",
+    "terminal_lifetime": "sandbox_idle_lifetime",
+}
+_warned: set[str] = set()
+
+
+def warn_renamed(old: str) -> None:
+    """Say once per process that a setting's old name is deprecated, and its new name."""
+    if old not in _warned:
+        _warned.add(old)
+        logger.warning(
+            "warning: %s is deprecated, use %s (the old name goes in the next release)",
+            old,
+            RENAMED_SETTINGS[old],
+        )
+
+
+def renamed_flags(args: list[str]) -> list[str]:
+    """The command line with the old ``--env.`` names of renamed settings given their new ones."""
+    renamed = []
+    for arg in args:
+        flag, sep, value = arg.partition("=")
+        old = flag.removeprefix("--env.")
+        if flag.startswith("--env.") and old in RENAMED_SETTINGS:
+            warn_renamed(old)
+            arg = f"--env.{RENAMED_SETTINGS[old]}{sep}{value}"
+        renamed.append(arg)
+    return renamed
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):
@@ -38,7 +74,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     max_tokens_per_turn: int | None = Field(
         default=None, ge=1, description="Most tokens the model may generate per turn."
     )
-    terminal_backend: str = Field(
+    sandbox_backend: str = Field(
         default="local",
         description="Where tool commands run: 'local' (a directory on the host, no isolation; "
         "for development), 'bwrap' (bubblewrap: read-only system, private workspace, no "
@@ -76,10 +112,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         description="CPUs a sandbox's processes may use together (docker: --cpus; bwrap as "
         "root: a cgroup; 1.0 by default).",
     )
-    terminal_timeout: float = Field(
+    sandbox_command_timeout: float = Field(
         default=60.0, gt=0, description="Seconds before a tool command is killed (exit 124)."
     )
-    terminal_lifetime: float = Field(
+    sandbox_idle_lifetime: float = Field(
         default=600.0,
         gt=0,
         description="Seconds a sandbox may sit idle before it is reaped.",
@@ -175,12 +211,41 @@ class HermesAgentEnvConfig(BaseEnvConfig):
                 ) from None
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_renamed_settings(cls, data: Any) -> Any:
+        """Take a renamed setting's old name (a config file, config_init) as its new one."""
+        if not isinstance(data, dict) or not RENAMED_SETTINGS.keys() & data.keys():
+            return data
+        data = dict(data)
+        for old, new in RENAMED_SETTINGS.items():
+            if old not in data:
+                continue
+            value = data.pop(old)
+            warn_renamed(old)
+            # atroposlib merges defaults < config file < flags into one dict: a new name off
+            # its default was set on purpose, by a flag over an old config file.
+            if value is not None and data.get(new, cls.model_fields[new].default) == (
+                cls.model_fields[new].default
+            ):
+                data[new] = value
+        return data
+
+    # The old names, readable for one release (code of earlier projects may read them).
+    terminal_backend = property(lambda self: self.sandbox_backend, doc="Old sandbox_backend.")
+    terminal_timeout = property(
+        lambda self: self.sandbox_command_timeout, doc="Old sandbox_command_timeout."
+    )
+    terminal_lifetime = property(
+        lambda self: self.sandbox_idle_lifetime, doc="Old sandbox_idle_lifetime."
+    )
+
     def sandbox_settings(self) -> SandboxSettings:
-        """The settings of the rollouts' sandboxes (the ``terminal_*`` and ``sandbox_*`` fields)."""
+        """The settings of the rollouts' sandboxes (the ``sandbox_*`` fields)."""
         return SandboxSettings(
-            backend=self.terminal_backend,
+            backend=self.sandbox_backend,
             root=self.sandbox_root,
-            command_timeout=self.terminal_timeout,
+            command_timeout=self.sandbox_command_timeout,
             network=self.sandbox_network,
             cpu_seconds=self.sandbox_cpu_seconds,
             memory_mb=self.sandbox_memory_mb,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
-from hermes_envgen.runtime.chat_template import for_template, render
+from hermes_envgen.runtime.chat_template import encode, for_template, render
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
 from hermes_envgen.runtime.trajectory import MASKED
@@ -246,12 +246,7 @@ class ExactTokensBackend:
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of template text; the template writes any BOS itself."""
-        if not text:
-            return []
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if not isinstance(ids, list):  # some tokenizers return an Encoding-like object
-            ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-        return ids
+        return encode(self.tokenizer, text)
 
 
 def _finish_reason(finish_reasons: list) -> str | None:

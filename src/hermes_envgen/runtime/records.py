@@ -4,6 +4,7 @@ reads them (the base env, evaluation, ``check``, ``view``, the testing kit, gene
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypedDict
 
 # The files an evaluation writes into --env.data_dir_to_save_evals.
@@ -67,6 +68,31 @@ class Metric:
     ITEMS = "items"
     SAMPLES_PER_ITEM = "samples_per_item"
 
+    @staticmethod
+    def pass_at(k: int) -> str:
+        """The chance that at least one of k samples passes: ``pass@3``."""
+        return f"pass@{k}"
+
+    @staticmethod
+    def pass_hat(k: int) -> str:
+        """The chance that all of k samples pass: ``pass^3``."""
+        return f"pass^{k}"
+
+    @staticmethod
+    def items(name: str) -> str:
+        """How many items had enough samples for ``name``: ``pass@3_items``."""
+        return f"{name}_items"
+
+    @staticmethod
+    def ci_low(name: str) -> str:
+        """The low end of the 95% interval of ``name`` (with or without its split)."""
+        return f"{name}_ci_low"
+
+    @staticmethod
+    def ci_high(name: str) -> str:
+        """The high end of the 95% interval of ``name`` (with or without its split)."""
+        return f"{name}_ci_high"
+
 
 TRAIN, EVAL = "train", "eval"  # the splits, as metric prefixes
 
@@ -74,3 +100,16 @@ TRAIN, EVAL = "train", "eval"  # the splits, as metric prefixes
 def metric(split: str, name: str) -> str:
     """The full metric name: ``eval/mean_reward``."""
     return f"{split}/{name}"
+
+
+_FIXED_NAMES = {v for k, v in vars(Metric).items() if k.isupper() and isinstance(v, str)}
+_DECLARED = re.compile(
+    rf"(?:{TRAIN}|{EVAL})/"
+    rf"(?:(?:{'|'.join(map(re.escape, sorted(_FIXED_NAMES)))})(?:_ci_low|_ci_high)?"
+    r"|pass[@^][1-9][0-9]*(?:_ci_low|_ci_high)?|pass@[1-9][0-9]*_items)"
+)
+
+
+def is_declared(name: str) -> bool:
+    """Whether ``name`` is a full metric name that this module declares (not an env's own)."""
+    return _DECLARED.fullmatch(name) is not None

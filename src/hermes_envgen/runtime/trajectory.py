@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_envgen.runtime.chat_template import for_template, render
+from hermes_envgen.runtime.chat_template import encode, for_template, render
 from hermes_envgen.runtime.errors import ChatTemplateError, EarlierTurnsRewritten
 
 logger = logging.getLogger(__name__)
@@ -122,9 +122,7 @@ def _encode(tokenizer: Any, pieces: list[tuple[str, bool]]) -> TokenizedConversa
     for text, trained in pieces:
         if not text:
             continue
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        if not isinstance(ids, list):  # some tokenizers return an Encoding-like object
-            ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        ids = encode(tokenizer, text)
         tokens.extend(ids)
         masks.extend(ids if trained else [MASKED] * len(ids))
         if trained:

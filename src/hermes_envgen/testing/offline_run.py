@@ -14,6 +14,7 @@ from typing import Any
 from hermes_envgen.runtime.records import RolloutRecord
 from hermes_envgen.testing.envs import read_eval_results, validate_groups
 from hermes_envgen.testing.runner import run_env_mode
+from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
 
 @dataclass
@@ -36,6 +37,14 @@ class OfflineRun:
     server_flags: dict[str, Any] = field(default_factory=dict)
     env_flags: dict[str, Any] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def against_stub(
+        cls, target: str | Path, base_url: str, workdir: Path, **options: Any
+    ) -> OfflineRun:
+        """A run against a stub model: the offline tokenizer, written to ``workdir/tokenizer``."""
+        tokenizer = build_offline_tokenizer(Path(workdir) / "tokenizer")
+        return cls(target, base_url, tokenizer, Path(workdir), **options)
 
     @property
     def sandbox_root(self) -> Path:

@@ -151,7 +151,7 @@ def check_rewards(
     rewards: dict[str, list[tuple[float, str | None]]] = {}
     # Tampering runs on bwrap where it is installed: the training backend, which keeps the
     # promise (local cannot stop a daemon that drops its run tag; see the README).
-    tamper_backend = {"terminal_backend": "bwrap"} if shutil.which("bwrap") else {}
+    tamper_backend = {"sandbox_backend": "bwrap"} if shutil.which("bwrap") else {}
     kinds = (
         ("gold", gold_script(samples), {}),
         ("noop", noop_script(samples), {}),

@@ -37,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+from hermes_envgen.errors import StubServerError
 from hermes_envgen.testing.script import Script, ScriptedConversation, ScriptedTurn, ScriptError
 
 __all__ = ["Faults", "ScriptError", "StubServer", "generated_text"]
@@ -67,13 +68,15 @@ class Faults:
 
     def __post_init__(self) -> None:
         if self.status and not 400 <= self.status <= 599:
-            raise ValueError(f"status must be an HTTP error status (400-599), got {self.status}")
+            raise StubServerError(
+                f"status must be an HTTP error status (400-599), got {self.status}"
+            )
         for name in ("error_rate", "malformed_rate", "drop_rate", "hang_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1, got {value}")
+                raise StubServerError(f"{name} must be between 0 and 1, got {value}")
         if self.latency < 0:
-            raise ValueError(f"latency must be >= 0, got {self.latency}")
+            raise StubServerError(f"latency must be >= 0, got {self.latency}")
 
 
 def render_tool_calls_as_text(turn: ScriptedTurn) -> str:
@@ -183,7 +186,8 @@ class StubServer:
         except OSError as exc:
             sock.close()
             await self._runner.cleanup()
-            raise OSError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+            message = f"cannot listen on {self.host}:{self.port}: {exc.strerror}"
+            raise StubServerError(message) from None
         sock.listen(1024)
         self.port = sock.getsockname()[1]
         await web.SockSite(self._runner, sock).start()
@@ -459,14 +463,15 @@ class StubServer:
 
 
 def _load_tokenizer(source: str | Path) -> Any:
-    """A Hugging Face tokenizer from a directory (or hub name); ValueError when it fails."""
+    """A Hugging Face tokenizer from a directory (or hub name); StubServerError when it fails."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(source))
     except (OSError, ValueError) as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"cannot load the tokenizer {str(source)!r}: {first_line}") from None
+        message = f"cannot load the tokenizer {str(source)!r}: {first_line}"
+        raise StubServerError(message) from None
 
 
 def _offline_tokenizer() -> Any:

@@ -15,6 +15,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from hermes_envgen.errors import NoBatchInTime, TrainerError
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
@@ -44,14 +46,16 @@ class RunApi:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"run-api exited with {self._process.returncode}")
+                raise TrainerError(
+                    f"run-api exited with {self._process.returncode} (port {self.port})"
+                )
             try:
                 _get(self.url + "/")
                 return self
-            except OSError:
+            except TrainerError:
                 time.sleep(0.2)
         self.__exit__()
-        raise TimeoutError("run-api did not start within 60 s")
+        raise TrainerError(f"run-api did not start within 60 s (port {self.port})")
 
     def __exit__(self, *exc: object) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -92,7 +96,7 @@ class MinimalTrainer:
         _get(self.api_url + "/batch")  # the first call starts the run, so envs may register
 
     def next_batch(self, timeout: float, poll: float = 0.5) -> list[dict]:
-        """The next batch (a list of groups); TimeoutError if none arrives in time."""
+        """The next batch (a list of groups); NoBatchInTime if none arrives in time."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             batch = _get(self.api_url + "/batch").get("batch")
@@ -100,7 +104,7 @@ class MinimalTrainer:
                 self.batches.append(batch)
                 return batch
             time.sleep(poll)
-        raise TimeoutError(f"no batch within {timeout:g} s")
+        raise NoBatchInTime(f"no batch within {timeout:g} s")
 
     def drain(self, group_size: int) -> list[dict]:
         """After the run, every group run-api still holds, the last batch padded to full size.
@@ -120,7 +124,7 @@ class MinimalTrainer:
             elif self.status()["queue_size"] == 0:
                 return drained
             elif padded * group_size >= self.batch_size:
-                raise RuntimeError(f"run-api makes no batch of its queue padded with {padded}")
+                raise TrainerError(f"run-api makes no batch of its queue padded with {padded}")
             else:
                 _post(self.api_url + "/scored_data", _padding_group(group_size))
                 padded += 1
@@ -162,13 +166,20 @@ def _is_padding(group: dict) -> bool:
 
 
 def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
+    return _call(urllib.request.Request(url))
 
 
 def _post(url: str, body: dict) -> dict:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
+    return _call(request)
+
+
+def _call(request: urllib.request.Request) -> dict:
+    """run-api's JSON answer; TrainerError naming the URL when it cannot be had."""
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError) as exc:
+        raise TrainerError(f"run-api at {request.full_url}: {exc}") from None

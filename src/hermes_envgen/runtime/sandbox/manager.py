@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
 from hermes_envgen.runtime.sandbox.runs import RunDirectory, reap_stale_runs, runs_directory
 
@@ -43,15 +44,15 @@ BACKENDS: dict[str, SandboxFactory] = {"local": _local, "bwrap": _bwrap, "docker
 
 
 def register_backend(name: str, factory: SandboxFactory) -> None:
-    """Make a sandbox backend selectable by ``terminal_backend``."""
+    """Make a sandbox backend selectable by ``sandbox_backend``."""
     BACKENDS[name] = factory
 
 
 def check_backend(name: str) -> None:
     """Fail early, naming the valid choices, for an unknown backend."""
     if name not in BACKENDS:
-        raise ValueError(
-            f"unknown terminal_backend {name!r}; valid backends: {', '.join(BACKENDS)}"
+        raise EnvConfigError(
+            f"unknown sandbox_backend {name!r}; valid backends: {', '.join(BACKENDS)}"
         )
 
 
