@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -293,6 +294,24 @@ def test_process_stops_when_every_request_fails_for_good(stub_server, offline_to
     assert completed.returncode == 2, completed.stderr[-3000:]
     assert last_line(completed).startswith("error: every request fails: HTTP 403 from ")
     assert len(stub.requests) < 20
+    assert not (tmp_path / "groups.jsonl").exists()  # no group was written: no file
+
+
+def test_process_against_a_refused_port_leaves_no_groups_file(offline_tokenizer, tmp_path):
+    completed = run_example(
+        "process",
+        {
+            "openai.base_url": f"http://127.0.0.1:{free_port()}/v1",
+            "env.startup_wait": 1,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    assert "cannot connect (connection refused)" in last_line(completed)
+    assert not (tmp_path / "groups.jsonl").exists()
 
 
 def test_extra_body_that_is_not_json_is_refused_in_one_line(offline_tokenizer, tmp_path):
@@ -320,6 +339,97 @@ def test_the_judge_can_have_an_endpoint_of_its_own(stub_server, monkeypatch):
     verdict = asyncio.run(ask_judge(own, "task", "answer", "reference"))
     assert verdict.score == 0.25
     assert policy.requests == [] and judge.requests[0]["model"] == "judge-model"
+
+
+# The example env with a judge of its own at $JUDGE_URL (the reward stays the example's).
+JUDGED_ENV = """
+import os
+
+from terminal_env import TerminalTaskEnv
+
+from hermes_envgen.runtime import Reward, ask_judge, judge_client
+
+
+class JudgedEnv(TerminalTaskEnv):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.judge = judge_client(self.model, os.environ["JUDGE_URL"], "judge-model")
+
+    async def compute_reward(self, item, result, ctx):
+        verdict = await ask_judge(self.judge, "task", result.final_response or "-", "ref")
+        return Reward(0.0, failure=verdict.error) if verdict.failed else verdict.score
+
+
+if __name__ == "__main__":
+    JudgedEnv.cli()
+"""
+
+
+def run_judged_env(mode: str, judge_url: str, flags: dict, cwd) -> subprocess.CompletedProcess:
+    script = cwd / "judged_env.py"
+    script.write_text(JUDGED_ENV)
+    return subprocess.run(
+        [sys.executable, str(script), mode, *(f"--{k}={v}" for k, v in flags.items())],
+        cwd=cwd,
+        env=offline_environment(
+            {"JUDGE_URL": judge_url, "PYTHONPATH": f"{EXAMPLES}:{os.environ.get('PYTHONPATH', '')}"}
+        ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_judge_that_refuses_the_key_stops_the_run_at_start(
+    stub_server, offline_tokenizer, tmp_path
+):
+    policy = stub_server(SCRIPT)
+    judge = stub_server(SCRIPT, faults=Faults(status=401))
+    completed = run_judged_env(
+        "process",
+        judge.base_url,
+        {
+            "openai.base_url": policy.base_url,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.total_steps": 1,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    assert "Traceback" not in completed.stderr
+    line = last_line(completed)
+    assert line.startswith(f"error: the judge does not answer: HTTP 401 from {judge.base_url}")
+    assert line.endswith("check the judge's API key (the variable --env.judge_api_key_env names)")
+    assert len(judge.requests) == 1 and len(policy.requests) == 1  # the start-up requests only
+    assert not (tmp_path / "groups.jsonl").exists()
+
+
+def test_a_judge_that_fails_every_request_later_stops_the_run(
+    stub_server, offline_tokenizer, tmp_path
+):
+    policy = stub_server(SCRIPT)
+    judge = stub_server(SCRIPT, faults=Faults(status=403, status_after=1))
+    completed = run_judged_env(
+        "process",
+        judge.base_url,
+        {
+            "openai.base_url": policy.base_url,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.group_size": 2,
+            "env.total_steps": 3,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    line = last_line(completed)
+    assert line.startswith(f"error: every judge request fails: HTTP 403 from {judge.base_url}")
+    assert len(judge.requests) < 10
+    assert not (tmp_path / "groups.jsonl").exists()
 
 
 def test_a_remote_judge_without_a_key_or_model_is_refused(monkeypatch):

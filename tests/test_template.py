@@ -186,6 +186,17 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
             "http:// or https://",
         ),
         ({"project_name": "ok-env", "toolsets": ["file"]}, "need the terminal toolset"),
+        (
+            {
+                "project_name": "ok-env",
+                **PROVIDERS["vllm"],
+                "provider": "vllm",
+                "vllm_server": "generate",
+                "reward_pattern": "judge",
+                "judge_base_url": "",
+            },
+            "no chat API to judge with",
+        ),
     ],
 )
 def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
