@@ -180,12 +180,15 @@ def last_line(completed: subprocess.CompletedProcess) -> str:
     return completed.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("failure", ["refused", "404", "401", "hang"])
+@pytest.mark.parametrize("failure", ["refused", "dns", "404", "401", "hang"])
 def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
     failure, stub_server, offline_tokenizer, tmp_path
 ):
     if failure == "refused":
         base_url, expected = f"http://127.0.0.1:{free_port()}/v1", "cannot connect"
+    elif failure == "dns":  # .invalid never resolves (RFC 2606): no network needed
+        base_url = "http://no-such-model-server.invalid:9001/v1"
+        expected = "(the host name does not resolve); is the host name in --openai.base_url right?"
     elif failure == "404":
         stub = stub_server(SCRIPT)
         base_url, expected = stub.base_url.removesuffix("/v1") + "/wrong/v1", "HTTP 404"
@@ -205,6 +208,7 @@ def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
             "env.tokenizer_name": offline_tokenizer,
             "env.data_dir_to_save_evals": tmp_path / "eval",
             "env.sandbox_root": tmp_path / "sandboxes",
+            "openai.api_key": "sk-test",  # a host that is not this one needs a key
         },
         cwd=tmp_path,
     )

@@ -303,7 +303,9 @@ def _completions_body(endpoint: Endpoint, input_ids: list[int], kwargs: dict) ->
         **_sampling(kwargs),
         "n": 1,
         "logprobs": 0,  # the sampled token's logprob only
-        "return_tokens_as_token_ids": True,  # vLLM >= 0.5.4: tokens as "token_id:<id>"
+        # Tokens as "token_id:<id>": per request since vLLM 0.8 (vllm-project/vllm#14066);
+        # older servers only with --return-tokens-as-token-ids.
+        "return_tokens_as_token_ids": True,
         "return_token_ids": True,  # vLLM >= 0.10.2: the ids in the choice; ignored before
         "skip_special_tokens": False,
     }
@@ -515,6 +517,8 @@ def likely_fix(error: InferenceError, endpoint: Endpoint, rollout_server_url: st
         )
     if error.status is not None and 400 <= error.status < 500:
         return "the server refuses the request as the env makes it: see its message"
+    if "does not resolve" in str(error):
+        return "is the host name in --openai.base_url right?"
     if "cannot connect" in str(error):
         return "is the model server running, and is --openai.base_url its address?"
     if "timeout" in str(error):
