@@ -355,9 +355,8 @@ from hermes_envgen.runtime import Reward, ask_judge, judge_client
 
 
 class JudgedEnv(TerminalTaskEnv):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.judge = judge_client(self.model, os.environ["JUDGE_URL"], "judge-model")
+    def make_judge(self):
+        return judge_client(self.model, os.environ["JUDGE_URL"], "judge-model", "JUDGE_KEY")
 
     async def compute_reward(self, item, result, ctx):
         verdict = await ask_judge(self.judge, "task", result.final_response or "-", "ref")
@@ -376,7 +375,11 @@ def run_judged_env(mode: str, judge_url: str, flags: dict, cwd) -> subprocess.Co
         [sys.executable, str(script), mode, *(f"--{k}={v}" for k, v in flags.items())],
         cwd=cwd,
         env=offline_environment(
-            {"JUDGE_URL": judge_url, "PYTHONPATH": f"{EXAMPLES}:{os.environ.get('PYTHONPATH', '')}"}
+            {
+                "JUDGE_URL": judge_url,
+                "JUDGE_KEY": "",
+                "PYTHONPATH": f"{EXAMPLES}:{os.environ.get('PYTHONPATH', '')}",
+            }
         ),
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -433,6 +436,25 @@ def test_a_judge_that_fails_every_request_later_stops_the_run(
     line = last_line(completed)
     assert line.startswith(f"error: every judge request fails: HTTP 403 from {judge.base_url}")
     assert len(judge.requests) < 10
+    assert not (tmp_path / "groups.jsonl").exists()
+
+
+def test_a_remote_judge_without_a_key_stops_process_mode_with_no_groups_file(
+    offline_tokenizer, tmp_path
+):
+    completed = run_judged_env(
+        "process",
+        "https://judge.example/v1",  # not this machine: a key is needed, and none is set
+        {
+            "env.tokenizer_name": offline_tokenizer,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    line = last_line(completed)
+    expected = "error: no API key for the judge at https://judge.example/v1: $JUDGE_KEY is empty"
+    assert line == expected
     assert not (tmp_path / "groups.jsonl").exists()
 
 

@@ -150,8 +150,8 @@ class HermesAgentBaseEnv(BaseEnv):
 
     env_config_cls = HermesAgentEnvConfig
     tool_registry: ToolRegistry = REGISTRY
-    # The client of an LLM judge, when the reward asks one (a subclass sets it in __init__):
-    # checked at start-up beside the policy's server; a judge that fails for good stops the run.
+    # The client of the reward's LLM judge (from make_judge): checked at start-up beside the
+    # policy's server; a judge that fails every request for good stops the run.
     judge: ModelClient | None = None
 
     def __init__(
@@ -195,13 +195,13 @@ class HermesAgentBaseEnv(BaseEnv):
             retries=config.request_retries,
         )
         self._token_server = self.model.token_level  # Phase 2: exact tokens and logprobs
-        if self._token_server:
-            try:
-                get_parser(config.tool_call_parser)  # an unknown parser fails here, at startup
-            except UnknownParserError as exc:
-                raise EnvConfigError(str(exc)) from None
-        # A template that drops tool calls or results stops the env here, in one line.
-        try:
+        try:  # a setting that cannot work stops the env here, in one line, with no output
+            if self._token_server:
+                try:
+                    get_parser(config.tool_call_parser)
+                except UnknownParserError as exc:
+                    raise EnvConfigError(str(exc)) from None
+            # A template that drops tool calls or results.
             prepare_chat_template(
                 self.tokenizer,
                 config.chat_template,
@@ -209,6 +209,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 exact_tokens=self._token_server,
                 system_prompt=config.system_prompt,
             )
+            self.judge = self.make_judge()
         except EnvConfigError:
             self._discard_empty_output()
             raise
@@ -346,6 +347,10 @@ class HermesAgentBaseEnv(BaseEnv):
 
     async def prepare_sandbox(self, item: Any, ctx: ToolContext) -> None:
         """Put what the task needs into the fresh sandbox before the agent starts (optional)."""
+
+    def make_judge(self) -> ModelClient | None:
+        """The client of the reward's LLM judge (optional; ``judge_client`` makes one)."""
+        return None
 
     # -- tools --------------------------------------------------------------------------------
 
