@@ -209,30 +209,6 @@ def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     assert not (tmp_path / data["project_name"]).exists()
 
 
-@pytest.mark.parametrize("vllm_server", ["completions", "chat", "generate", "auto"])
-def test_vllm_server_kinds_and_a_judge_of_its_own_render_clean(tmp_path, vllm_server):
-    data = answers("vllm", "judge", False, False) | {
-        "project_name": f"vllm-{vllm_server}",
-        "vllm_server": vllm_server,
-        "judge_base_url": "https://openrouter.ai/api/v1",
-        "judge_model": "openai/gpt-4o-mini",
-    }
-    project = render(tmp_path, data)
-    for args in (["check"], ["format", "--check"]):
-        result = ruff(project, *args)
-        assert result.returncode == 0, result.stdout + result.stderr
-    env = (project / "src" / f"vllm_{vllm_server}" / "env.py").read_text()
-    assert f'inference_api="{vllm_server}"' in env
-    assert 'default="OPENROUTER_API_KEY"' in env  # the judge's key, read from the environment
-    readme = (project / "README.md").read_text()
-    assert ("vllm serve" in readme) == (vllm_server != "generate")
-    assert ("--enable-auto-tool-choice" in readme) == (vllm_server == "chat")
-    # The per-request return_tokens_as_token_ids came with vLLM 0.8 (vllm-project/vllm#14066).
-    completions = vllm_server in ("completions", "auto")
-    assert ("vLLM 0.8 or later" in readme) == completions and "0.5.4" not in readme
-    assert "Port 8000 is also run-api's default" in readme  # the answers put vLLM on 8000
-
-
 @pytest.mark.parametrize("sglang_api", ["generate", "chat"])
 def test_an_sglang_project_says_how_to_start_sglang_and_passes_its_own_tests(tmp_path, sglang_api):
     data = {
@@ -280,3 +256,27 @@ def test_the_atropos_project_asks_atropos_inference_port_not_run_api(tmp_path):
     assert result.stdout.split() == ["http://localhost:9001/v1", "300", "http://localhost:8000"]
     openai = yaml.safe_load((project / "configs/default.yaml").read_text())["openai"]
     assert openai["base_url"] == "http://localhost:9001/v1" and openai["timeout"] == 300
+
+
+@pytest.mark.parametrize("vllm_server", ["completions", "chat", "generate", "auto"])
+def test_vllm_server_kinds_and_a_judge_of_its_own_render_clean(tmp_path, vllm_server):
+    data = answers("vllm", "judge", False, False) | {
+        "project_name": f"vllm-{vllm_server}",
+        "vllm_server": vllm_server,
+        "judge_base_url": "https://openrouter.ai/api/v1",
+        "judge_model": "openai/gpt-4o-mini",
+    }
+    project = render(tmp_path, data)
+    for args in (["check"], ["format", "--check"]):
+        result = ruff(project, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    env = (project / "src" / f"vllm_{vllm_server}" / "env.py").read_text()
+    assert f'inference_api="{vllm_server}"' in env
+    assert 'default="OPENROUTER_API_KEY"' in env  # the judge's key, read from the environment
+    readme = (project / "README.md").read_text()
+    assert ("vllm serve" in readme) == (vllm_server != "generate")
+    assert ("--enable-auto-tool-choice" in readme) == (vllm_server == "chat")
+    # The per-request return_tokens_as_token_ids came with vLLM 0.8 (vllm-project/vllm#14066).
+    completions = vllm_server in ("completions", "auto")
+    assert ("vLLM 0.8 or later" in readme) == completions and "0.5.4" not in readme
+    assert "Port 8000 is also run-api's default" in readme  # the answers put vLLM on 8000
