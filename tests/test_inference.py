@@ -439,6 +439,33 @@ def test_a_judge_that_fails_every_request_later_stops_the_run(
     assert not (tmp_path / "groups.jsonl").exists()
 
 
+def test_a_judge_on_a_policy_server_with_only_generate_is_refused_at_start(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # Atropos's vLLM API server: /generate for the policy, no chat API for the judge.
+    policy = stub_server(SCRIPT, openai_api=False)
+    completed = run_judged_env(
+        "evaluate",
+        "",  # no judge_base_url: the judge is the policy's server
+        {
+            "openai.base_url": policy.base_url,
+            "openai.server_type": "vllm",
+            "env.inference_api": "generate",
+            "env.tokenizer_name": offline_tokenizer,
+            "env.data_dir_to_save_evals": tmp_path / "eval",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    line = last_line(completed)
+    assert line.startswith(
+        f"error: the judge does not answer: HTTP 404 from {policy.base_url}/chat/completions"
+    ), line
+    assert line.endswith("(a policy server with only /generate cannot judge)")
+    assert len(policy.requests) == 1  # the policy's start-up request, on /generate
+
+
 def test_a_remote_judge_without_a_key_stops_process_mode_with_no_groups_file(
     offline_tokenizer, tmp_path
 ):
