@@ -45,7 +45,7 @@ from hermes_envgen.runtime.evaluation import (
 from hermes_envgen.runtime.inference import STARTUP_PROMPT
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, is_declared, metric
-from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER, ask_judge, keyword_overlap
+from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER, ask_judge
 from hermes_envgen.testing.envs import build_env, read_eval_results
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.stub_server import Faults
@@ -129,9 +129,9 @@ class MixEnv(HermesAgentBaseEnv):
     async def compute_reward(self, item: dict, result: AgentResult, ctx: ToolContext) -> Reward:
         answer = result.final_response
         verdict = await ask_judge(self.server, item["prompt"], answer, item["answer"], retries=1)
-        if verdict.failed:
+        if verdict.failed:  # no guess: a failed judge pays nothing
             return Reward(
-                keyword_overlap(answer, item["answer"]),
+                0.0,
                 counts={"judge_failures": 1.0},
                 failure=f"judge failed: {verdict.error}",
             )
@@ -419,7 +419,7 @@ def test_resume_without_a_directory_is_a_config_error(offline_tokenizer, tmp_pat
         evaluate(env)
 
 
-def test_a_failed_judge_still_trains_on_the_fallback(stub_server, offline_tokenizer, tmp_path):
+def test_a_failed_judge_pays_nothing_in_training(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(mix_script())
     env = make_env(server.base_url, offline_tokenizer, tmp_path)
 
@@ -428,8 +428,8 @@ def test_a_failed_judge_still_trains_on_the_fallback(stub_server, offline_tokeni
         return await env.collect_trajectories(BETA)
 
     group, _ = asyncio.run(main())
-    # tool error + wrong: 0; half: 0.5; garbled: the judge failed, word overlap with "Paris": 1
-    assert sorted(group["scores"]) == [0.0, 0.5, 1.0]
+    # tool error + wrong: 0; half: 0.5; garbled (it names "Paris"): the judge failed, so 0
+    assert sorted(group["scores"]) == [0.0, 0.0, 0.5]
     metrics = env._train_stats.metrics("train")
     assert metrics["train/judge_failures"] == 1.0 and metrics["train/failures"] == 1.0
 

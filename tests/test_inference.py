@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -179,12 +180,15 @@ def last_line(completed: subprocess.CompletedProcess) -> str:
     return completed.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("failure", ["refused", "404", "401", "hang"])
+@pytest.mark.parametrize("failure", ["refused", "dns", "404", "401", "hang"])
 def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
     failure, stub_server, offline_tokenizer, tmp_path
 ):
     if failure == "refused":
         base_url, expected = f"http://127.0.0.1:{free_port()}/v1", "cannot connect"
+    elif failure == "dns":  # .invalid never resolves (RFC 2606): no network needed
+        base_url = "http://no-such-model-server.invalid:9001/v1"
+        expected = "(the host name does not resolve); is the host name in --openai.base_url right?"
     elif failure == "404":
         stub = stub_server(SCRIPT)
         base_url, expected = stub.base_url.removesuffix("/v1") + "/wrong/v1", "HTTP 404"
@@ -204,6 +208,7 @@ def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
             "env.tokenizer_name": offline_tokenizer,
             "env.data_dir_to_save_evals": tmp_path / "eval",
             "env.sandbox_root": tmp_path / "sandboxes",
+            "openai.api_key": "sk-test",  # a host that is not this one needs a key
         },
         cwd=tmp_path,
     )
@@ -293,6 +298,24 @@ def test_process_stops_when_every_request_fails_for_good(stub_server, offline_to
     assert completed.returncode == 2, completed.stderr[-3000:]
     assert last_line(completed).startswith("error: every request fails: HTTP 403 from ")
     assert len(stub.requests) < 20
+    assert not (tmp_path / "groups.jsonl").exists()  # no group was written: no file
+
+
+def test_process_against_a_refused_port_leaves_no_groups_file(offline_tokenizer, tmp_path):
+    completed = run_example(
+        "process",
+        {
+            "openai.base_url": f"http://127.0.0.1:{free_port()}/v1",
+            "env.startup_wait": 1,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    assert "cannot connect (connection refused)" in last_line(completed)
+    assert not (tmp_path / "groups.jsonl").exists()
 
 
 def test_extra_body_that_is_not_json_is_refused_in_one_line(offline_tokenizer, tmp_path):
@@ -320,6 +343,146 @@ def test_the_judge_can_have_an_endpoint_of_its_own(stub_server, monkeypatch):
     verdict = asyncio.run(ask_judge(own, "task", "answer", "reference"))
     assert verdict.score == 0.25
     assert policy.requests == [] and judge.requests[0]["model"] == "judge-model"
+
+
+# The example env with a judge of its own at $JUDGE_URL (the reward stays the example's).
+JUDGED_ENV = """
+import os
+
+from terminal_env import TerminalTaskEnv
+
+from hermes_envgen.runtime import Reward, ask_judge, judge_client
+
+
+class JudgedEnv(TerminalTaskEnv):
+    def make_judge(self):
+        return judge_client(self.model, os.environ["JUDGE_URL"], "judge-model", "JUDGE_KEY")
+
+    async def compute_reward(self, item, result, ctx):
+        verdict = await ask_judge(self.judge, "task", result.final_response or "-", "ref")
+        return Reward(0.0, failure=verdict.error) if verdict.failed else verdict.score
+
+
+if __name__ == "__main__":
+    JudgedEnv.cli()
+"""
+
+
+def run_judged_env(mode: str, judge_url: str, flags: dict, cwd) -> subprocess.CompletedProcess:
+    script = cwd / "judged_env.py"
+    script.write_text(JUDGED_ENV)
+    return subprocess.run(
+        [sys.executable, str(script), mode, *(f"--{k}={v}" for k, v in flags.items())],
+        cwd=cwd,
+        env=offline_environment(
+            {
+                "JUDGE_URL": judge_url,
+                "JUDGE_KEY": "",
+                "PYTHONPATH": f"{EXAMPLES}:{os.environ.get('PYTHONPATH', '')}",
+            }
+        ),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_judge_that_refuses_the_key_stops_the_run_at_start(
+    stub_server, offline_tokenizer, tmp_path
+):
+    policy = stub_server(SCRIPT)
+    judge = stub_server(SCRIPT, faults=Faults(status=401))
+    completed = run_judged_env(
+        "process",
+        judge.base_url,
+        {
+            "openai.base_url": policy.base_url,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.total_steps": 1,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    assert "Traceback" not in completed.stderr
+    line = last_line(completed)
+    assert line.startswith(f"error: the judge does not answer: HTTP 401 from {judge.base_url}")
+    assert line.endswith("check the judge's API key (the variable --env.judge_api_key_env names)")
+    assert len(judge.requests) == 1 and len(policy.requests) == 1  # the start-up requests only
+    assert not (tmp_path / "groups.jsonl").exists()
+
+
+def test_a_judge_that_fails_every_request_later_stops_the_run(
+    stub_server, offline_tokenizer, tmp_path
+):
+    policy = stub_server(SCRIPT)
+    judge = stub_server(SCRIPT, faults=Faults(status=403, status_after=1))
+    completed = run_judged_env(
+        "process",
+        judge.base_url,
+        {
+            "openai.base_url": policy.base_url,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.group_size": 2,
+            "env.total_steps": 3,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    line = last_line(completed)
+    assert line.startswith(f"error: every judge request fails: HTTP 403 from {judge.base_url}")
+    assert len(judge.requests) < 10
+    assert not (tmp_path / "groups.jsonl").exists()
+
+
+def test_a_judge_on_a_policy_server_with_only_generate_is_refused_at_start(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # Atropos's vLLM API server: /generate for the policy, no chat API for the judge.
+    policy = stub_server(SCRIPT, openai_api=False)
+    completed = run_judged_env(
+        "evaluate",
+        "",  # no judge_base_url: the judge is the policy's server
+        {
+            "openai.base_url": policy.base_url,
+            "openai.server_type": "vllm",
+            "env.inference_api": "generate",
+            "env.tokenizer_name": offline_tokenizer,
+            "env.data_dir_to_save_evals": tmp_path / "eval",
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    line = last_line(completed)
+    assert line.startswith(
+        f"error: the judge does not answer: HTTP 404 from {policy.base_url}/chat/completions"
+    ), line
+    assert line.endswith("(a policy server with only /generate cannot judge)")
+    assert len(policy.requests) == 1  # the policy's start-up request, on /generate
+
+
+def test_a_remote_judge_without_a_key_stops_process_mode_with_no_groups_file(
+    offline_tokenizer, tmp_path
+):
+    completed = run_judged_env(
+        "process",
+        "https://judge.example/v1",  # not this machine: a key is needed, and none is set
+        {
+            "env.tokenizer_name": offline_tokenizer,
+            "env.data_path_to_save_groups": tmp_path / "groups.jsonl",
+        },
+        tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    line = last_line(completed)
+    expected = "error: no API key for the judge at https://judge.example/v1: $JUDGE_KEY is empty"
+    assert line == expected
+    assert not (tmp_path / "groups.jsonl").exists()
 
 
 def test_a_remote_judge_without_a_key_or_model_is_refused(monkeypatch):
@@ -368,7 +531,11 @@ def test_check_gives_the_cause_when_every_eval_rollout_failed(tmp_path):
 
 def test_check_does_not_blame_missing_gold_solutions_for_a_real_model():
     row = _reward_range_check([0.0, 0.0], scripted=False, real=True)
-    assert row.status == WARN and "gold solutions" not in row.reason.split("(")[0]
+    assert row.status == WARN
+    assert row.reason == (
+        "0.0 for all: every reward of the real model is the same "
+        "(the gold and no-op rows check the reward itself)"
+    )
     assert _reward_range_check([0.0, 1.0], scripted=False, real=True).status == PASS
 
 

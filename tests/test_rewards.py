@@ -95,15 +95,47 @@ def test_a_judge_reply_that_is_not_strict_json_is_a_failure_not_a_score(stub_ser
     assert len(server.requests) == 2  # one retry, then it gives up
 
 
-def test_keyword_overlap_and_answer_matching():
-    assert keyword_overlap("there are 6 lines", "6") == 1.0
-    assert keyword_overlap("no idea", "HELLO WORLD") == 0.0
-    assert keyword_overlap("hello there", "HELLO WORLD") == 0.5
-    assert answer_matches("numbers.txt has 6 lines.", "6")
-    assert not answer_matches("numbers.txt has 16 lines.", "6")
-    assert answer_matches("The version is 2.4.1.", "2.4.1")
-    assert answer_matches("In upper case: HELLO WORLD.", "hello world")
-    assert not answer_matches("", "6")
+@pytest.mark.parametrize(
+    ("response", "reference"),
+    [
+        ("numbers.txt has 6 lines.", "6"),
+        ("The version is 2.4.1.", "2.4.1"),
+        ("In upper case: HELLO WORLD.", "hello world"),
+        ("The answer is 6, not 7.", "6"),
+        ("Answer: (42)", "42"),
+    ],
+)
+def test_an_answer_stated_as_a_whole_is_matched(response, reference):
+    assert answer_matches(response, reference)
+
+
+# Wrong answers that hold the reference as a substring: none may earn anything.
+WRONG_WITH_THE_REFERENCE_INSIDE = [
+    ("No, the python-3-4 changelog", "3"),
+    ("No, the answer is not 6.", "6"),
+    ("It\u2019s not 6.", "6"),
+    ("numbers.txt has 16 lines.", "6"),
+    ("The version is 2.4.1.", "2.4"),
+    ("The answer is 6, not 7.", "7"),
+    ("It is 5 or 6.", "6"),
+    ("6 is wrong; it is 7.", "6"),
+    ("More than 6.", "6"),
+    ("", "6"),
+]
+
+
+@pytest.mark.parametrize(("response", "reference"), WRONG_WITH_THE_REFERENCE_INSIDE)
+def test_a_wrong_answer_holding_the_reference_earns_nothing(response, reference):
+    assert not answer_matches(response, reference)
+    with pytest.deprecated_call():
+        assert keyword_overlap(response, reference) == 0.0
+
+
+def test_keyword_overlap_is_deprecated_and_strict():
+    with pytest.deprecated_call():
+        assert keyword_overlap("there are 6 lines", "6") == 1.0
+    with pytest.deprecated_call():
+        assert keyword_overlap("hello there", "HELLO WORLD") == 0.0  # half a phrase is wrong
 
 
 def result(turns: int, tools: list[str], errors: int = 0, natural: bool = True) -> AgentResult:

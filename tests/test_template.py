@@ -107,7 +107,11 @@ TESTED = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("provider", "pattern", "ci", "use_dataset"), TESTED)
 def test_generated_project_passes_its_own_tests(tmp_path, provider, pattern, ci, use_dataset):
-    project = render(tmp_path, answers(provider, pattern, ci, use_dataset))
+    assert_own_tests_pass(render(tmp_path, answers(provider, pattern, ci, use_dataset)))
+
+
+def assert_own_tests_pass(project: Path) -> None:
+    """Run the generated project's own test suite; fail with its output unless all pass."""
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=project,
@@ -194,12 +198,72 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
             "http:// or https://",
         ),
         ({"project_name": "ok-env", "toolsets": ["file"]}, "need the terminal toolset"),
+        (
+            {
+                "project_name": "ok-env",
+                **PROVIDERS["vllm"],
+                "provider": "vllm",
+                "vllm_server": "generate",
+                "reward_pattern": "judge",
+                "judge_base_url": "",
+            },
+            "no chat API to judge with",
+        ),
     ],
 )
 def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     with pytest.raises(ValueError, match=message):
         render(tmp_path, data)
     assert not (tmp_path / data["project_name"]).exists()
+
+
+@pytest.mark.parametrize("sglang_api", ["generate", "chat"])
+def test_an_sglang_project_says_how_to_start_sglang_and_passes_its_own_tests(tmp_path, sglang_api):
+    data = {
+        "project_name": f"sglang-{sglang_api}",
+        "provider": "sglang",
+        "sglang_api": sglang_api,
+        "model_name": "Qwen/Qwen2.5-7B-Instruct",
+        "reward_pattern": "multi_signal",
+        "ci": False,
+    }
+    project = render(tmp_path, data)
+    for args in (["check"], ["format", "--check"]):
+        result = ruff(project, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    env = (project / "src" / f"sglang_{sglang_api}" / "env.py").read_text()
+    assert 'server_type="sglang"' in env and f'inference_api="{sglang_api}"' in env
+    assert 'base_url="http://localhost:30000/v1"' in env  # SGLang's own default port
+    config = yaml.safe_load((project / "configs/default.yaml").read_text())
+    assert config["openai"]["server_type"] == "sglang"
+    assert config["env"]["inference_api"] == sglang_api
+    readme = (project / "README.md").read_text()
+    start = "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --port 30000"
+    assert start in readme and "vllm" not in readme.lower()
+    assert ("--tool-call-parser qwen25" in readme) == (sglang_api == "chat")
+    assert ("native `/generate`" in readme) == (sglang_api == "generate")
+    if sglang_api == "generate":  # Phase 2 against the stub's SGLang-style /generate
+        assert_own_tests_pass(project)
+
+
+def test_the_atropos_project_asks_atropos_inference_port_not_run_api(tmp_path):
+    """Atropos's convention: inference on 9001, run-api on 8000; a local model's timeout."""
+    project = render(tmp_path, answers("atropos", "binary", False, False))
+    probe = (
+        "from atropos_binary.env import AtroposBinaryEnv as E; c, [s] = E.config_init(); "
+        "print(s.base_url, s.timeout, c.rollout_server_url)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=project / "src",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["http://localhost:9001/v1", "300", "http://localhost:8000"]
+    openai = yaml.safe_load((project / "configs/default.yaml").read_text())["openai"]
+    assert openai["base_url"] == "http://localhost:9001/v1" and openai["timeout"] == 300
 
 
 @pytest.mark.parametrize("vllm_server", ["completions", "chat", "generate", "auto"])
@@ -220,6 +284,9 @@ def test_vllm_server_kinds_and_a_judge_of_its_own_render_clean(tmp_path, vllm_se
     readme = (project / "README.md").read_text()
     assert ("vllm serve" in readme) == (vllm_server != "generate")
     assert ("--enable-auto-tool-choice" in readme) == (vllm_server == "chat")
+    # The per-request return_tokens_as_token_ids came with vLLM 0.8 (vllm-project/vllm#14066).
+    completions = vllm_server in ("completions", "auto")
+    assert ("vLLM 0.8 or later" in readme) == completions and "0.5.4" not in readme
     assert "Port 8000 is also run-api's default" in readme  # the answers put vLLM on 8000
 
 

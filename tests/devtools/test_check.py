@@ -149,7 +149,15 @@ def test_the_checks_run_against_a_real_endpoint(project, stub_server, offline_to
         "openai",
         "--tokenizer",
         str(offline_tokenizer),
+        "--extra-body",
+        '{"top_k": 3}',
+        "--tool-choice",
+        "auto",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert rows(result)["process"] == "PASS" and rows(result)["evaluate"] == "PASS"
     assert any(r.get("model") == "my-model" for r in endpoint.requests)
+    # The provider settings reach every request the env makes, the start-up check's too.
+    assert endpoint.requests and all(r.get("top_k") == 3 for r in endpoint.requests)
+    with_tools = [r for r in endpoint.requests if r.get("tools")]
+    assert with_tools and all(r.get("tool_choice") == "auto" for r in with_tools)

@@ -150,6 +150,9 @@ class HermesAgentBaseEnv(BaseEnv):
 
     env_config_cls = HermesAgentEnvConfig
     tool_registry: ToolRegistry = REGISTRY
+    # The client of the reward's LLM judge (from make_judge): checked at start-up beside the
+    # policy's server; a judge that fails every request for good stops the run.
+    judge: ModelClient | None = None
 
     def __init__(
         self,
@@ -192,13 +195,13 @@ class HermesAgentBaseEnv(BaseEnv):
             retries=config.request_retries,
         )
         self._token_server = self.model.token_level  # Phase 2: exact tokens and logprobs
-        if self._token_server:
-            try:
-                get_parser(config.tool_call_parser)  # an unknown parser fails here, at startup
-            except UnknownParserError as exc:
-                raise EnvConfigError(str(exc)) from None
-        # A template that drops tool calls or results stops the env here, in one line.
-        try:
+        try:  # a setting that cannot work stops the env here, in one line, with no output
+            if self._token_server:
+                try:
+                    get_parser(config.tool_call_parser)
+                except UnknownParserError as exc:
+                    raise EnvConfigError(str(exc)) from None
+            # A template that drops tool calls or results.
             prepare_chat_template(
                 self.tokenizer,
                 config.chat_template,
@@ -206,6 +209,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 exact_tokens=self._token_server,
                 system_prompt=config.system_prompt,
             )
+            self.judge = self.make_judge()
         except EnvConfigError:
             self._discard_empty_output()
             raise
@@ -263,6 +267,20 @@ class HermesAgentBaseEnv(BaseEnv):
             startup_wait=self.config.startup_wait,
             rollout_server_url=self.config.rollout_server_url,
         )
+        judge = self.judge
+        if judge is self.model and self.model.token_level:
+            # The judge asks the policy's server for chat completions, which Atropos's
+            # /generate-only server does not serve: ask it one.
+            judge = ModelClient(self.model.endpoints, api="chat", retries=0)
+        if judge is not None and judge is not self.model:
+            await check_model_server(judge, startup_wait=self.config.startup_wait, judge=True)
+
+    def _stop_run(self, error: ModelServerError) -> ModelServerError:
+        """``error``, after telling serve mode's env_manager to end the run with it."""
+        lost = getattr(self, "_model_lost", None)
+        if lost is not None and not lost.done():
+            lost.set_result(error)
+        return error
 
     async def env_manager(self) -> None:
         for server in self.server.servers:  # serve mode runs beside run-api
@@ -330,6 +348,10 @@ class HermesAgentBaseEnv(BaseEnv):
 
     async def prepare_sandbox(self, item: Any, ctx: ToolContext) -> None:
         """Put what the task needs into the fresh sandbox before the agent starts (optional)."""
+
+    def make_judge(self) -> ModelClient | None:
+        """The client of the reward's LLM judge (optional; ``judge_client`` makes one)."""
+        return None
 
     # -- tools --------------------------------------------------------------------------------
 
@@ -491,11 +513,12 @@ class HermesAgentBaseEnv(BaseEnv):
         self._report_group(rollouts, kept=len(group["tokens"]) >= self.config.group_size)
         if not group["tokens"] and self.model.hopeless():
             # Every rollout failed on a request that cannot succeed: asking again will not help.
-            error = ModelServerError(f"every request fails: {self.model.last_fatal}")
-            lost = getattr(self, "_model_lost", None)
-            if lost is not None and not lost.done():
-                lost.set_result(error)  # serve mode: env_manager ends the run with it
-            raise error
+            raise self._stop_run(ModelServerError(f"every request fails: {self.model.last_fatal}"))
+        judge = self.judge
+        if judge is not None and judge.hopeless() and all(r.failure for r in rollouts):
+            # Every score is a stand-in for a judge that cannot answer: training on them is
+            # training on zeros.
+            raise self._stop_run(ModelServerError(f"every judge request fails: {judge.last_fatal}"))
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs  # aligned with tokens; 1.0 where masked
         if len(group["tokens"]) < self.config.group_size:
@@ -600,10 +623,15 @@ class HermesAgentBaseEnv(BaseEnv):
         """Atropos's process mode, then the ``hermes-envgen view`` page of the groups beside them.
 
         It replaces the page Atropos writes there (``PATH.html``), which shows tool calls blank.
-        The model server is checked first: a dead one stops the run with its reason.
+        The model server is checked first: a dead one stops the run with its reason. A run
+        stopped before its first group leaves no groups file behind.
         """
-        await self.check_model_server()
-        await super().process_manager()
+        try:
+            await self.check_model_server()
+            await super().process_manager()
+        except BaseException:  # whatever stopped it: an empty file is no output
+            self._discard_empty_output()
+            raise
         groups = Path(self.config.data_path_to_save_groups)
         try:
             page = write_view(groups, groups.with_suffix(".html"))

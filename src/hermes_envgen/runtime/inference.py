@@ -303,7 +303,9 @@ def _completions_body(endpoint: Endpoint, input_ids: list[int], kwargs: dict) ->
         **_sampling(kwargs),
         "n": 1,
         "logprobs": 0,  # the sampled token's logprob only
-        "return_tokens_as_token_ids": True,  # vLLM >= 0.5.4: tokens as "token_id:<id>"
+        # Tokens as "token_id:<id>": per request since vLLM 0.8 (vllm-project/vllm#14066);
+        # older servers only with --return-tokens-as-token-ids.
+        "return_tokens_as_token_ids": True,
         "return_token_ids": True,  # vLLM >= 0.10.2: the ids in the choice; ignored before
         "skip_special_tokens": False,
     }
@@ -443,11 +445,13 @@ async def check_model_server(
     extra_body: dict | None = None,
     startup_wait: float = 30.0,
     rollout_server_url: str | None = None,
+    judge: bool = False,
 ) -> None:
     """Send each endpoint one small request; ModelServerError (one line) when it cannot succeed.
 
     A refused connection, a timeout or a 5xx is asked again for ``startup_wait`` seconds
-    (a server may be loading its model); a 4xx fails at once.
+    (a server may be loading its model); a 4xx fails at once. ``judge``: the client is the
+    judge's, and the error names the judge's settings.
     """
     for endpoint in client.endpoints:
         deadline = time.monotonic() + startup_wait
@@ -459,6 +463,9 @@ async def check_model_server(
                 if exc.retryable and time.monotonic() + 2 < deadline:
                     await asyncio.sleep(2)
                     continue
+                if judge:
+                    fix = likely_judge_fix(exc, endpoint)
+                    raise ModelServerError(f"the judge does not answer: {exc}; {fix}") from None
                 fix = likely_fix(exc, endpoint, rollout_server_url)
                 raise ModelServerError(f"the model server does not answer: {exc}; {fix}") from None
 
@@ -510,11 +517,31 @@ def likely_fix(error: InferenceError, endpoint: Endpoint, rollout_server_url: st
         )
     if error.status is not None and 400 <= error.status < 500:
         return "the server refuses the request as the env makes it: see its message"
+    if "does not resolve" in str(error):
+        return "is the host name in --openai.base_url right?"
     if "cannot connect" in str(error):
         return "is the model server running, and is --openai.base_url its address?"
     if "timeout" in str(error):
         return "the server is up but does not answer in time: is it loaded? (--openai.timeout)"
     return "see the server's log"
+
+
+def likely_judge_fix(error: InferenceError, endpoint: Endpoint) -> str:
+    """What to change in the judge's settings, judging by what came back."""
+    if error.status in (401, 403):
+        return "check the judge's API key (the variable --env.judge_api_key_env names)"
+    if error.status == 404:
+        if "model" in str(error).lower():
+            return f"is {endpoint.model!r} the judge's model there? (--env.judge_model)"
+        return (
+            "no chat API there: point --env.judge_base_url at an OpenAI-compatible API ending "
+            "in /v1 (a policy server with only /generate cannot judge)"
+        )
+    if error.status is not None and 400 <= error.status < 500:
+        return "the judge's server refuses the request: see its message"
+    if "cannot connect" in str(error):
+        return "is the judge's server running, and is --env.judge_base_url its address?"
+    return "see the judge server's log"
 
 
 def same_server(url: str, other: str) -> bool:

@@ -9,7 +9,8 @@ server's ``POST /generate`` (``{"prompt": {"prompt_token_ids": [...]}, "logprobs
 SGLang's (``{"input_ids": [...], "sampling_params": {...}, "return_logprob": true}``), and
 stock ``vllm serve``'s ``POST /v1/completions`` with a token-id prompt (``"prompt": [ids]``,
 ``logprobs``, ``return_tokens_as_token_ids``, ``return_token_ids``). With ``generate=False``
-it has no ``/generate``, like stock ``vllm serve``. It decodes the
+it has no ``/generate``, like stock ``vllm serve``; with ``openai_api=False`` it has only
+``/health`` and ``/generate``, like Atropos's vLLM API server. It decodes the
 prompt to match the script, and encodes the scripted turn (:func:`generated_text`, then the
 end-of-turn token) with a fixed fake logprob per token. A request that extends a sequence the
 stub generated continues that conversation, so Phase 2 rollouts follow their script. The
@@ -107,9 +108,11 @@ class StubServer:
         announce: bool = False,
         tokenizer: str | Path | None = None,
         generate: bool = True,
+        openai_api: bool = True,
     ) -> None:
         self.script = Script.load(script)
         self.serves_generate = generate  # False: no /generate, as stock `vllm serve`
+        self.serves_openai = openai_api  # False: no /v1/*, as Atropos's vLLM API server
         # /generate's tokenizer: the given one (loaded now, to fail early), else the offline one
         # (built on first use, so stubs that never see /generate do not pay for transformers).
         self._tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
@@ -202,9 +205,10 @@ class StubServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self._health)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/chat/completions", self._chat_completions)
-        app.router.add_post("/v1/completions", self._completions)
+        if self.serves_openai:
+            app.router.add_get("/v1/models", self._models)
+            app.router.add_post("/v1/chat/completions", self._chat_completions)
+            app.router.add_post("/v1/completions", self._completions)
         if self.serves_generate:
             app.router.add_post("/generate", self._generate)
         return app
