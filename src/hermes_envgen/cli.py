@@ -212,10 +212,15 @@ def cleanup(
     ] = None,
 ) -> None:
     """Remove the sandboxes that runs killed without cleaning up left (their processes too)."""
-    from hermes_envgen.runtime.sandbox.runs import reap_stale_runs, runs_directory
+    from hermes_envgen.runtime.sandbox.runs import (
+        reap_dead_runs_on_host,
+        reap_stale_runs,
+        runs_directory,
+    )
 
     parent = runs_directory(sandbox_root)
     reaped = reap_stale_runs(parent)
+    reap_dead_runs_on_host()
     typer.echo(f"removed {len(reaped)} stale run(s) under {parent}")
 
 

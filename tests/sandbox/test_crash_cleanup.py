@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,9 +32,14 @@ from sandbox_helpers import (
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox import runs as runs_module
 from hermes_envgen.runtime.sandbox.docker import RUN_LABEL, run_label
-from hermes_envgen.runtime.sandbox.host_limits import cgroup_parents, mounts_below
+from hermes_envgen.runtime.sandbox.host_limits import (
+    cgroup_parents,
+    mount_workspace,
+    mounts_below,
+)
 from hermes_envgen.runtime.sandbox.local import LocalSandbox
 from hermes_envgen.runtime.sandbox.manager import BACKENDS, register_backend
+from hermes_envgen.runtime.sandbox.runs import runs_directory
 from hermes_envgen.testing.runner import offline_environment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -79,8 +86,8 @@ def test_a_killed_run_leaves_no_sandbox_behind(
         # two tasks' commands are under way: two sleeps each (their workspaces' "started")
         started = eventually(lambda: len(processes_running(needle)) >= 4, seconds=120)
         assert started, run.stderr.read().decode()[-3000:] if run.poll() is not None else ""
+        [run_directory] = (p for p in (root / "hermes-envgen").iterdir() if p.is_dir())
         if backend == "docker":
-            [run_directory] = (p for p in (root / "hermes-envgen").iterdir() if p.is_dir())
             containers.append(f"label={RUN_LABEL}={run_label(run_directory)}")
             assert len(docker_containers(*containers)) >= 2
         else:
@@ -108,12 +115,31 @@ def test_a_killed_run_leaves_no_sandbox_behind(
     assert not list(root.rglob("started"))
     assert [path.name for path in (root / "hermes-envgen").iterdir()] == []
     assert mounts_below(root) == [], "size-limited workspaces left mounted"
-    assert not run_cgroups(run.pid), "the run's cgroups were not removed"
+    assert not run_cgroups(run_directory.name), "the run's cgroups were not removed"
 
 
-def run_cgroups(pid: int) -> list[Path]:
-    """The cgroup directories (bwrap as root) of the run of process ``pid``."""
-    return [path for parent in cgroup_parents() for path in parent.glob(f"{pid}-*")]
+def run_cgroups(run: str) -> list[Path]:
+    """The cgroup directories (bwrap as root) of run ``run``."""
+    return [parent / run for parent in cgroup_parents() if (parent / run).exists()]
+
+
+def test_a_new_run_removes_what_a_dead_run_left_on_the_host_under_another_root(tmp_path):
+    # A run killed under a root no run uses again (a temporary directory) left its cgroups and
+    # a mounted workspace: both are the host's, and the next run anywhere removes them.
+    if os.geteuid() != 0 or not cgroup_parents():
+        pytest.skip("needs root and cgroup v1 controllers (as in CI)")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    name = f"{gone.pid}-{int(time.time() * 1000)}"
+    for parent in cgroup_parents():
+        (parent / name / "sandbox").mkdir(parents=True)
+    old_root = tmp_path / "old-root"
+    workspace = runs_directory(old_root) / name / "task"
+    workspace.mkdir(parents=True)
+    assert mount_workspace(workspace, 1, None)
+    SandboxManager(SandboxSettings(root=str(tmp_path / "new-root")))
+    assert run_cgroups(name) == []
+    assert mounts_below(old_root) == [] and not (runs_directory(old_root) / name).exists()
 
 
 def test_the_cleanup_command_removes_what_a_killed_run_left(tmp_path):

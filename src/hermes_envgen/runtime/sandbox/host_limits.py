@@ -190,15 +190,19 @@ def mount_workspace(path: Path, size_mb: int, owner: tuple[int, int] | None) -> 
     return True
 
 
+def mount_points() -> list[bytes]:
+    """Every mount point of this mount namespace."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as file:
+            return [line.split()[4].replace(b"\\040", b" ") for line in file]
+    except OSError:
+        return []
+
+
 def mounts_below(directory: Path) -> list[bytes]:
     """The mount points at or below ``directory``, deepest first."""
     prefix = os.fsencode(directory)
-    try:
-        with open("/proc/self/mountinfo", "rb") as file:
-            points = [line.split()[4].replace(b"\\040", b" ") for line in file]
-    except OSError:
-        return []
-    below = [p for p in points if p == prefix or p.startswith(prefix + b"/")]
+    below = [p for p in mount_points() if p == prefix or p.startswith(prefix + b"/")]
     return sorted(below, key=len, reverse=True)
 
 

@@ -15,7 +15,12 @@ from pathlib import Path
 
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
-from hermes_envgen.runtime.sandbox.runs import RunDirectory, reap_stale_runs, runs_directory
+from hermes_envgen.runtime.sandbox.runs import (
+    RunDirectory,
+    reap_dead_runs_on_host,
+    reap_stale_runs,
+    runs_directory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,7 @@ class SandboxManager:
         self._close_failed = False  # a sandbox not closed for sure: the run stays to be reaped
         parent = runs_directory(self.settings.root)
         reap_stale_runs(parent)  # what runs that died under this root left behind
+        reap_dead_runs_on_host()  # and under roots no run uses again
         self._run = RunDirectory(parent)
         self.root = self._run.path
 

@@ -24,7 +24,12 @@ import time
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.base import kill_processes
-from hermes_envgen.runtime.sandbox.host_limits import remove_run_cgroups, unmount_below
+from hermes_envgen.runtime.sandbox.host_limits import (
+    cgroup_parents,
+    mount_points,
+    remove_run_cgroups,
+    unmount_below,
+)
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 logger = logging.getLogger(__name__)
@@ -114,6 +119,32 @@ def reap_stale_runs(parent: Path) -> list[str]:
     return reaped
 
 
+def reap_dead_runs_on_host() -> None:
+    """What runs that died under any root left on the host: cgroups and mounted workspaces.
+
+    Both outlive a run killed under a root no later run uses (a temporary directory). A run's
+    cgroups are named after it alone: they are removed once its process is gone (a reused pid
+    keeps them, harmlessly, until that process is gone too). A mounted workspace names its
+    run's directory, so that directory's runs are reaped as the next run there would.
+    """
+    for parent in cgroup_parents():
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            if _is_run_name(name) and not _pid_exists(name.partition("-")[0]):
+                remove_run_cgroups(name)
+    marker = f"/{RUNS_DIRECTORY}/".encode()
+    parents = set()
+    for point in mount_points():
+        head, found, rest = point.rpartition(marker)
+        if found and _is_run_name(os.fsdecode(rest.split(b"/")[0])) and rest.count(b"/") == 1:
+            parents.add(Path(os.fsdecode(head + marker)))
+    for parent in parents:
+        reap_stale_runs(parent)
+
+
 def reap(parent: Path, name: str) -> None:
     """Kill every process of run ``name``'s sandboxes and delete its directory."""
     directory = str(parent / name)
@@ -137,12 +168,16 @@ def _is_run_name(name: str) -> bool:
     return pid.isdigit() and stamp.isdigit()
 
 
+def _pid_exists(pid: str) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
 def _run_is_live(parent: Path, name: str) -> bool:
     """Whether the run still holds its lock (or, lockless, an older run's pid still lives)."""
     try:
         fd = os.open(parent / (name + LOCK_SUFFIX), os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:  # made without a lock: trust its pid
-        return os.path.exists(f"/proc/{name.partition('-')[0]}")
+        return _pid_exists(name.partition("-")[0])
     except OSError:
         return True
     try:
