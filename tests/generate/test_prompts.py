@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pexpect
 import pytest
+import yaml
 
-from .envgen_helpers import ANSI, PROMPT_STARTS, QUESTION, answers_of, spawn_new
+from .envgen_helpers import ANSI, PROMPT_STARTS, QUESTION, REPO, answers_of, spawn_new
 
 DOWN = "\x1b[B"
 CLEAR = "\x15"  # Ctrl-U: clears a pre-filled default
@@ -24,9 +25,10 @@ def typed(text: str) -> str:
     return f"{CLEAR}{text}\r"
 
 
-def provider_keys(position: int) -> str:
-    """Keys that pick the provider at ``position`` of the select list."""
-    return DOWN * position + "\r"
+def provider_keys(provider: str) -> str:
+    """Keys that pick ``provider`` from the select list (in copier.yml's order)."""
+    spec = yaml.safe_load((REPO / "copier.yml").read_text())
+    return DOWN * list(spec["provider"]["choices"].values()).index(provider) + "\r"
 
 
 def drive(child: pexpect.spawn, replies: Mapping[str, list[str]]) -> list[str]:
@@ -66,29 +68,25 @@ def answer_new_on_a_terminal(
 
 
 PROVIDERS = {
-    "atropos": (0, {"Model name the training server serves": [typed("org/served-model")]}),
-    "openrouter": (
-        1,
-        {
-            # Enter on the empty prompt is refused by the validator, then a name is typed.
-            "OpenRouter model id": ["\r", typed("meta-llama/llama-3.1-8b-instruct")],
-        },
-    ),
-    "vllm": (
-        2,
-        {
-            "Model name the server serves": [typed("Qwen/Qwen3-8B")],
-            "Base URL": [typed("http://gpu-box:8001/v1")],
-        },
-    ),
-    "openai_compatible": (
-        3,
-        {
-            "Model name the server serves": [typed("gpt-x")],
-            "Base URL": ["\r", typed("https://api.example.com/v1")],
-            "Name of the environment variable": [typed("EXAMPLE_API_KEY")],
-        },
-    ),
+    "atropos": {"Model name the training server serves": [typed("org/served-model")]},
+    "openrouter": {
+        # Enter on the empty prompt is refused by the validator, then a name is typed.
+        "OpenRouter model id": ["\r", typed("meta-llama/llama-3.1-8b-instruct")],
+    },
+    "vllm": {
+        "Model name the server serves": [typed("Qwen/Qwen3-8B")],
+        "Base URL": [typed("http://gpu-box:8001/v1")],
+    },
+    "sglang": {
+        "Model name the server serves": [typed("Qwen/Qwen3-8B")],
+        "How is the policy sampled from SGLang": [DOWN + "\r"],  # its OpenAI chat API
+        "Base URL": [typed("http://gpu-box:30001/v1")],
+    },
+    "openai_compatible": {
+        "Model name the server serves": [typed("gpt-x")],
+        "Base URL": ["\r", typed("https://api.example.com/v1")],
+        "Name of the environment variable": [typed("EXAMPLE_API_KEY")],
+    },
 }
 
 
@@ -96,9 +94,9 @@ PROVIDERS = {
 def test_every_provider_can_be_answered_on_a_terminal(
     provider: str, tmp_path: Path, cli_env: dict[str, str]
 ):
-    position, replies = PROVIDERS[provider]
+    replies = PROVIDERS[provider]
     answer_new_on_a_terminal(
-        tmp_path, cli_env, {"Which inference provider": [provider_keys(position)], **replies}
+        tmp_path, cli_env, {"Which inference provider": [provider_keys(provider)], **replies}
     )
     answers = answers_of(tmp_path / "demo-env")
     assert answers["provider"] == provider
@@ -106,8 +104,10 @@ def test_every_provider_can_be_answered_on_a_terminal(
     assert answers["model_name"] == model.removeprefix(CLEAR).removesuffix("\r")
     env_py = (tmp_path / "demo-env" / "src" / "demo_env" / "env.py").read_text()
     assert f'model_name="{answers["model_name"]}"' in env_py
-    if provider in {"vllm", "openai_compatible"}:
+    if provider in {"vllm", "sglang", "openai_compatible"}:
         assert f'base_url="{answers["base_url"]}"' in env_py
+    if provider == "sglang":
+        assert answers["sglang_api"] == "chat"
     if provider == "openai_compatible":
         assert 'os.environ.get("EXAMPLE_API_KEY", "")' in env_py
 
@@ -152,7 +152,7 @@ def test_the_judge_branch_asks_for_its_model_once_it_has_an_endpoint(
 
 def test_the_vllm_server_choice_and_no_ci(tmp_path: Path, cli_env: dict[str, str]):
     replies = {
-        "Which inference provider": [provider_keys(2)],
+        "Which inference provider": [provider_keys("vllm")],
         "Model name the server serves": [typed("Qwen/Qwen3-8B")],
         "Which vLLM server": [DOWN * 2 + "\r"],  # Atropos's own vLLM server
         "Add a GitHub Actions workflow": ["n"],
