@@ -32,6 +32,25 @@ def test_commands_run_in_a_private_workspace(sandboxes):
     assert here.output.strip() == str(a.workspace)
 
 
+def test_task_ids_that_read_alike_once_made_safe_get_workspaces_of_their_own(sandboxes):
+    # "a b" and "a_b" once shared a directory name (the second sandbox failed to start), and
+    # "." or ".." named the run's directory or its parent.
+    task_ids = ["a b", "a_b", "a/b", ".", "..", "x" * 300, "x" * 301, "1-a_b"]
+
+    async def main():
+        made = [sandboxes.get(task_id) for task_id in task_ids]
+        for number, sandbox in enumerate(made):
+            await sandbox.run(f"echo {number} > mine")
+        seen = [(await sandbox.run("cat mine")).output for sandbox in made]
+        await sandboxes.close_all()
+        return made, seen
+
+    made, seen = asyncio.run(main())
+    assert seen == [f"{number}\n" for number in range(len(task_ids))]
+    assert len({sandbox.workspace for sandbox in made}) == len(task_ids)
+    assert all(sandbox.workspace.parent == sandboxes.root for sandbox in made)
+
+
 def test_a_timeout_kills_the_command_and_everything_it_started(sandboxes):
     async def main():
         sandbox = sandboxes.get("t")

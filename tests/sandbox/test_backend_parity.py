@@ -90,6 +90,27 @@ def test_no_descriptor_of_the_host_reaches_a_command(backend, tmp_path):
 
 
 @pytest.mark.parametrize("backend", [LOCAL, *OTHERS])
+def test_commands_see_one_utf8_locale_whatever_the_host_has(backend, tmp_path, monkeypatch):
+    # A host locale the sandbox lacks made bash warn in every output; any host locale made
+    # sort order and messages, and so rewards read from them, differ from host to host.
+    monkeypatch.setenv("LC_ALL", "xx_XX.UTF-8")
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+
+    async def main():
+        sandbox = make_manager(tmp_path, backend).get("locale")
+        try:
+            return await sandbox.run(
+                'echo "[$LANG][$LC_ALL][$LC_CTYPE]"; x=é; echo ${#x}; printf "b\\nB\\na\\n" | sort'
+                " | tr '\\n' ' '; python3 -c 'import locale; print(locale.getpreferredencoding())'"
+            )
+        finally:
+            await sandbox.close()
+
+    result = asyncio.run(main())
+    assert result.output == "[][][C.UTF-8]\n1\nB a b UTF-8\n", result.output
+
+
+@pytest.mark.parametrize("backend", [LOCAL, *OTHERS])
 def test_a_command_killed_by_a_signal_exits_128_plus_its_number(backend, tmp_path):
     async def main():
         sandbox = make_manager(tmp_path, backend).get("signals")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -56,7 +57,14 @@ class SandboxSettings:
 
 
 # Variables a command may see. Everything else, API keys and tokens included, stays out.
-_PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+_PASSED_VARIABLES = ("PATH", "TZ", "TERM")
+
+# The same locale on every host: UTF-8 text, and the C rules for everything else (sort order,
+# messages, number formats), so a command's output, and a reward read from it, does not
+# change with the host's LANG. Only LC_CTYPE: with LANG, every shell loads all twelve locale
+# categories (0.17 ms on top of the 0.9 ms bash takes to start); and a host's LC_ALL naming a
+# locale the sandbox lacks made bash warn in every output.
+_LOCALE = {"LC_CTYPE": "C.UTF-8"}
 
 
 # Every command's processes carry ``<sandbox id>.<command number>`` in this variable, so that a
@@ -72,7 +80,7 @@ def command_environment(home: str, verifying: bool = False) -> dict[str, str]:
     """
     env = {name: os.environ[name] for name in _PASSED_VARIABLES if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.setdefault("LANG", "C.UTF-8")
+    env.update(_LOCALE)
     env.update(HOME=home, PWD=home, USER="agent", SHELL="/bin/bash", PYTHONDONTWRITEBYTECODE="1")
     if verifying:
         env["PYTHONNOUSERSITE"] = "1"
@@ -193,7 +201,7 @@ class HostDirectorySandbox(Sandbox):
         owner: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(task_id, settings)
-        self.workspace = workspace.resolve()
+        self.workspace = _real_directory(workspace.parent) / workspace.name
         self.workspace.mkdir(parents=True, exist_ok=False)
         if owner is not None:
             os.chown(self.workspace, *owner)
@@ -285,6 +293,16 @@ class HostDirectorySandbox(Sandbox):
     def _remove_workspace(self) -> None:
         """Delete the workspace (and whatever else the sandbox keeps on the host)."""
         remove_tree(self.workspace)
+
+
+@functools.lru_cache(maxsize=64)
+def _real_directory(directory: Path) -> Path:
+    """A directory's path without symlinks, resolved once per directory.
+
+    Sandboxes live in their run's directory, which the run made and never moves; resolving
+    it for every sandbox cost a system call per path component.
+    """
+    return directory.resolve()
 
 
 def kill_processes(pgid: int | None, tag: str | Collection[str]) -> None:

@@ -70,6 +70,7 @@ class SandboxManager:
         self.lifetime = lifetime
         self._sandboxes: dict[str, Sandbox] = {}
         self._reaper: asyncio.Task | None = None
+        self._made = 0  # sandboxes made: numbers their workspaces
         self._close_failed = False  # a sandbox not closed for sure: the run stays to be reaped
         parent = runs_directory(self.settings.root)
         reap_stale_runs(parent)  # what runs that died under this root left behind
@@ -87,10 +88,12 @@ class SandboxManager:
         """The task's sandbox, made on first use."""
         sandbox = self._sandboxes.get(task_id)
         if sandbox is None:
-            safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:80] or "task"
-            workspace = self.root / safe_name
-            self._run.claim()
-            self.root.mkdir(parents=True, exist_ok=True)
+            # Numbered: task ids that read alike once made safe ("a b", "a_b") stay apart, and
+            # no name is "." or ".." or another sandbox's "<name>.checks".
+            self._made += 1
+            readable = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:80]
+            workspace = self.root / f"{self._made}-{readable}"
+            self._run.claim()  # makes the run's directory, once until close_all
             sandbox = BACKENDS[self.settings.backend](task_id, self.settings, workspace)
             self._sandboxes[task_id] = sandbox
             self._start_reaper()

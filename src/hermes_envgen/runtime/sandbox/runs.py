@@ -54,7 +54,10 @@ class RunDirectory:
         self._lock: int | None = None
 
     def claim(self) -> None:
-        """Take the run's lock (once): from now on, no other run reaps this directory."""
+        """Take the run's lock and make its directory (once, until released).
+
+        From now on, no other run reaps this directory.
+        """
         if self._lock is not None:
             return
         self.parent.mkdir(parents=True, exist_ok=True)
@@ -63,6 +66,7 @@ class RunDirectory:
         fcntl.flock(fd, fcntl.LOCK_EX)
         self._lock = fd
         _LIVE.add(self)  # held until the run is released: removed at exit at the latest
+        self.path.mkdir(exist_ok=True)
 
     def release(self) -> None:
         """The run closed all its sandboxes: remove the empty directory and drop the lock.
