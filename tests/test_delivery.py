@@ -73,6 +73,37 @@ class SlowLink:
         await asyncio.gather(_pipe(client, to_upstream), _pipe(upstream, to_client))
 
 
+class LostAnswer:
+    """A TCP relay to run-api that hangs up on the first post once run-api has answered it.
+
+    run-api took the group; the worker never hears so, as when an answer is lost on the way.
+    """
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.connections = 0
+
+    async def __aenter__(self) -> LostAnswer:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+
+    async def _relay(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
+        if self.connections > 1:
+            await asyncio.gather(_pipe(client, to_upstream), _pipe(upstream, to_client))
+            return
+        forwarding = asyncio.ensure_future(_pipe(client, to_upstream))
+        await upstream.read(1)  # run-api has handled the post and is answering
+        forwarding.cancel()
+        to_upstream.close()
+        to_client.transport.abort()
+
+
 async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
     try:
         while data := await source.read(1 << 16):
@@ -180,3 +211,27 @@ def test_a_group_is_retried_until_run_api_is_up(tmp_path):
     accepted, status = asyncio.run(asyncio.wait_for(deliver(), 90))
     assert accepted and status["queue_size"] == 1, (accepted, status, time.monotonic() - started)
     assert recorded_ids(record) == ["g-late"]
+
+
+@pytest.mark.timeout(120)
+def test_a_post_whose_answer_was_lost_is_sent_again_and_the_trainer_drops_the_repeat(tmp_path):
+    record = tmp_path / "groups.jsonl"
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=2 * GROUP_SIZE)
+        trainer.register()
+
+        async def deliver() -> tuple[bool, int]:
+            async with LostAnswer(api.port) as link:
+                delivery = GroupDelivery(link.url, record)
+                accepted = await delivery.send(scored_group("g-twice"))
+                await delivery.drain()
+                return accepted, link.connections
+
+        accepted, connections = asyncio.run(asyncio.wait_for(deliver(), 60))
+        batch = trainer.next_batch(timeout=15)
+    assert accepted and connections == 2
+    # run-api cannot tell the second post from a new group: it queued both
+    assert [g["group_overrides"][GROUP_ID_KEY] for g in batch] == ["g-twice", "g-twice"]
+    assert [g["group_overrides"][GROUP_ID_KEY] for g in trainer.groups()] == ["g-twice"]
+    assert trainer.repeats() == 1
+    assert recorded_ids(record) == ["g-twice"]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import EXAMPLES
 
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.stub_server import Faults
-from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
+from hermes_envgen.testing.trainer import MinimalTrainer, RunApi, _post
 
 GROUP_SIZE = 4
 BATCH_SIZE = 8  # two groups per batch
@@ -127,3 +129,43 @@ def test_the_trainer_command_pulls_batches_from_a_serving_env(
                 process.wait()
     assert trainer.returncode == 0, output
     assert f"batch 1/1: 2 groups, {BATCH_SIZE} rollouts, mean score" in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_that_stops_disconnects_so_the_others_get_its_share(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # run-api shares each batch among the envs it counts as connected and learns of a
+    # worker's end only if the worker says so: a stopped worker kept its share for good.
+    stub = stub_server(EXAMPLES / "stub_script.yaml")
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=100)
+        trainer.register()
+        other = {"max_token_length": 4096, "desired_name": "other", "weight": 1.0,
+                 "group_size": GROUP_SIZE, "min_batch_allocation": None}  # fmt: skip
+        other_id = _post(api.url + "/register-env", other)["env_id"]
+        assert trainer.env_share(other_id) == 1.0
+        log = open(tmp_path / "env.log", "w")  # noqa: SIM115
+        env = subprocess.Popen(
+            serve_command(stub.base_url, offline_tokenizer, api.url, tmp_path / "sandboxes"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=offline_environment(),
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while trainer.env_share(other_id) == 1.0:  # until the worker has registered
+                assert env.poll() is None, (tmp_path / "env.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "the worker never registered"
+                time.sleep(0.2)
+            shared = trainer.env_share(other_id)
+            env.send_signal(signal.SIGTERM)
+            assert env.wait(timeout=60) == 128 + signal.SIGTERM
+        finally:
+            if env.poll() is None:
+                env.kill()
+                env.wait()
+            log.close()
+        assert shared < 1.0 and trainer.env_share(other_id) == 1.0, shared

@@ -26,7 +26,7 @@ from hermes_envgen.errors import HermesEnvgenError, ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig, renamed_flags
-from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery
+from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, disconnect_env
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
     EnvConfigError,
@@ -283,6 +283,14 @@ class HermesAgentBaseEnv(BaseEnv):
         return error
 
     async def env_manager(self) -> None:
+        """Serve mode; at its end, however it ends, the worker disconnects from run-api."""
+        try:
+            await self._serve()
+        finally:
+            if self._delivery is not None:  # registered
+                await disconnect_env(self.config.rollout_server_url, self.env_id)
+
+    async def _serve(self) -> None:
         for server in self.server.servers:  # serve mode runs beside run-api
             _check_not_rollout_server(server.config, self.config.rollout_server_url)
         await self.check_model_server()
@@ -314,7 +322,12 @@ class HermesAgentBaseEnv(BaseEnv):
                 self.jsonl_writer.close()
                 self.jsonl_writer = None
                 record = Path(self.config.data_path_to_save_groups)
-            self._delivery = GroupDelivery(self.config.rollout_server_url, record)
+            self._delivery = GroupDelivery(
+                self.config.rollout_server_url,
+                record,
+                retry_for=self.config.delivery_retry_seconds,
+                request_timeout=self.config.delivery_request_timeout,
+            )
 
     async def _send_scored_data_to_api(self, scored_data: ScoredDataGroup | list) -> None:
         """Post the group(s) in a task that cancelling the rollout's worker does not stop."""

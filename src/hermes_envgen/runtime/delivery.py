@@ -25,16 +25,28 @@ logger = logging.getLogger(__name__)
 GROUP_ID_KEY = "group_id"  # in each scored group's ``group_overrides``
 ACCEPTED = frozenset({"received", "buffered"})  # run-api's answers when it took the data
 RETRYABLE_STATUS = frozenset({408, 429})  # besides 5xx: run-api may take it a moment later
-RETRY_FOR = 120.0  # seconds a group is retried on transient failures before it is dropped
-REQUEST_TIMEOUT = 60.0  # seconds per post; a timed-out post that did land is sent twice
 FIRST_DELAY, MAX_DELAY = 0.5, 10.0  # back-off between attempts, doubling
+DISCONNECT_TIMEOUT = 5.0  # seconds a worker that is ending gives run-api to note it
 
 
 class GroupDelivery:
-    """Posts scored groups to run-api from tasks of their own and records the accepted ones."""
+    """Posts scored groups to run-api from tasks of their own and records the accepted ones.
 
-    def __init__(self, api_url: str, record: Path | None = None) -> None:
+    ``retry_for``: seconds a group is posted again on transient failures before it is dropped;
+    ``request_timeout``: seconds per post (a timed-out post that did land is sent twice).
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        record: Path | None = None,
+        retry_for: float = 120.0,
+        request_timeout: float = 60.0,
+    ) -> None:
         self.api_url = api_url.rstrip("/")
+        self.retry_for = retry_for
+        self.request_timeout = request_timeout
+
         # One JSON line per group run-api accepted, flushed at once: a killed worker leaves
         # a record of what it delivered, never of what it did not.
         self._record: IO[str] | None = open(record, "a", encoding="utf-8") if record else None  # noqa: SIM115
@@ -68,7 +80,7 @@ class GroupDelivery:
         url = self.api_url + ("/scored_data_list" if isinstance(payload, list) else "/scored_data")
         body, headers = _encode(payload)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + RETRY_FOR
+        deadline = loop.time() + self.retry_for
         delay = FIRST_DELAY
         attempts = 0
         while True:
@@ -105,7 +117,7 @@ class GroupDelivery:
     async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout)
             )
         async with self._session.post(url, data=body, headers=headers) as response:
             text = await response.text()
@@ -119,6 +131,25 @@ class GroupDelivery:
             return
         self._record.writelines(json.dumps(group) + "\n" for group in groups)
         self._record.flush()
+
+
+async def disconnect_env(api_url: str, env_id: int, timeout: float = DISCONNECT_TIMEOUT) -> bool:
+    """Tell run-api that worker ``env_id`` is gone; whether run-api took note.
+
+    run-api shares each batch among the envs it counts as connected, by weight, and has no
+    other way to learn that a worker ended: without this, a stopped worker's share stays
+    reserved and the live workers' shrink with every restart. Best effort: at the end of a
+    run, run-api may be gone already.
+    """
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+            url = api_url.rstrip("/") + "/disconnect-env"
+            async with session.post(url, json={"env_id": env_id}) as response:
+                answer = await response.json(content_type=None)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+        logger.info("could not tell run-api that env %d disconnected (%s)", env_id, exc)
+        return False
+    return isinstance(answer, dict) and answer.get("status") == "success"
 
 
 def _encode(payload: Any) -> tuple[bytes, dict[str, str]]:

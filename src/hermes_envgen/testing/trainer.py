@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from hermes_envgen.errors import NoBatchInTime, TrainerError
+from hermes_envgen.runtime.delivery import GROUP_ID_KEY
 
 
 def free_port() -> int:
@@ -135,21 +136,48 @@ class MinimalTrainer:
 
     def env_registered(self, env_id: int) -> bool:
         """Whether run-api has an env with this id (ids count registrations from 0)."""
-        request = urllib.request.Request(
+        try:
+            with urllib.request.urlopen(self._env_status(env_id), timeout=10):
+                return True
+        except urllib.error.HTTPError:  # run-api answers an unknown id with an error
+            return False
+
+    def env_share(self, env_id: int) -> float:
+        """The share of each batch run-api gives env ``env_id``: its weight over the weights
+        of the envs it counts as connected."""
+        return float(_call(self._env_status(env_id))["env_weight"])
+
+    def _env_status(self, env_id: int) -> urllib.request.Request:
+        return urllib.request.Request(
             self.api_url + "/status-env",
             data=json.dumps({"env_id": env_id}).encode(),
             headers={"Content-Type": "application/json"},
             method="GET",
         )
-        try:
-            with urllib.request.urlopen(request, timeout=10):
-                return True
-        except urllib.error.HTTPError:  # run-api answers an unknown id with an error
-            return False
 
     def groups(self) -> list[dict]:
-        """Every group received so far, in order (without drain's padding)."""
-        return [group for batch in self.batches for group in batch if not _is_padding(group)]
+        """Every group received so far, in order, each once (without drain's padding).
+
+        A worker posts a group again when run-api's answer to the first post was lost, so a
+        group can arrive twice: repeats of a ``group_id`` are left out (and counted by
+        :meth:`repeats`), as any trainer fed by several workers should do.
+        """
+        return self._unique_groups()[0]
+
+    def repeats(self) -> int:
+        """How many groups arrived again after their first time (same ``group_id``)."""
+        return self._unique_groups()[1]
+
+    def _unique_groups(self) -> tuple[list[dict], int]:
+        unique, seen, repeats = [], set(), 0
+        for group in (g for batch in self.batches for g in batch if not _is_padding(g)):
+            group_id = (group.get("group_overrides") or {}).get(GROUP_ID_KEY)
+            if group_id is not None and group_id in seen:
+                repeats += 1
+                continue
+            seen.add(group_id)
+            unique.append(group)
+        return unique, repeats
 
 
 def _padding_group(size: int) -> dict:
