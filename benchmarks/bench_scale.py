@@ -5,8 +5,9 @@ Three parts, each against the stub server in its own process:
 1. ``process``: rollouts/s and peak RSS of process mode's group loop (collect a group of 3-turn
    terminal tasks on bwrap, tokenize it, serialise it as process writes it) at concurrency 1,
    8, 64 and 256 (the group size: a group's rollouts run at once). Each level runs in a fresh
-   process, so its peak RSS is its own. Target: throughput grows until the CPUs are full, RSS
-   under 1 GB at 256, no error.
+   process, so its peak RSS is its own; beside it, the peak memory (PSS) of all its sandboxes'
+   processes together, sampled twice a second. Target: throughput grows until the CPUs are
+   full, RSS under 1 GB at 256, no error.
 2. ``evaluate``: 2,000 items x 4 samples through ``run_eval``; RSS is sampled as the run goes.
    Target: flat (no growth with the rollouts done).
 3. long rollouts: 50 turns with 20 KB tool outputs. Per turn: the loop's time outside the HTTP
@@ -68,6 +69,34 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def descendants_pss_mb() -> float:
+    """The proportional memory (PSS) of every process below this one, in MB: the sandboxes.
+
+    PSS, not RSS: each bwrap sandbox's anchor is a Python interpreter whose code pages all of
+    them share, and RSS would count those once per sandbox.
+    """
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                parent = int(file.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    total_kb, pending = 0, list(children.get(os.getpid(), []))
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as file:
+                total_kb += sum(int(line.split()[1]) for line in file if line.startswith("Pss:"))
+        except (OSError, ValueError):
+            continue
+    return total_kb / 1024
+
+
 # -- 1. process -------------------------------------------------------------------------------
 
 
@@ -90,6 +119,15 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
     await env.setup()
     groups = max(2, ROLLOUTS_PER_LEVEL // concurrency)
     errors = 0
+    sandbox_mb = 0.0
+
+    async def sample_sandboxes() -> None:
+        nonlocal sandbox_mb
+        while True:
+            sandbox_mb = max(sandbox_mb, await asyncio.to_thread(descendants_pss_mb))
+            await asyncio.sleep(0.5)
+
+    sampler = asyncio.create_task(sample_sandboxes())
     with open(os.path.join(workdir, "groups.jsonl"), "w") as out:
         start = time.perf_counter()
         for _ in range(groups):
@@ -99,18 +137,21 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
                 continue
             out.write(json.dumps(group) + "\n")
         seconds = time.perf_counter() - start
+    sampler.cancel()
     await env.sandboxes.close_all()
     return {
         "concurrency": concurrency,
         "rollouts_per_s": groups * concurrency / seconds,
         "peak_rss_mb": peak_rss_mb(),
+        "sandbox_mb": sandbox_mb,
         "errors": errors,
     }
 
 
 def run_process_part(base_url: str, tokenizer: str) -> None:
     print("process: 3-turn terminal tasks on bwrap against the stub")
-    print(f"{'concurrency':>12} {'rollouts/s':>11} {'peak RSS MB':>12} {'errors':>7}")
+    print(f"{'concurrency':>12} {'rollouts/s':>11} {'peak RSS MB':>12} {'sandboxes MB':>13} "
+          f"{'errors':>7}")  # fmt: skip
     for level in LEVELS:
         with tempfile.TemporaryDirectory(prefix="bench-scale.") as workdir:
             completed = subprocess.run(
@@ -126,7 +167,7 @@ def run_process_part(base_url: str, tokenizer: str) -> None:
         row = json.loads(completed.stdout.strip().splitlines()[-1])
         print(
             f"{level:>12} {row['rollouts_per_s']:>11.1f} {row['peak_rss_mb']:>12.0f} "
-            f"{row['errors']:>7}"
+            f"{row['sandbox_mb']:>13.0f} {row['errors']:>7}"
         )
 
 
