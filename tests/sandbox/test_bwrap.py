@@ -483,3 +483,33 @@ def cpu_seconds_of(stat_lines: str, name: str) -> float:
             fields = line.rsplit(")", 1)[-1].split()
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="size-limited workspaces need root (a tmpfs)")
+def test_open_workspaces_stay_out_of_the_hosts_mount_table_and_last_the_sandbox(tmp_path):
+    # Every mount of the host's namespace is copied into each new sandbox: with a workspace
+    # mounted on the host per open sandbox, 256 of them made each sandbox start 2.6x slower.
+    manager = make_manager(tmp_path, "bwrap", workspace_mb=8)
+    mounts_before = host_mount_count()
+
+    async def main():
+        sandboxes = [manager.get(f"w{n}") for n in range(12)]
+        for n, sandbox in enumerate(sandboxes):
+            await sandbox.run(f"echo {n} > mine")
+        open_mounts = host_mount_count()
+        await sandboxes[0].stop_agent_processes()  # verification: the sandbox restarts
+        kept = (await sandboxes[0].run("cat mine; ls")).output
+        host_view = sandboxes[1].files.read("mine")
+        await manager.close_all()
+        return open_mounts, kept, host_view
+
+    open_mounts, kept, host_view = asyncio.run(main())
+    assert open_mounts == mounts_before
+    assert kept == "0\nmine\n" and host_view == b"1\n"
+    assert not manager.root.exists()
+    assert host_mount_count() == mounts_before
+
+
+def host_mount_count() -> int:
+    with open("/proc/self/mountinfo") as mountinfo:
+        return sum(1 for _ in mountinfo)

@@ -26,6 +26,7 @@ from hermes_envgen.runtime.errors import SandboxError
 from hermes_envgen.runtime.sandbox.process import SpawnedProcess, shell_exit_code
 
 ANCHOR_FD = 3  # where the anchor finds its socket to the host
+WORKSPACE_FD = 4  # where bwrap's first process finds the workspace to bind (if it is passed)
 START_TIMEOUT = 20.0  # for the anchor to start, and to answer a request
 MAX_REQUEST = 1 << 20  # a command's argv and environment; exec refuses far less anyway
 KILLED = 128 + signal.SIGKILL  # a command's exit code when its sandbox died under it
@@ -82,8 +83,13 @@ class Anchor:
         self._stopped = False
 
     @classmethod
-    async def start(cls, argv: list[str], env: dict[str, str]) -> Anchor:
-        """Start bwrap (``argv`` ends in ``anchor_argv``) and wait for its anchor's greeting."""
+    async def start(
+        cls, argv: list[str], env: dict[str, str], workspace: int | None = None
+    ) -> Anchor:
+        """Start bwrap (``argv`` ends in ``anchor_argv``) and wait for its anchor's greeting.
+
+        ``workspace``: a descriptor bwrap's first process gets as ``WORKSPACE_FD``.
+        """
         control, remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         read_errors, write_errors = os.pipe()
         read_source, write_source = os.pipe()
@@ -91,11 +97,16 @@ class Anchor:
             os.write(write_source, anchor_source().encode())  # a few KiB: the pipe holds them
         finally:
             os.close(write_source)
+        workspace_copy = None
         try:
             # Every descriptor here is close-on-exec; dup2 gives bwrap the ones it keeps (none
             # of them below 3, where an earlier dup2 could overwrite it).
             read_source, write_errors = _above_stdio(read_source), _above_stdio(write_errors)
             remote = socket.socket(fileno=_above_stdio(remote.detach()))
+            passed = []
+            if workspace is not None:  # numbered above both targets: no dup2 overwrites it
+                workspace_copy = fcntl.fcntl(workspace, fcntl.F_DUPFD_CLOEXEC, WORKSPACE_FD + 1)
+                passed.append((os.POSIX_SPAWN_DUP2, workspace_copy, WORKSPACE_FD))
             pid = os.posix_spawn(
                 argv[0],
                 argv,
@@ -105,6 +116,7 @@ class Anchor:
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                     (os.POSIX_SPAWN_DUP2, write_errors, 2),
                     (os.POSIX_SPAWN_DUP2, remote.fileno(), ANCHOR_FD),
+                    *passed,
                 ],
                 setsid=True,  # its own process group: killing the group kills the sandbox
             )
@@ -116,6 +128,8 @@ class Anchor:
             os.close(read_source)
             os.close(write_errors)
             remote.close()
+            if workspace_copy is not None:
+                os.close(workspace_copy)
         control.setblocking(False)
         control.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_REQUEST)
         try:

@@ -54,6 +54,7 @@ import uuid
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.anchor import (
+    WORKSPACE_FD,
     Anchor,
     AnchoredProcess,
     AnchorGone,
@@ -68,12 +69,13 @@ from hermes_envgen.runtime.sandbox.base import (
 )
 from hermes_envgen.runtime.sandbox.host_limits import (
     SandboxCgroup,
+    detached_workspace,
     mount_workspace,
     unmount_below,
 )
 from hermes_envgen.runtime.sandbox.limits import ISOLATED_DEFAULTS, ResourceLimits
 from hermes_envgen.runtime.sandbox.process import SpawnedProcess
-from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
+from hermes_envgen.runtime.sandbox.workspace_files import WorkspaceFiles, remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -188,9 +190,19 @@ class BwrapSandbox(HostDirectorySandbox):
             None if limits.max_processes is None else limits.max_processes + PROCESS_SLACK,
             limits.cpus,
         )
-        self._mounted = limits.workspace_mb is not None and mount_workspace(
-            self.workspace, limits.workspace_mb, self._owner
-        )
+        # The size-limited workspace: a tmpfs in no mount namespace but the sandbox's where
+        # the host allows it (see host_limits), else mounted over the workspace directory.
+        self._workspace_fd: int | None = None
+        self._mounted = False
+        if limits.workspace_mb is not None:
+            self._workspace_fd = detached_workspace(limits.workspace_mb, self._owner)
+            if self._workspace_fd is not None:
+                self.mount = find_tool("mount", "mount")
+                self._directory = self.workspace  # left empty, removed at close
+                self.workspace = Path(f"/proc/{os.getpid()}/fd/{self._workspace_fd}")
+                self.files = WorkspaceFiles(self.workspace, WORKDIR, self._owner, linked=True)
+            else:
+                self._mounted = mount_workspace(self.workspace, limits.workspace_mb, self._owner)
         self._anchor: Anchor | None = None
         self._anchor_lock = asyncio.Lock()
 
@@ -214,6 +226,8 @@ class BwrapSandbox(HostDirectorySandbox):
             if not self.settings.network:
                 args.append("--unshare-net")
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for setpriv only
+            if self._workspace_fd is not None:
+                args += ["--cap-add", "CAP_SYS_ADMIN"]  # for binding the workspace only
         else:
             args.append("--unshare-all")
             if self.settings.network:
@@ -226,13 +240,21 @@ class BwrapSandbox(HostDirectorySandbox):
             "--perms", "1777", "--size", str(TMP_SIZE_MB << 20), "--tmpfs", "/tmp",
             "--perms", "0755", "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
             "--symlink", "../proc/self/mounts", "/etc/mtab",
-            "--bind", str(self.workspace), WORKDIR,
+            *self._workspace_mount(),
             *(arg for host, inside in self._check_binds for arg in ("--ro-bind", host, inside)),
             "--remount-ro", "/",  # the sandbox's root is a tmpfs: no writing around in it
             "--chdir", WORKDIR,
             "--clearenv", "--setenv", "PATH", PATH_INSIDE,
             "--",
         ]  # fmt: skip
+        if self._workspace_fd is not None:
+            # Bound in the sandbox's own namespace, the only one that has it; the descriptor
+            # is closed before the sandbox's user gets the first process.
+            args += [
+                "/bin/sh", "-c", f"{self.mount} --no-canonicalize --bind /proc/self/fd/"
+                f"{WORKSPACE_FD} {WORKDIR} && cd {WORKDIR} && exec {WORKSPACE_FD}<&- \"$@\"",
+                "sh",
+            ]  # fmt: skip
         if self.as_root:
             uid, gid = self._owner or (SANDBOX_UID, SANDBOX_UID)
             args += [
@@ -256,7 +278,9 @@ class BwrapSandbox(HostDirectorySandbox):
             if self._anchor is not None:
                 logger.warning("sandbox of task %s lost its anchor; restarting it", self.task_id)
                 await self._anchor.stop()
-            self._anchor = await Anchor.start(self.bwrap_argv(), {"PATH": PATH_INSIDE})
+            self._anchor = await Anchor.start(
+                self.bwrap_argv(), {"PATH": PATH_INSIDE}, self._workspace_fd
+            )
             return self._anchor
 
     # -- commands --------------------------------------------------------------------------
@@ -323,10 +347,21 @@ class BwrapSandbox(HostDirectorySandbox):
             await self._stop_anchor()  # the next command's sandbox has the bind
         return f"/{name}"
 
+    def _workspace_mount(self) -> list[str]:
+        """bwrap arguments for the workspace: its directory bound, or a place to bind it."""
+        if self._workspace_fd is not None:
+            return ["--dir", WORKDIR]
+        return ["--bind", str(self.workspace), WORKDIR]
+
     def _remove_workspace(self) -> None:
-        if self._mounted:  # the tmpfs goes with its files, however many
-            unmount_below(self.workspace)
-        super()._remove_workspace()
+        if self._workspace_fd is not None:  # the tmpfs goes with its last reference
+            os.close(self._workspace_fd)
+            self._workspace_fd = None
+            remove_tree(self._directory)
+        else:
+            if self._mounted:  # the tmpfs goes with its files, however many
+                unmount_below(self.workspace)
+            super()._remove_workspace()
         remove_tree(self._checks_root)
         if self._cgroup is not None:
             self._cgroup.remove()

@@ -8,18 +8,24 @@
   bwrap enters it before anything else runs (``enter_argv``), so every process of the
   sandbox, its commands included, is counted. A cgroup v2-only host, or a host process that
   is not root, gets no cgroup (the per-process limits remain); that is logged once.
-- the workspace as a tmpfs of a fixed size and number of files, mounted over the workspace
-  directory: writes past it fail with "No space left on device". Root only as well.
+- the workspace as a tmpfs of a fixed size and number of files: writes past it fail with
+  "No space left on device". Root only as well. Where the kernel lets a mount made with
+  ``fsmount`` be bound from its descriptor (``detached_workspace``), the tmpfs is in no mount
+  namespace but the sandbox's: every mount of the host's namespace is copied into each new
+  sandbox and detached from it again, so 256 workspaces mounted on the host made every
+  sandbox start 2.6 times slower. Elsewhere it is mounted over the workspace directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import shlex
 import signal
+import tempfile
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.limits import tmpfs_size_options
@@ -29,8 +35,13 @@ logger = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_DIRECTORY = "hermes-envgen"  # below the host process's own cgroup, per controller
 CPU_PERIOD_US = 100_000
-MS_NOSUID, MS_NODEV = 2, 4
+MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
 MNT_DETACH = 2
+# The new mount API (Linux 5.2), numbered alike on every architecture.
+SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 430, 431, 432
+FSOPEN_CLOEXEC, FSMOUNT_CLOEXEC = 1, 1
+FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
+MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 2, 4
 _warned = False
 
 
@@ -188,6 +199,62 @@ def mount_workspace(path: Path, size_mb: int, owner: tuple[int, int] | None) -> 
         _warn(f"cannot mount a size-limited workspace: {os.strerror(ctypes.get_errno())}")
         return False
     return True
+
+
+def detached_workspace(size_mb: int, owner: tuple[int, int] | None) -> int | None:
+    """A tmpfs of ``size_mb`` MiB attached to no mount namespace: a descriptor of its root.
+
+    The host reaches its files through ``/proc/self/fd/<fd>``; the sandbox binds it from the
+    descriptor (``mount --bind /proc/self/fd/N``). It goes away with its last reference: the
+    descriptor closed and the sandbox's processes gone, however the host process ended.
+    None where this host cannot (not root, an older kernel): mount it over the directory.
+    """
+    if os.geteuid() != 0 or not _binds_from_descriptors():
+        return None
+    return _fsmount_tmpfs(size_mb, owner)
+
+
+def _fsmount_tmpfs(size_mb: int, owner: tuple[int, int] | None) -> int | None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    options = dict(option.split("=", 1) for option in tmpfs_size_options(size_mb).split(","))
+    options["mode"] = "0755"
+    if owner is not None:
+        options.update(uid=str(owner[0]), gid=str(owner[1]))
+    context = libc.syscall(SYS_FSOPEN, b"tmpfs", FSOPEN_CLOEXEC)
+    if context < 0:
+        return None
+    try:
+        for key, value in options.items():
+            if libc.syscall(SYS_FSCONFIG, context, FSCONFIG_SET_STRING, key.encode(),
+                            value.encode(), 0):  # fmt: skip
+                return None
+        if libc.syscall(SYS_FSCONFIG, context, FSCONFIG_CMD_CREATE, None, None, 0):
+            return None
+        mount = libc.syscall(
+            SYS_FSMOUNT, context, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+        )
+        return mount if mount >= 0 else None
+    finally:
+        os.close(context)
+
+
+@functools.cache
+def _binds_from_descriptors() -> bool:
+    """Whether a detached tmpfs can be bound from its descriptor here (tried once, on a
+    directory of its own that is unmounted at once)."""
+    mount = _fsmount_tmpfs(1, None)
+    if mount is None:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="hermes-envgen-probe.") as target:
+            if libc.mount(f"/proc/self/fd/{mount}".encode(), target.encode(), None, MS_BIND,
+                          None):  # fmt: skip
+                return False
+            libc.umount2(target.encode(), MNT_DETACH)
+            return True
+    finally:
+        os.close(mount)
 
 
 def mount_points() -> list[bytes]:

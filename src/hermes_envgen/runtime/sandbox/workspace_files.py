@@ -31,10 +31,20 @@ _O_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 class WorkspaceFiles:
     """Read, write, list and remove the files of one workspace, never outside it."""
 
-    def __init__(self, root: Path, workdir: str, owner: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        workdir: str,
+        owner: tuple[int, int] | None = None,
+        linked: bool = False,
+    ) -> None:
         self.root = root  # the workspace on the host
         self.workdir = workdir  # the workspace as sandbox commands see it
         self.owner = owner  # (uid, gid) given to what the host creates; None: the host's
+        # ``linked``: ``root`` is /proc/<pid>/fd/<fd>, a link to a mount in no namespace of
+        # the host's, followed to open it (nobody but the host can change it); any other
+        # root is opened without following a link, as everything below it is.
+        self._opened_root = os.path.join(root, ".") if linked else root
 
     def resolve(self, path: str) -> list[str]:
         """The components below the workspace that ``path`` leads to, as seen inside.
@@ -89,7 +99,7 @@ class WorkspaceFiles:
 
     def open_directory(self, parts: list[str], create: bool = False, flags: int = _O_DIR) -> int:
         """A descriptor of the workspace directory ``parts``, never reached through a link."""
-        fd = os.open(self.root, _O_DIR)
+        fd = os.open(self._opened_root, _O_DIR)
         try:
             for index, name in enumerate(parts):
                 last = index == len(parts) - 1
