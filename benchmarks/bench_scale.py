@@ -6,8 +6,9 @@ Three parts, each against the stub server in its own process:
    terminal tasks on bwrap, tokenize it, serialise it as process writes it) at concurrency 1,
    8, 64 and 256 (the group size: a group's rollouts run at once). Each level runs in a fresh
    process, so its peak RSS is its own; beside it, the peak memory (PSS) of all its sandboxes'
-   processes together, sampled twice a second. Target: throughput grows until the CPUs are
-   full, RSS under 1 GB at 256, no error.
+   processes together, sampled twice a second, and how busy the process and its sandboxes
+   kept the machine's CPUs (their CPU time over the wall time of all cores). Target:
+   throughput grows until the CPUs are full, RSS under 1 GB at 256, no error.
 2. ``evaluate``: 2,000 items x 4 samples through ``run_eval``; RSS is sampled as the run goes.
    Target: flat (no growth with the rollouts done).
 3. long rollouts: 50 turns with 20 KB tool outputs. Per turn: the loop's time outside the HTTP
@@ -69,6 +70,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of the processes it has reaped (its sandboxes')."""
+    own, reaped = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                        resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
 def descendants_pss_mb() -> float:
     """The proportional memory (PSS) of every process below this one, in MB: the sandboxes.
 
@@ -128,6 +136,7 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
             await asyncio.sleep(0.5)
 
     sampler = asyncio.create_task(sample_sandboxes())
+    cpu_before = cpu_seconds()
     with open(os.path.join(workdir, "groups.jsonl"), "w") as out:
         start = time.perf_counter()
         for _ in range(groups):
@@ -137,6 +146,7 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
                 continue
             out.write(json.dumps(group) + "\n")
         seconds = time.perf_counter() - start
+    busy = (cpu_seconds() - cpu_before) / seconds / (os.cpu_count() or 1)
     sampler.cancel()
     await env.sandboxes.close_all()
     return {
@@ -144,14 +154,15 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
         "rollouts_per_s": groups * concurrency / seconds,
         "peak_rss_mb": peak_rss_mb(),
         "sandbox_mb": sandbox_mb,
+        "cpu_busy": busy,
         "errors": errors,
     }
 
 
 def run_process_part(base_url: str, tokenizer: str) -> None:
     print("process: 3-turn terminal tasks on bwrap against the stub")
-    print(f"{'concurrency':>12} {'rollouts/s':>11} {'peak RSS MB':>12} {'sandboxes MB':>13} "
-          f"{'errors':>7}")  # fmt: skip
+    print(f"{'concurrency':>12} {'rollouts/s':>11} {'CPUs busy':>10} {'peak RSS MB':>12} "
+          f"{'sandboxes MB':>13} {'errors':>7}")  # fmt: skip
     for level in LEVELS:
         with tempfile.TemporaryDirectory(prefix="bench-scale.") as workdir:
             completed = subprocess.run(
@@ -166,8 +177,8 @@ def run_process_part(base_url: str, tokenizer: str) -> None:
             continue
         row = json.loads(completed.stdout.strip().splitlines()[-1])
         print(
-            f"{level:>12} {row['rollouts_per_s']:>11.1f} {row['peak_rss_mb']:>12.0f} "
-            f"{row['sandbox_mb']:>13.0f} {row['errors']:>7}"
+            f"{level:>12} {row['rollouts_per_s']:>11.1f} {row['cpu_busy']:>10.0%} "
+            f"{row['peak_rss_mb']:>12.0f} {row['sandbox_mb']:>13.0f} {row['errors']:>7}"
         )
 
 
