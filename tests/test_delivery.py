@@ -41,25 +41,35 @@ def recorded_ids(path: Path) -> list[str]:
     return [json.loads(line)["group_overrides"][GROUP_ID_KEY] for line in lines]
 
 
-class SlowLink:
-    """A TCP relay to run-api that holds each new connection ``hold`` seconds before reading it.
+class Relay:
+    """A TCP relay on loopback to run-api on ``port``; ``url`` is its address, once entered."""
 
-    A request whose client hung up meanwhile is dropped, as a post abandoned before the server
-    read it never lands.
-    """
-
-    def __init__(self, port: int, hold: float) -> None:
+    def __init__(self, port: int) -> None:
         self.port = port
-        self.hold = hold
-        self.connected = asyncio.Event()  # set on every new connection
 
-    async def __aenter__(self) -> SlowLink:
+    async def __aenter__(self):
         self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self._server.close()
+
+    async def _relay(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class SlowLink(Relay):
+    """Holds each new connection ``hold`` seconds before reading it.
+
+    A request whose client hung up meanwhile is dropped, as a post abandoned before the server
+    read it never lands.
+    """
+
+    def __init__(self, port: int, hold: float) -> None:
+        super().__init__(port)
+        self.hold = hold
+        self.connected = asyncio.Event()  # set on every new connection
 
     async def _relay(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
         self.connected.set()
@@ -73,23 +83,15 @@ class SlowLink:
         await asyncio.gather(_pipe(client, to_upstream), _pipe(upstream, to_client))
 
 
-class LostAnswer:
-    """A TCP relay to run-api that hangs up on the first post once run-api has answered it.
+class LostAnswer(Relay):
+    """Hangs up on the first post once run-api has answered it.
 
     run-api took the group; the worker never hears so, as when an answer is lost on the way.
     """
 
     def __init__(self, port: int) -> None:
-        self.port = port
+        super().__init__(port)
         self.connections = 0
-
-    async def __aenter__(self) -> LostAnswer:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
 
     async def _relay(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
         self.connections += 1
