@@ -311,9 +311,12 @@ class BwrapSandbox(HostDirectorySandbox):
     async def _kill_everything(self) -> None:
         # Under the lock: a start under way finishes first. The next command starts a fresh
         # sandbox (new namespaces, an empty /tmp) over the same workspace.
+        # No scan of /proc for the commands' run tags, as local needs: nothing leaves the
+        # sandbox's PID namespace, which dies with its init when the anchor is stopped (with
+        # hundreds of sandboxes open, those scans read thousands of environments each).
         async with self._anchor_lock:
             await self._stop_anchor()
-            await super()._kill_everything()
+            self._process_groups.clear()
             if self._cgroup is not None:
                 self._cgroup.kill_all()
 
