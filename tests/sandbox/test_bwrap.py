@@ -513,3 +513,28 @@ def test_open_workspaces_stay_out_of_the_hosts_mount_table_and_last_the_sandbox(
 def host_mount_count() -> int:
     with open("/proc/self/mountinfo") as mountinfo:
         return sum(1 for _ in mountinfo)
+
+
+def test_the_agent_can_neither_ptrace_the_anchor_nor_reach_its_descriptors(manager):
+    # The anchor runs as the agent's user and holds the socket to the host: it makes itself
+    # non-dumpable (prctl), without which the agent could take it over or use its socket.
+    attach = (
+        "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True);"
+        " print('attached' if libc.ptrace(16, int(sys.argv[1]), None, None) == 0"
+        " else f'refused {ctypes.get_errno()}')"
+    )
+    script = (
+        'for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sandbox-anchor ] && a=${p#/proc/}; done;'
+        ' ls /proc/$a/fd >/dev/null 2>&1 && echo fds-open || echo fds-closed;'
+        f' python3 -c "{attach}" $a'
+    )
+
+    async def main():
+        sandbox = manager.get("anchor")
+        try:
+            return (await sandbox.run(script)).output
+        finally:
+            await manager.close_all()
+
+    output = asyncio.run(main())
+    assert output.startswith("fds-closed\nrefused "), output

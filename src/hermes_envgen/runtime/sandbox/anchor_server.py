@@ -25,11 +25,12 @@ import sys
 if not hasattr(os, "pidfd_open"):  # Python 3.9
     sys.exit("the bwrap backend needs python3 3.9 or later inside the sandbox")
 
-import _signal  # not signal, nor socket: their enums would double the start-up time
+# Not signal, socket, ctypes nor contextlib: their imports would double the start-up time,
+# which every sandbox pays twice per rollout (the agent's, then verification's).
+# ruff: noqa: SIM105  (try/except/pass, not contextlib.suppress)
+import _signal
 import _socket
 import array
-import contextlib
-import ctypes
 import select
 
 PR_SET_DUMPABLE, PR_SET_NAME = 4, 15
@@ -70,8 +71,10 @@ def report_failure(reply, exc):
     """Tell the host why a command did not start, and close its reply socket."""
     number = getattr(exc, "errno", None) or 0
     message = getattr(exc, "strerror", None) or str(exc)
-    with contextlib.suppress(OSError):
+    try:
         reply.send(f"F{number}:{message}".encode())
+    except OSError:
+        pass
     reply.close()
 
 
@@ -110,8 +113,10 @@ def start(data, fds, running, poller):
         return
     running[pidfd] = (pid, reply)
     poller.register(pidfd, select.POLLIN)
-    with contextlib.suppress(OSError):  # the host gave up on it: it runs and is reaped anyway
+    try:
         send_fd(reply, b"S", pidfd)
+    except OSError:  # the host gave up on it: it runs and is reaped anyway
+        pass
 
 
 def finish(pidfd, running, poller):
@@ -120,15 +125,29 @@ def finish(pidfd, running, poller):
     poller.unregister(pidfd)
     os.close(pidfd)
     _, status = os.waitpid(pid, 0)
-    with contextlib.suppress(OSError):
+    try:
         reply.send(b"E%d" % status)
+    except OSError:
+        pass
     reply.close()
 
 
+def prctl(option, argument):
+    """prctl(2), through _ctypes (ctypes itself takes 3 ms to import); ctypes if need be."""
+    try:
+        import _ctypes
+
+        function = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")
+        return _ctypes.call_function(function, (option, argument, 0, 0, 0))
+    except (ImportError, AttributeError, OSError):
+        import ctypes
+
+        return ctypes.CDLL(None).prctl(option, argument, 0, 0, 0)
+
+
 def main(control_fd):
-    libc = ctypes.CDLL(None)
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<pid>/fd by the agent
-    libc.prctl(PR_SET_NAME, b"sandbox-anchor", 0, 0, 0)
+    prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/fd by the agent
+    prctl(PR_SET_NAME, b"sandbox-anchor")
     os.set_inheritable(control_fd, False)
     # Whatever else bwrap passed down (the host's inheritable descriptors): no command's.
     os.closerange(3, control_fd)
