@@ -525,7 +525,7 @@ def test_the_agent_can_neither_ptrace_the_anchor_nor_reach_its_descriptors(manag
     )
     script = (
         'for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sandbox-anchor ] && a=${p#/proc/}; done;'
-        ' ls /proc/$a/fd >/dev/null 2>&1 && echo fds-open || echo fds-closed;'
+        " ls /proc/$a/fd >/dev/null 2>&1 && echo fds-open || echo fds-closed;"
         f' python3 -c "{attach}" $a'
     )
 
