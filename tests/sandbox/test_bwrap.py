@@ -538,3 +538,57 @@ def test_the_agent_can_neither_ptrace_the_anchor_nor_reach_its_descriptors(manag
 
     output = asyncio.run(main())
     assert output.startswith("fds-closed\nrefused "), output
+
+
+def test_etc_is_one_copy_of_what_every_user_may_read_remade_when_it_changes(tmp_path, monkeypatch):
+    # Bound entry by entry, each of two dozen binds made bwrap reread its mount table.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "root"
+    (root / "usr/share").mkdir(parents=True)
+    (root / "usr/share/zone").write_text("UTC\n")
+    (root / "run").mkdir()
+    (root / "run/resolv.conf").write_text("nameserver 10.0.0.1\n")
+    etc = root / "etc"
+    (etc / "ssl/private").mkdir(parents=True)
+    (etc / "ssl/private/key.pem").write_text("secret")
+    (etc / "ssl/private").chmod(0o700)
+    (etc / "ssl/cert.pem").write_text("cert")
+    (etc / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (etc / "shadow").write_text("root:*:1::::::\n")  # not an entry sandboxes see
+    (etc / "group").write_text("root:x:0:\n")
+    (etc / "group").chmod(0o600)  # no user but the owner may read it
+    (etc / "localtime").symlink_to("../usr/share/zone")
+    (etc / "resolv.conf").symlink_to(root / "run/resolv.conf")
+
+    bwrap_module.etc_snapshot.cache_clear()
+    first = bwrap_module.etc_snapshot(str(root))
+    copied = sorted(str(p.relative_to(first)) for p in first.rglob("*"))
+    assert copied == ["localtime", "mtab", "passwd", "resolv.conf", "ssl", "ssl/cert.pem"]
+    assert os.readlink(first / "localtime") == "../usr/share/zone"  # resolves inside
+    assert (first / "resolv.conf").read_text() == "nameserver 10.0.0.1\n"
+    assert os.readlink(first / "mtab") == "../proc/self/mounts"
+
+    bwrap_module.etc_snapshot.cache_clear()
+    assert bwrap_module.etc_snapshot(str(root)) == first  # made once, shared by later runs
+    (etc / "passwd").write_text("root:x:0:0::/root:/bin/bash\n")
+    bwrap_module.etc_snapshot.cache_clear()
+    second = bwrap_module.etc_snapshot(str(root))
+    bwrap_module.etc_snapshot.cache_clear()
+    assert second != first and (second / "passwd").read_text().endswith("/bin/bash\n")
+
+
+def test_commands_see_the_copied_etc_read_only(manager):
+    async def main():
+        sandbox = manager.get("etc")
+        try:
+            return (
+                await sandbox.run(
+                    "for f in /etc/shadow /etc/ssl/private; do test -e $f && echo $f; done;"
+                    " touch /etc/x 2>/dev/null || echo read-only; getent passwd root | cut -d: -f1;"
+                    " readlink /etc/mtab; test -s /etc/ld.so.cache && echo linker-cache"
+                )
+            ).output
+        finally:
+            await manager.close_all()
+
+    assert asyncio.run(main()) == "read-only\nroot\n../proc/self/mounts\nlinker-cache\n"

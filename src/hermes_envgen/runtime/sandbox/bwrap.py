@@ -47,9 +47,12 @@ import asyncio
 import contextlib
 import functools
 import glob
+import hashlib
 import logging
 import os
 import shutil
+import stat
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -87,6 +90,7 @@ SHM_SIZE_MB = 64
 PATH_INSIDE = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PROCESS_SLACK = 8  # the anchor's and the cgroup's process cap: the limit plus bwrap's, the
 # anchor's and room for a command to start while the agent's processes fill the limit
+MTAB_TARGET = "../proc/self/mounts"  # /etc/mtab, as the sandbox's mount(8) and df read it
 KILL_GRACE = 2.0  # seconds for the anchor to report a killed command before it is replaced
 
 # /etc entries programs commonly read (users, name resolution, the dynamic linker, TLS roots,
@@ -141,11 +145,11 @@ def system_mounts(root: str = "/") -> tuple[str, ...]:
             args += ["--symlink", os.readlink(host), f"/{name}"]
         elif os.path.isdir(host):
             args += ["--ro-bind", host, f"/{name}"]
+    snapshot = etc_snapshot(root)
+    if snapshot is not None:  # one bind: bwrap rereads its mount table for each bind
+        return (*args, "--ro-bind", str(snapshot), "/etc")
     args += ["--perms", "0755", "--dir", "/etc"]  # else made 0700 when bwrap runs as root
-    entries = list(ETC_ENTRIES) + sorted(
-        os.path.basename(p) for p in glob.glob(os.path.join(root, "etc", "python3*"))
-    )
-    for name in entries:
+    for name in _etc_entries(root):
         host = os.path.join(root, "etc", name)
         if os.path.islink(host):
             real = os.path.realpath(host)
@@ -155,7 +159,84 @@ def system_mounts(root: str = "/") -> tuple[str, ...]:
                 args += ["--ro-bind", real, f"/etc/{name}"]  # e.g. resolv.conf -> /run/...
         elif os.path.exists(host):
             args += ["--ro-bind", host, f"/etc/{name}"]
-    return tuple(args)
+    return (*args, "--symlink", MTAB_TARGET, "/etc/mtab")
+
+
+def _etc_entries(root: str) -> list[str]:
+    """The names in /etc that sandboxes see: ETC_ENTRIES and Python's own configuration."""
+    pythons = glob.glob(os.path.join(root, "etc", "python3*"))
+    return list(ETC_ENTRIES) + sorted(os.path.basename(p) for p in pythons)
+
+
+@functools.cache
+def etc_snapshot(root: str = "/") -> Path | None:
+    """A copy of the /etc entries sandboxes see, bound as their /etc; None if none can be made.
+
+    Bound entry by entry, each of the two dozen binds made bwrap read its whole mount table
+    again: a fifth of a sandbox's start. Kept under the user's cache directory by a digest of
+    what it copies (names, sizes, times, link targets), so it is made once per change of /etc
+    and shared by every run; read when a run starts its first sandbox. Only what every user
+    may read is copied (not /etc/ssl/private): no more than the sandbox's user could read.
+    """
+    entries = _etc_entries(root)
+    try:
+        digest = _etc_digest(root, entries)
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        snapshot = cache / "hermes-envgen" / "etc" / digest
+        if not snapshot.is_dir():
+            snapshot.parent.mkdir(parents=True, exist_ok=True)
+            building = Path(tempfile.mkdtemp(prefix=f".{digest}.", dir=snapshot.parent))
+            try:
+                building.chmod(0o755)
+                for name in entries:
+                    _copy_readable(os.path.join(root, "etc", name), building / name, root)
+                (building / "mtab").symlink_to(MTAB_TARGET)
+                os.rename(building, snapshot)
+            except OSError:
+                if not snapshot.is_dir():  # not made by another run meanwhile either
+                    raise
+            finally:
+                if building.exists():
+                    remove_tree(building)
+        return snapshot
+    except (OSError, RuntimeError) as exc:  # RuntimeError: no home directory
+        logger.warning("cannot copy /etc for sandboxes (%s); binding its entries one by one", exc)
+        return None
+
+
+def _etc_digest(root: str, entries: list[str]) -> str:
+    state = hashlib.sha256(f"{MTAB_TARGET}\n".encode())  # what is added to the copy
+    for name in entries:
+        top = os.path.join(root, "etc", name)
+        for path in [top, *(os.path.join(d, f) for d, ds, fs in os.walk(top) for f in ds + fs)]:
+            with contextlib.suppress(OSError):
+                info = os.lstat(path)
+                link = os.readlink(path) if stat.S_ISLNK(info.st_mode) else ""
+                state.update(f"{path}\0{info.st_mode}\0{info.st_size}\0{info.st_mtime_ns}"
+                             f"\0{info.st_ino}\0{link}\n".encode())  # fmt: skip
+    return state.hexdigest()[:24]
+
+
+def _copy_readable(host: str, target: Path, root: str) -> None:
+    """Copy what of ``host`` every user may read: a link into /usr stays a link (it resolves
+    inside), other links are followed (resolv.conf -> /run/...), the rest is copied."""
+    if os.path.islink(host) and os.path.realpath(host).startswith(os.path.join(root, "usr") + "/"):
+        os.symlink(os.readlink(host), target)
+        return
+    try:
+        info = os.stat(host)
+    except OSError:  # absent, or a dangling link
+        return
+    if stat.S_ISDIR(info.st_mode):
+        if info.st_mode & 0o005 != 0o005:
+            return
+        target.mkdir()
+        for name in sorted(os.listdir(host)):
+            _copy_readable(os.path.join(host, name), target / name, root)
+        target.chmod(stat.S_IMODE(info.st_mode))
+    elif stat.S_ISREG(info.st_mode) and info.st_mode & 0o004:
+        shutil.copyfile(host, target)
+        target.chmod(stat.S_IMODE(info.st_mode))
 
 
 def device_mounts() -> list[str]:
@@ -239,7 +320,6 @@ class BwrapSandbox(HostDirectorySandbox):
             "--proc", "/proc",
             "--perms", "1777", "--size", str(TMP_SIZE_MB << 20), "--tmpfs", "/tmp",
             "--perms", "0755", "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
-            "--symlink", "../proc/self/mounts", "/etc/mtab",
             *self._workspace_mount(),
             *(arg for host, inside in self._check_binds for arg in ("--ro-bind", host, inside)),
             "--remount-ro", "/",  # the sandbox's root is a tmpfs: no writing around in it
