@@ -256,6 +256,7 @@ class BwrapSandbox(HostDirectorySandbox):
         if self.as_root:  # used inside the sandbox, where only /usr is visible
             self.setpriv = find_tool("setpriv", "util-linux")
             self.unshare = find_tool("unshare", "util-linux")
+            self.mount = find_tool("mount", "mount")  # binds a detached workspace
         self._owner = (SANDBOX_UID, SANDBOX_UID) if self.as_root else None
         super().__init__(task_id, settings, workspace, self._owner)
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
@@ -278,7 +279,6 @@ class BwrapSandbox(HostDirectorySandbox):
         if limits.workspace_mb is not None:
             self._workspace_fd = detached_workspace(limits.workspace_mb, self._owner)
             if self._workspace_fd is not None:
-                self.mount = find_tool("mount", "mount")
                 self._directory = self.workspace  # left empty, removed at close
                 self.workspace = Path(f"/proc/{os.getpid()}/fd/{self._workspace_fd}")
                 self.files = WorkspaceFiles(self.workspace, WORKDIR, self._owner, linked=True)
