@@ -12,12 +12,13 @@ from typing import Any, ClassVar, TypeVar
 
 from hermes_envgen.runtime.errors import UnknownParserError
 
-from ._json import JSON_DECODER, STRICT_JSON_DECODER, encode_json
+from ._json import JSON_DECODER, STRICT_JSON_DECODER, encode_json, has_surrogate
 from .schema import ToolSchemas, tool_schemas
 
 __all__ = [
     "ParseOutcome",
     "ParseResult",
+    "QuotedMarkup",
     "ToolCallParser",
     "UnknownParserError",
     "UnreadableCall",
@@ -36,6 +37,13 @@ class UnreadableCall(Exception):
     """Raised inside a parser: the text opens a call that cannot be read unambiguously."""
 
 
+class QuotedMarkup(Exception):
+    """Raised inside a parser: the text only mentions or quotes the format's markup.
+
+    Prose about the tags, or a call shown in Markdown code, is no call and no mistake.
+    """
+
+
 @dataclass(frozen=True)
 class ParseOutcome:
     """What a parser made of one text: content, calls, and why a call could not be read."""
@@ -43,6 +51,9 @@ class ParseOutcome:
     content: str | None
     tool_calls: list[dict[str, Any]] | None
     error: str | None = None  # one line for the model; set only when tool_calls is None
+    # Reasoning a channel format carries apart from the answer (gpt-oss's analysis channel).
+    reasoning: str | None = None
+    quoted: bool = False  # the format's markup occurs only as prose or Markdown code
 
 
 # Tests flip this to see internal errors instead of the silent `(text, None)` fallback.
@@ -69,7 +80,7 @@ def verbatim_arguments(raw: str | None) -> str | None:
     ``raw`` is text a parser already decoded into an object; strict JSON differs only in
     refusing raw control characters inside strings, so only text holding one is decoded again.
     """
-    if raw is None:
+    if raw is None or has_surrogate(raw):
         return None
     if _CONTROL.search(raw) is None:
         return raw if raw.startswith("{") else None
@@ -111,7 +122,7 @@ def make_tool_call(
     if not isinstance(name, str):
         return None
     name = name.strip()
-    if not name:
+    if not name or has_surrogate(name):
         return None
     try:
         args = normalize_arguments(arguments)
@@ -156,21 +167,30 @@ class ToolCallParser(ABC):
         if self.markers and not any(marker in text for marker in self.markers):
             return ParseOutcome(text, None)
         try:
-            content, calls = self._parse(text, schemas)
+            result = self._parse(text, schemas)
         except UnreadableCall as exc:
             return ParseOutcome(text, None, str(exc))
+        except QuotedMarkup:
+            return ParseOutcome(text, None, quoted=True)
         except Exception:
             # The contract is "never raise": a parser bug must not crash a rollout.
             if _RAISE_INTERNAL_ERRORS:
                 raise
             return ParseOutcome(text, None)
+        if isinstance(result, ParseOutcome):  # a channel format: content and reasoning split
+            return result
+        content, calls = result
         if not calls:
             return ParseOutcome(text, None)
         return ParseOutcome(content, calls)
 
     @abstractmethod
-    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
-        """Format-specific parsing; may return ``(text, None)`` or raise UnreadableCall."""
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult | ParseOutcome:
+        """Format-specific parsing; may return ``(text, None)`` or raise UnreadableCall.
+
+        Raises QuotedMarkup when the markup is only mentioned or quoted. Channel formats
+        return a whole ParseOutcome, reasoning apart.
+        """
 
     def __repr__(self) -> str:
         """Show the registered name, which is what users select parsers by."""
