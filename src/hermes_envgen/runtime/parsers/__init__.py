@@ -15,9 +15,9 @@ from __future__ import annotations
 # Importing the format modules registers their parsers.
 from .auto import AutoParser, detect_formats
 from .base import (
+    NoCallMeant,
     ParseOutcome,
     ParseResult,
-    QuotedMarkup,
     ToolCallParser,
     UnknownParserError,
     UnreadableCall,
@@ -50,9 +50,9 @@ __all__ = [
     "Llama4JsonParser",
     "LongcatParser",
     "MistralParser",
+    "NoCallMeant",
     "ParseOutcome",
     "ParseResult",
-    "QuotedMarkup",
     "Qwen3CoderParser",
     "QwenParser",
     "ToolCallParser",

@@ -9,8 +9,8 @@ from typing import Any, ClassVar, NamedTuple
 
 from ._json import JSON_DECODER
 from .base import (
+    NoCallMeant,
     ParseResult,
-    QuotedMarkup,
     ToolCallParser,
     UnreadableCall,
     make_tool_call,
@@ -455,7 +455,7 @@ class TaggedCallParser(ToolCallParser):
                 code.skip_to(stop)
             open_at, bare = self._next_open(scan, stop)
         if not calls and quoted:
-            raise QuotedMarkup
+            raise NoCallMeant
         content, found = assemble(text, spans, calls)
         if found is None:
             return text, None

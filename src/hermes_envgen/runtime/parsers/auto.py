@@ -1,6 +1,6 @@
 """Format detection: pick the parser whose markers occur, most specific first, and delegate.
 
-Auto never guesses: a call in Markdown code or markup named in prose (``quoted``) is no call
+Auto never guesses: a call in Markdown code or markup named in prose (``settled``) is no call
 for any candidate. The first candidate that sees an unreadable call decides: later candidates
 are not tried, as their calls may be quoted inside the broken one
 (``<tool_call>x</tool_call>`` then a Qwen3-Coder call is unreadable, not a GLM call ``x``).
@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from . import deepseek, glm, gpt_oss, hermes, kimi_k2, llama, mistral, qwen3_coder
 from ._scan import MarkdownCode, skip_ws
-from .base import ParseOutcome, ParseResult, ToolCallParser, UnreadableCall, register_parser
+from .base import (
+    NoCallMeant,
+    ParseOutcome,
+    ParseResult,
+    ToolCallParser,
+    UnreadableCall,
+    register_parser,
+)
 from .schema import ToolSchemas
 
 __all__ = ["AutoParser", "detect_formats"]
@@ -124,6 +131,7 @@ class AutoParser(ToolCallParser):
         A candidate whose own markup occurs but that reads neither a call nor an error is
         treated the same way (Llama's ``{`` is no markup: JSON prose is an answer).
         """
+        settled = False
         for parser in _candidates(text):
             outcome = parser.read_with_schemas(text, schemas)
             if parser is _GPT_OSS:
@@ -132,8 +140,9 @@ class AutoParser(ToolCallParser):
                 return outcome
             if outcome.tool_calls:
                 return outcome.content, outcome.tool_calls
-            if outcome.quoted:
-                continue  # only prose or Markdown code names this markup: no call, no error
+            if outcome.settled:
+                settled = True  # markup only named or quoted, or a JSON answer: no call meant
+                continue
             if outcome.error is not None:
                 raise UnreadableCall(f"{outcome.error} (read as {parser.name})")
             marker = next((m for m in parser.markers if m in text), None)
@@ -142,4 +151,6 @@ class AutoParser(ToolCallParser):
                     f"the text holds {marker} but no call could be read from it"
                     f" (read as {parser.name})"
                 )
+        if settled:
+            raise NoCallMeant
         return text, None

@@ -16,9 +16,9 @@ from ._json import JSON_DECODER, STRICT_JSON_DECODER, encode_json, has_surrogate
 from .schema import ToolSchemas, tool_schemas
 
 __all__ = [
+    "NoCallMeant",
     "ParseOutcome",
     "ParseResult",
-    "QuotedMarkup",
     "ToolCallParser",
     "UnknownParserError",
     "UnreadableCall",
@@ -37,10 +37,11 @@ class UnreadableCall(Exception):
     """Raised inside a parser: the text opens a call that cannot be read unambiguously."""
 
 
-class QuotedMarkup(Exception):
-    """Raised inside a parser: the text only mentions or quotes the format's markup.
+class NoCallMeant(Exception):
+    """Raised inside a parser: the text holds the format's markup, but no call was meant.
 
-    Prose about the tags, or a call shown in Markdown code, is no call and no mistake.
+    Prose naming the tags, a call shown in Markdown code, a JSON answer where a Llama call
+    would be: no call, and no mistake to tell the model about.
     """
 
 
@@ -53,7 +54,9 @@ class ParseOutcome:
     error: str | None = None  # one line for the model; set only when tool_calls is None
     # Reasoning a channel format carries apart from the answer (gpt-oss's analysis channel).
     reasoning: str | None = None
-    quoted: bool = False  # the format's markup occurs only as prose or Markdown code
+    # No call, and none was meant: the markup is only named in prose or quoted in Markdown
+    # code, or it is a channel format's answer. Not a parse failure to tell the model about.
+    settled: bool = False
 
 
 # Tests flip this to see internal errors instead of the silent `(text, None)` fallback.
@@ -170,8 +173,8 @@ class ToolCallParser(ABC):
             result = self._parse(text, schemas)
         except UnreadableCall as exc:
             return ParseOutcome(text, None, str(exc))
-        except QuotedMarkup:
-            return ParseOutcome(text, None, quoted=True)
+        except NoCallMeant:
+            return ParseOutcome(text, None, settled=True)
         except Exception:
             # The contract is "never raise": a parser bug must not crash a rollout.
             if _RAISE_INTERNAL_ERRORS:
@@ -188,7 +191,7 @@ class ToolCallParser(ABC):
     def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult | ParseOutcome:
         """Format-specific parsing; may return ``(text, None)`` or raise UnreadableCall.
 
-        Raises QuotedMarkup when the markup is only mentioned or quoted. Channel formats
+        Raises NoCallMeant when the markup is only named, quoted or an answer. Channel formats
         return a whole ParseOutcome, reasoning apart.
         """
 

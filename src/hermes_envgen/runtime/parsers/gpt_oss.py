@@ -155,7 +155,7 @@ class GptOssParser(ToolCallParser):
         thought = "\n\n".join(reasoning) or None
         if calls:
             return ParseOutcome(answer or None, calls, reasoning=thought)
-        return ParseOutcome(answer, None, reasoning=thought)
+        return ParseOutcome(answer, None, reasoning=thought, settled=True)
 
     @staticmethod
     def _past_end(text: str, stop: int) -> int:

@@ -7,7 +7,14 @@ from typing import Any
 
 from ._json import JSON_DECODER
 from ._scan import TextScan, arguments_key, call_from_object, call_object_problem, skip_ws
-from .base import ParseResult, ToolCallParser, UnreadableCall, make_tool_call, register_parser
+from .base import (
+    NoCallMeant,
+    ParseResult,
+    ToolCallParser,
+    UnreadableCall,
+    make_tool_call,
+    register_parser,
+)
 from .schema import ToolSchemas
 
 __all__ = ["Llama3JsonParser", "Llama4JsonParser"]
@@ -83,7 +90,7 @@ class Llama3JsonParser(ToolCallParser):
                         f"the JSON object at character {start} is not a call"
                         f" ({call_object_problem(obj)})"
                     )
-                return text, None  # JSON that is not a call: an answer
+                raise NoCallMeant  # JSON that is not a call: an answer
             calls.append(call)
             pos = skip_ws(text, pos, n)
             if pos < n and text[pos] == ";":
