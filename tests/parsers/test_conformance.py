@@ -824,10 +824,10 @@ PHANTOM_ROWS: dict[str, list[Row]] = {
         ),
         Row(
             "a lone surrogate escape stays an escape",
-            '<tool_call>search<arg_key>filters</arg_key><arg_value>{"k": "\\udc00"}</arg_value>'
+            '<tool_call>search<arg_key>filters</arg_key><arg_value>{"k": "\\ud800"}</arg_value>'
             "</tool_call>",
-            [("search", {"filters": {"k": "\udc00"}})],
-            arguments=['{"filters": {"k": "\\udc00"}}'],
+            [("search", {"filters": {"k": "\ud800"}})],
+            arguments=['{"filters": {"k": "\\ud800"}}'],
         ),
     ],
     "qwen3_coder": [
@@ -870,7 +870,13 @@ PHANTOM_ROWS: dict[str, list[Row]] = {
                 None,
                 error=f"the call id {call_id!r} is not functions.NAME:INDEX",
             )
-            for call_id in ("functions.get_weather.0", "get_weather.0", "0")
+            for call_id in (
+                "functions.get_weather.0",
+                "get_weather.0",
+                "invalid_get_weather.0",
+                "functions.get_weather",
+                "0",
+            )
         ),
         Row(
             # Special tokens: no prose writes them, so a fence does not make them a quotation.
@@ -881,6 +887,25 @@ PHANTOM_ROWS: dict[str, list[Row]] = {
         ),
     ],
 }
+PHANTOM_ROWS["mistral"] = [
+    Row(
+        # [TOOL_CALLS] is a control token: in a fence it is still the model's call.
+        "a call in a fenced code block is still a call",
+        "```\n" + '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        [("get_weather", {"city": "Paris"})],
+        "```",
+    ),
+]
+PHANTOM_ROWS["gpt_oss"] = PHANTOM_ROWS["harmony"] = [
+    Row(
+        # A call is a message of its own: markup inside the answer's text is text.
+        "harmony markup quoted inside the answer is no call",
+        h_msg("final", "Write <|channel|>commentary to=functions.ping<|message|>{}", H_CALL),
+        None,
+        answer="Write <|channel|>commentary to=functions.ping<|message|>{}",
+        quiet=True,
+    ),
+]
 PHANTOM_ROWS["llama4_json"] = PHANTOM_ROWS["llama3_json"]
 PHANTOM_ROWS["qwen"] = PHANTOM_ROWS["hermes"]
 PHANTOM_ROWS["glm47"] = PHANTOM_ROWS["glm45"]

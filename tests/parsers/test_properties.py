@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Callable
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from markup import (
     DS_CALL,
@@ -443,6 +443,34 @@ def test_valid_output_round_trips(case: tuple[str, str, list[Call], str | None])
         assert decoded(calls) == [(n, a) for n, a in expected]
         if parser.name == fmt:
             assert got_content == content
+
+
+# Formats whose markup is plain text prose and Markdown quote; Llama's call is the whole
+# message and harmony's a message of its own, so quoting one in an answer makes no call.
+QUOTABLE = {"hermes", "qwen", "longcat", "qwen3_coder", "glm45", "glm47"}
+NOT_IN_ANSWERS = QUOTABLE | {"llama3_json", "llama4_json", "gpt_oss", "harmony"}
+
+
+@settings(FAST, max_examples=600)
+@given(rendered(), st.sampled_from(["fence", "tilde fence", "inline"]), prose)
+def test_a_call_quoted_in_markdown_code_never_runs(
+    case: tuple[str, str, list[Call], str | None], how: str, before: str
+) -> None:
+    fmt, text, expected, _ = case
+    assume(fmt in NOT_IN_ANSWERS and "`" not in text and "~~~" not in text)
+    if how == "inline":
+        assume("\n" not in text)  # an inline span ends with its line here
+        answer = f"{before} Write `{text}` to call it."
+    else:
+        fence = "```" if how == "fence" else "~~~"
+        answer = f"{before}\n{fence}\n{text}\n{fence}\nThat is the format."
+    for parser in (get_parser(fmt), get_parser("auto")):
+        outcome = parser.read(answer, tools_for(expected))
+        assert outcome.tool_calls is None, (parser.name, answer)
+        # A quotation, no mistake to tell the model about. (auto may still refuse another
+        # format's special token quoted inside it: that token is a call wherever it is.)
+        if fmt in QUOTABLE and parser.name == fmt:
+            assert outcome.error is None, (parser.name, answer, outcome.error)
 
 
 @st.composite
