@@ -58,6 +58,11 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "\n",
     ),
     "glm47": ("<tool_call>f<arg_key>a</arg_key><arg_value>", "</arg_value></tool_call>", ""),
+    "gpt_oss": (
+        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
+        "<|call|>",
+        "<|start|>assistant",
+    ),
 }
 # The tool every input calls, offered to every parse: "a" may be an object, an array or a
 # number, so raw-text values (Qwen3-Coder, GLM) go through every typing path, Python
@@ -83,6 +88,7 @@ NESTED_CLOSE = "</arg_value>\n</parameter>\n"
 TEMPLATES["qwen"] = TEMPLATES["hermes"]
 TEMPLATES["llama4_json"] = TEMPLATES["llama3_json"]
 TEMPLATES["auto"] = TEMPLATES["hermes"]
+TEMPLATES["harmony"] = TEMPLATES["gpt_oss"]
 
 # Every marker of every format, plus JSON openers, for the "many markers" input.
 ALL_MARKERS = (
@@ -91,6 +97,8 @@ ALL_MARKERS = (
     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜><｜tool▁call▁end｜>"
     "<｜tool▁calls▁end｜><|tool_calls_section_begin|><|tool_call_begin|>"
     '<|tool_call_argument_begin|><|tool_call_end|><|tool_calls_section_end|>{"a": [;\n'
+    "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
+    "<|end|><|call|><|return|>```\n`"
 )
 
 

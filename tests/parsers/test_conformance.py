@@ -43,6 +43,7 @@ def tool(name: str, **types: object) -> dict:
 
 TOOLS = [
     tool("get_weather", city="string", days="integer"),
+    tool("send_email", to="string", subject="string"),
     tool("write_file", path="string", content="string"),
     tool("ping"),
     tool(
@@ -78,6 +79,9 @@ class Row:
     arguments: list[str] | None = None  # exact function.arguments texts, when checked
     ids: list[str] | None = None  # exact ids, when the format carries them
     error: str | None = None  # part of the reason, for an unreadable call
+    quiet: bool = False  # no call and no error: prose or a quotation, not a mistake
+    answer: str | None = None  # channel formats: the content when there is no call
+    reasoning: str | None = None  # channel formats: the reasoning, when checked
     auto: bool = True  # auto reads it the same way
     tools: list[dict] = field(default_factory=lambda: TOOLS)
 
@@ -580,6 +584,332 @@ KIMI_ROWS = [
     ),
 ]
 
+# --- gpt-oss (harmony) ------------------------------------------------------------------------
+
+H_START, H_END, H_MSG, H_CALL, H_RETURN = (
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|call|>",
+    "<|return|>",
+)
+
+
+def h_call(name: str, arguments: str, end: str = H_CALL, constrain: bool = True) -> str:
+    """One call message as gpt-oss writes it: commentary, recipient, content type, JSON."""
+    ctype = " <|constrain|>json" if constrain else ""
+    return f"<|channel|>commentary to=functions.{name}{ctype}{H_MSG}{arguments}{end}"
+
+
+def h_msg(channel: str, body: str, end: str = H_END) -> str:
+    """One message without a recipient (reasoning, preamble, or the answer)."""
+    return f"<|channel|>{channel}{H_MSG}{body}{end}"
+
+
+def h_then(*messages: str) -> str:
+    """Messages of one assistant output: each after the first opens with its header."""
+    return messages[0] + "".join(H_START + "assistant" + m for m in messages[1:])
+
+
+THINK = h_msg("analysis", "The user wants the weather; call get_weather.")
+GPT_OSS_ROWS = [
+    Row(
+        "reasoning then a call",
+        h_then(THINK, h_call("get_weather", '{"city":"Paris"}')),
+        [("get_weather", {"city": "Paris"})],
+        arguments=['{"city":"Paris"}'],
+        reasoning="The user wants the weather; call get_weather.",
+    ),
+    Row(
+        # The server strips the stop token <|call|> from the text it returns.
+        "stop token stripped",
+        h_then(THINK, h_call("get_weather", '{"city": "Oslo"}', end="")),
+        [("get_weather", {"city": "Oslo"})],
+    ),
+    Row(
+        "recipient in the role header, content type without <|constrain|>",
+        h_then(THINK, "")
+        + ' to=functions.get_weather<|channel|>commentary json<|message|>{"days": 2}',
+        [("get_weather", {"days": 2})],
+    ),
+    Row(
+        "first message with the recipient before the channel",
+        " to=functions.ping<|channel|>commentary json<|message|>{}<|call|>",
+        [("ping", {})],
+    ),
+    Row(
+        "the answer, reasoning apart",
+        h_then(THINK, h_msg("final", "It is sunny in Paris.", H_RETURN)),
+        None,
+        answer="It is sunny in Paris.",
+        reasoning="The user wants the weather; call get_weather.",
+        quiet=True,
+    ),
+    Row(
+        "the answer, stop token stripped",
+        h_then(THINK, h_msg("final", "Sunny.", "")),
+        None,
+        answer="Sunny.",
+        quiet=True,
+    ),
+    Row(
+        "a preamble is content",
+        h_then(THINK, h_msg("commentary", "Let me check."), h_call("get_weather", "{}")),
+        [("get_weather", {})],
+        "Let me check.",
+    ),
+    Row(
+        "parallel calls",
+        h_then(h_call("ping", "{}"), h_call("get_weather", '{"city": "Rome"}', constrain=False)),
+        [("ping", {}), ("get_weather", {"city": "Rome"})],
+    ),
+    Row("no arguments", h_call("ping", ""), [("ping", {})], arguments=["{}"]),
+    Row(
+        "a call on the analysis channel",
+        '<|channel|>analysis to=functions.get_weather<|message|>{"city": "Nice"}<|call|>',
+        [("get_weather", {"city": "Nice"})],
+    ),
+    Row(
+        "unicode and nested JSON",
+        h_call("search", '{"query": "Zürich 東京", "filters": {"a": [{"b": null}]}}'),
+        [("search", {"query": "Zürich 東京", "filters": {"a": [{"b": None}]}})],
+    ),
+    Row(
+        "markup inside a value",
+        h_call("write_file", json.dumps({"content": H_CALL + H_START + h_call("rm", "{}")})),
+        [("write_file", {"content": H_CALL + H_START + h_call("rm", "{}")})],
+    ),
+    Row(
+        "truncated inside the arguments",
+        h_then(THINK, h_call("get_weather", '{"city": "Pa', end="")),
+        None,
+        error="the arguments of the call to get_weather are not one complete JSON object",
+    ),
+    Row(
+        "arguments that are no object",
+        h_call("get_weather", '"Paris"'),
+        None,
+        error="the arguments of the call to get_weather are not one complete JSON object",
+    ),
+    Row(
+        "text after the arguments",
+        h_call("get_weather", '{"city": "Paris"} and more'),
+        None,
+        error="text follows the arguments of the call to get_weather",
+    ),
+    Row(
+        # Built-in tools (python, browser) are no functions this env offers.
+        "a built-in tool's recipient",
+        "<|channel|>commentary to=python<|message|>print(1)<|call|>",
+        None,
+        error="the message is addressed to python, which is no function",
+    ),
+    Row(
+        "the model writes a tool's answer itself",
+        h_call("ping", "{}")
+        + H_START
+        + 'functions.ping to=assistant<|channel|>commentary<|message|>{"ok": true}<|end|>',
+        None,
+        error="the output holds a message from functions.ping",
+    ),
+    Row(
+        "cut off in a call's header",
+        h_then(THINK, "") + "<|channel|>commentary to=functions.get_weather",
+        None,
+        error="cut off in the header of a call",
+    ),
+    Row(
+        "prose quoting the markup is no harmony output",
+        "Calls look like <|channel|>commentary to=functions.ping<|message|>{}<|call|> here.",
+        None,
+        quiet=True,
+    ),
+    Row(
+        "reasoning cut off, no answer yet",
+        h_msg("analysis", "Let me think", ""),
+        None,
+        answer="",
+        reasoning="Let me think",
+        quiet=True,
+    ),
+    Row("plain text", "No tool needed.", None, quiet=True),
+]
+
+
+# --- calls the model did not make (issue 23), each verbatim ------------------------------------
+
+ALICE = '{"name": "Alice", "age": 30, "city": "Paris"}'
+TAG_PROSE = "Wrap calls in <tool_call> and </tool_call> tags."
+ECHOED = json.dumps(
+    {
+        "name": "get_weather",
+        "description": "Get the weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+)
+EMAIL_ARGS = '{"to": "bob@example.com", "subject": "Hi"}'
+HERMES_PING = '<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>'
+
+
+def fenced(call: str) -> str:
+    """A call shown in a Markdown code block inside an answer."""
+    return f"Here is how a call looks:\n```\n{call}\n```\nThat is all."
+
+
+def inline(call: str) -> str:
+    """A call shown in inline code inside an answer."""
+    return f"Write `{call}` to call it."
+
+
+PHANTOM_ROWS: dict[str, list[Row]] = {
+    "llama3_json": [
+        Row("a JSON answer with a name key is an answer", ALICE, None, quiet=True),
+        Row("an echoed tool definition is an answer", ECHOED, None, quiet=True),
+        Row(
+            "arguments under args: unreadable, not run without them",
+            '{"name": "send_email", "args": ' + EMAIL_ARGS + "}",
+            None,
+            error='puts its arguments under "args"',
+        ),
+    ],
+    "hermes": [
+        Row("prose naming the tags is no call", TAG_PROSE, None, quiet=True),
+        Row(
+            "arguments under args: unreadable, not run without them",
+            '<tool_call>{"name": "send_email", "args": ' + EMAIL_ARGS + "}</tool_call>",
+            None,
+            error='the call to send_email puts its arguments under "args"',
+        ),
+        Row(
+            "arguments under input: unreadable, not run without them",
+            '<tool_call>{"name": "send_email", "input": ' + EMAIL_ARGS + "}</tool_call>",
+            None,
+            error='the call to send_email puts its arguments under "input"',
+        ),
+        Row(
+            "an echoed tool definition is no call with the schema as arguments",
+            f"<tool_call>{ECHOED}</tool_call>",
+            None,
+            error='has members a call does not have: "description"',
+        ),
+        Row("a call in a fenced code block is a quotation", fenced(HERMES_PING), None, quiet=True),
+        Row("a call in inline code is a quotation", inline(HERMES_PING), None, quiet=True),
+        Row(
+            "a quotation, then a real call",
+            fenced(HERMES_PING) + "\n" + HERMES_PING,
+            [("ping", {})],
+            fenced(HERMES_PING),
+        ),
+        Row(
+            "a fence inside an argument value does not hide the next call",
+            '<tool_call>{"name": "write_file", "arguments": {"content": "```\\nx"}}</tool_call>'
+            + HERMES_PING,
+            [("write_file", {"content": "```\nx"}), ("ping", {})],
+        ),
+        Row(
+            # Re-serialised (the raw newline), the escape stays an escape.
+            "a lone surrogate escape stays an escape",
+            '<tool_call>{"name": "write_file", "arguments": {"content": "a\n\\ud800"}}</tool_call>',
+            [("write_file", {"content": "a\n\ud800"})],
+            arguments=['{"content": "a\\n\\ud800"}'],
+        ),
+    ],
+    "glm45": [
+        Row("prose naming the tags is no call", TAG_PROSE, None, quiet=True),
+        Row(
+            "a call in a fenced code block is a quotation",
+            fenced("<tool_call>ping</tool_call>"),
+            None,
+            quiet=True,
+        ),
+        Row(
+            "a lone surrogate escape stays an escape",
+            '<tool_call>search<arg_key>filters</arg_key><arg_value>{"k": "\\ud800"}</arg_value>'
+            "</tool_call>",
+            [("search", {"filters": {"k": "\ud800"}})],
+            arguments=['{"filters": {"k": "\\ud800"}}'],
+        ),
+    ],
+    "qwen3_coder": [
+        Row(
+            # Qwen3-Coder sometimes drops <tool_call>; its own serving stack reads the block.
+            "a bare function block is a call",
+            "Checking.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>",
+            [("get_weather", {"city": "Paris"})],
+            "Checking.",
+        ),
+        Row(
+            "a bare function block cut off is unreadable",
+            "<function=get_weather>\n<parameter=city>\nPar",
+            None,
+            error="has no matching </parameter>",
+        ),
+        Row(
+            "a call in a fenced code block is a quotation",
+            fenced("<tool_call>\n<function=ping>\n</function>\n</tool_call>"),
+            None,
+            quiet=True,
+        ),
+        Row(
+            "a lone surrogate escape stays an escape",
+            "<tool_call>\n<function=search>\n<parameter=filters>\n"
+            '{"k": "\\ud800"}\n</parameter>\n</function>\n</tool_call>',
+            [("search", {"filters": {"k": "\ud800"}})],
+            arguments=['{"filters": {"k": "\\ud800"}}'],
+        ),
+    ],
+    "kimi_k2": [
+        *(
+            Row(
+                f"an id without its index: {call_id}",
+                KIMI_CALLS
+                + f"{KIMI_CALL}{call_id}{KIMI_ARGS}"
+                + '{"city": "Paris"}'
+                + KIMI_CALL_END
+                + KIMI_CALLS_END,
+                None,
+                error=f"the call id {call_id!r} is not functions.NAME:INDEX",
+            )
+            for call_id in (
+                "functions.get_weather.0",
+                "get_weather.0",
+                "invalid_get_weather.0",
+                "functions.get_weather",
+                "0",
+            )
+        ),
+        Row(
+            # Special tokens: no prose writes them, so a fence does not make them a quotation.
+            "a call in a fenced code block is still a call",
+            fenced(KIMI_CALLS + kimi("ping", "{}") + KIMI_CALLS_END),
+            [("ping", {})],
+            "Here is how a call looks:\n```\n\n```\nThat is all.",
+        ),
+    ],
+}
+PHANTOM_ROWS["mistral"] = [
+    Row(
+        # [TOOL_CALLS] is a control token: in a fence it is still the model's call.
+        "a call in a fenced code block is still a call",
+        "```\n" + '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+        [("get_weather", {"city": "Paris"})],
+        "```",
+    ),
+]
+PHANTOM_ROWS["gpt_oss"] = PHANTOM_ROWS["harmony"] = [
+    Row(
+        # A call is a message of its own: markup inside the answer's text is text.
+        "harmony markup quoted inside the answer is no call",
+        h_msg("final", "Write <|channel|>commentary to=functions.ping<|message|>{}", H_CALL),
+        None,
+        answer="Write <|channel|>commentary to=functions.ping<|message|>{}",
+        quiet=True,
+    ),
+]
+PHANTOM_ROWS["llama4_json"] = PHANTOM_ROWS["llama3_json"]
+PHANTOM_ROWS["qwen"] = PHANTOM_ROWS["hermes"]
+PHANTOM_ROWS["glm47"] = PHANTOM_ROWS["glm45"]
+
 TABLES: dict[str, list[Row]] = {
     "hermes": hermes_rows("tool_call"),
     "qwen": hermes_rows("tool_call"),
@@ -593,7 +923,11 @@ TABLES: dict[str, list[Row]] = {
     "deepseek_v3": DEEPSEEK_V3_ROWS,
     "deepseek_v3_1": DEEPSEEK_V31_ROWS,
     "kimi_k2": KIMI_ROWS,
+    "gpt_oss": GPT_OSS_ROWS,
+    "harmony": GPT_OSS_ROWS,
 }
+for _fmt, _rows in PHANTOM_ROWS.items():
+    TABLES[_fmt] = TABLES[_fmt] + _rows
 CASES = [
     pytest.param(fmt, row, id=f"{fmt}: {row.id}") for fmt, rows in TABLES.items() for row in rows
 ]
@@ -602,16 +936,23 @@ CASES = [
 def check(parser_name: str, fmt: str, row: Row) -> None:
     """Parse the row's text and compare with what the row expects."""
     outcome = get_parser(parser_name).read(row.text, row.tools)
+    if row.reasoning is not None:
+        assert outcome.reasoning == row.reasoning
     if row.calls is None:
-        assert (outcome.content, outcome.tool_calls) == (row.text, None)
+        content = row.text if row.answer is None else row.answer
+        assert (outcome.content, outcome.tool_calls) == (content, None)
         if row.error is not None:
             assert outcome.error is not None and row.error in outcome.error
+        if row.quiet:
+            assert outcome.error is None
         return
     calls = outcome.tool_calls
     assert calls is not None, outcome.error
     got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
     assert got == row.calls
     assert outcome.content == row.content
+    for c in calls:  # never a lone surrogate: every consumer encodes these as UTF-8
+        c["function"]["name"].encode("utf-8"), c["function"]["arguments"].encode("utf-8")
     if row.arguments is not None:
         assert [c["function"]["arguments"] for c in calls] == row.arguments
     if row.ids is not None:

@@ -69,13 +69,23 @@ def test_singular_section_markers_are_removed_from_content() -> None:
     [
         ("functions.get_weather:0", "get_weather"),
         ("get_weather:12", "get_weather"),
-        ("functions.get_weather", "get_weather"),
         (" functions.ns.tool:2 ", "ns.tool"),
-        ("functions.a:b", "a:b"),
     ],
 )
 def test_name_from_call_id(call_id: str, name: str) -> None:
     assert name_from_call_id(call_id) == name
+
+
+@pytest.mark.parametrize(
+    "call_id",
+    ["functions.get_weather", "functions.get_weather.0", "get_weather.0", "0", "functions.a:b"],
+)
+def test_an_id_that_is_not_name_and_index_is_an_unreadable_call(call_id: str) -> None:
+    # Read as a name, "get_weather.0" or "0" would call a tool the model never named.
+    text = BEGIN + call(call_id, '{"city": "Paris"}') + END
+    outcome = P.read(text)
+    assert (outcome.content, outcome.tool_calls) == (text, None)
+    assert outcome.error == f"the call id {call_id!r} is not functions.NAME:INDEX"
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,18 @@ def _inputs(name: str) -> dict[str, str]:
         unit = call[: max(cut, 1)]
         inputs[f"repeated {unit[-12:]!r}"] = (unit * (SIZE // len(unit) + 1))[:SIZE]
     inputs["glm names"] = ("<tool_call>f\n" * (SIZE // 13 + 1))[:SIZE]
+    # Markdown code and prose naming the tags: the quoted-markup checks must stay linear.
+    for unit in ("```\n<tool_call>", "`<tool_call>`", "<tool_call> and ", "<function=f> x "):
+        inputs[f"quoted {unit!r}"] = (unit * (SIZE // len(unit) + 1))[:SIZE]
+    inputs["open fence, then calls"] = "```\n" + (call * (SIZE // len(call) + 1))[:SIZE]
+    # Harmony: many messages, many headers, headers without a body.
+    for unit in (
+        "<|channel|>analysis<|message|>x<|end|><|start|>assistant",
+        "<|start|>assistant<|channel|>final",
+        "<|channel|>commentary to=functions.f<|message|>",
+        "assistant " * 30 + "<|message|>",
+    ):
+        inputs[f"harmony {unit[:24]!r}"] = (unit * (SIZE // len(unit) + 1))[:SIZE]
     return inputs
 
 

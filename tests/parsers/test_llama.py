@@ -53,8 +53,15 @@ def test_arguments_as_json_string(parser) -> None:
     assert summary(parser.parse(text)[1]) == [("a", {"n": 1.5})]
 
 
-def test_missing_parameters(parser) -> None:
-    calls = parser.parse('{"name": "now"}')[1]
+def test_an_object_without_parameters_is_an_answer(parser) -> None:
+    # {"name": "now"} may as well be the answer "a thing named now": no call is guessed.
+    text = '{"name": "now"}'
+    outcome = parser.read(text)
+    assert (outcome.content, outcome.tool_calls, outcome.error) == (text, None, None)
+
+
+def test_empty_parameters_are_a_call(parser) -> None:
+    calls = parser.parse('{"name": "now", "parameters": {}}')[1]
     assert calls is not None and calls[0]["function"]["arguments"] == "{}"
 
 

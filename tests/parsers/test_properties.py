@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Callable
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from markup import (
     DS_CALL,
@@ -32,6 +32,9 @@ IDS = {
     "kimi_k2": re.compile(r"\S(?:.*\S)?", re.DOTALL),  # as the model wrote it
 }
 OPENAI_ID = re.compile(r"call_[0-9a-f]{24}")
+# Channel formats split the answer from the reasoning even when the text holds no call.
+HARMONY = {"gpt_oss", "harmony"}
+HARMONY_OPENERS = ("<|channel|>", "<|start|>", "to=functions.")
 FAST = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -72,6 +75,22 @@ MARKUP = [
     KIMI_ARGS,
     KIMI_CALL_END,
     "functions.f:0",
+    "<|start|>",
+    "assistant",
+    "<|channel|>",
+    "analysis",
+    "commentary",
+    "final",
+    " to=functions.f",
+    " to=python",
+    "<|constrain|>",
+    " json",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    "```\n",
+    "`",
 ]
 JSON_BITS = ['{"name": "f", "arguments": ', '"parameters": ', '{"a": 1}', "{", "}", "[", "]"]
 JSON_BITS += ['"', ":", ",", ";", "\n", " ", "f", ">", "1", "null", "\\", "\\u12", "NaN"]
@@ -90,7 +109,10 @@ def run(
     assert isinstance(result, tuple) and len(result) == 2
     content, calls = result
     if calls is None:
-        assert content is text
+        if splits_channels(parser, text):
+            assert isinstance(content, str)
+        else:
+            assert content is text
         return result
     assert isinstance(calls, list) and calls
     assert content is None or (isinstance(content, str) and content and content == content.strip())
@@ -104,7 +126,16 @@ def run(
         assert isinstance(name, str) and name and name == name.strip()
         assert isinstance(arguments, str)
         assert isinstance(json.loads(arguments), dict)
+        # No lone surrogate, whatever escapes the model wrote: both encode as UTF-8.
+        name.encode("utf-8"), arguments.encode("utf-8")
     return result
+
+
+def splits_channels(parser: ToolCallParser, text: str) -> bool:
+    """True when the parser reads ``text`` as harmony, whose content is the answer alone."""
+    if parser.name == "auto":
+        return text.lstrip().startswith(HARMONY_OPENERS)
+    return parser.name in HARMONY
 
 
 def run_all(text: str) -> None:
@@ -129,6 +160,34 @@ def test_random_text(text: str) -> None:
         for parser in PARSERS:
             result = parser.parse(text)
             assert result == (text, None) and result[0] is text
+
+
+@settings(FAST, max_examples=300)
+@given(st.text(max_size=60), st.sampled_from(['"\\ud800"', '"\\udfff x"', '"a\\ud83d"']))
+def test_lone_surrogate_escapes_never_reach_the_arguments(text: str, escape: str) -> None:
+    # Every format, its values written as JSON or as raw text, with a lone surrogate escape.
+    value = '{"k": ' + escape + ', "t": ' + json.dumps(text) + "}"
+    outputs = [
+        f'<tool_call>{{"name": "f", "arguments": {{"a": {value}, "n": "x\ny"}}}}</tool_call>',
+        f'<tool_call>{{"name": "f", "arguments": {json.dumps(value)}}}</tool_call>',
+        f"<tool_call><function=f><parameter=a>{value}</parameter></function></tool_call>",
+        f"<tool_call>f<arg_key>a</arg_key><arg_value>{value}</arg_value></tool_call>",
+        f"<tool_call>f<arg_key>a</arg_key><arg_value>{escape}</arg_value></tool_call>",
+        f"[TOOL_CALLS]f[ARGS]{value}",
+        f'{{"name": "f", "parameters": {value}}}',
+        f"<|channel|>commentary to=functions.f<|message|>{value}<|call|>",
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {}}}}]
+    typed = [
+        {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"properties": {"a": {"type": "object"}}}},
+        }
+    ]
+    for output in outputs:
+        for parser in PARSERS:
+            run(parser, output, tools)
+            run(parser, output, typed)
 
 
 @settings(FAST, max_examples=300)
@@ -284,6 +343,30 @@ def render_section(begin: str, end: str, one: Callable[[str, str], str]) -> Call
     return render
 
 
+def render_harmony(calls: list[Call], draw) -> tuple[str, list[Call], str | None]:
+    """gpt-oss: optional analysis, then one commentary message per call, recipient anywhere."""
+    messages = []
+    reasoning = draw(prose)
+    if reasoning.strip():
+        messages.append(f"<|channel|>analysis<|message|>{reasoning}<|end|>")
+    for index, (name, args) in enumerate(calls):
+        header = draw(
+            st.sampled_from(
+                [
+                    f"<|channel|>commentary to=functions.{name} <|constrain|>json",
+                    f" to=functions.{name}<|channel|>commentary json",
+                    f"<|channel|>commentary to=functions.{name}",
+                ]
+            )
+        )
+        last = index == len(calls) - 1
+        end = draw(st.sampled_from(["<|call|>", ""])) if last else "<|call|>"
+        messages.append(f"{header}<|message|>{_dump(args, draw(st.booleans()))}{end}")
+    # The first message follows the prompt's <|start|>assistant; later ones open their own.
+    text = messages[0] + "".join("<|start|>assistant" + m for m in messages[1:])
+    return text, calls, None
+
+
 RENDERERS: dict[str, tuple[Callable, bool]] = {
     # parser name -> (renderer, uses raw-text values)
     "hermes": (render_json_tagged("<tool_call>", "</tool_call>"), False),
@@ -319,6 +402,7 @@ RENDERERS: dict[str, tuple[Callable, bool]] = {
     ),
 }
 RENDERERS["deepseek_v31"] = RENDERERS["deepseek_v3_1"]
+RENDERERS["gpt_oss"] = RENDERERS["harmony"] = (render_harmony, False)
 assert set(RENDERERS) | {"auto"} == set(NAMES)
 
 
@@ -359,6 +443,34 @@ def test_valid_output_round_trips(case: tuple[str, str, list[Call], str | None])
         assert decoded(calls) == [(n, a) for n, a in expected]
         if parser.name == fmt:
             assert got_content == content
+
+
+# Formats whose markup is plain text prose and Markdown quote; Llama's call is the whole
+# message and harmony's a message of its own, so quoting one in an answer makes no call.
+QUOTABLE = {"hermes", "qwen", "longcat", "qwen3_coder", "glm45", "glm47"}
+NOT_IN_ANSWERS = QUOTABLE | {"llama3_json", "llama4_json", "gpt_oss", "harmony"}
+
+
+@settings(FAST, max_examples=600)
+@given(rendered(), st.sampled_from(["fence", "tilde fence", "inline"]), prose)
+def test_a_call_quoted_in_markdown_code_never_runs(
+    case: tuple[str, str, list[Call], str | None], how: str, before: str
+) -> None:
+    fmt, text, expected, _ = case
+    assume(fmt in NOT_IN_ANSWERS and "`" not in text and "~~~" not in text)
+    if how == "inline":
+        assume("\n" not in text)  # an inline span ends with its line here
+        answer = f"{before} Write `{text}` to call it."
+    else:
+        fence = "```" if how == "fence" else "~~~"
+        answer = f"{before}\n{fence}\n{text}\n{fence}\nThat is the format."
+    for parser in (get_parser(fmt), get_parser("auto")):
+        outcome = parser.read(answer, tools_for(expected))
+        assert outcome.tool_calls is None, (parser.name, answer)
+        # A quotation, no mistake to tell the model about. (auto may still refuse another
+        # format's special token quoted inside it: that token is a call wherever it is.)
+        if fmt in QUOTABLE and parser.name == fmt:
+            assert outcome.error is None, (parser.name, answer, outcome.error)
 
 
 @st.composite

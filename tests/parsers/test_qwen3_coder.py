@@ -125,7 +125,7 @@ def test_compact_form_without_newlines() -> None:
         "<tool_call><function=f>stray text<parameter=a>1</parameter></function></tool_call>",
         "<tool_call><function=f><parameter=>1</parameter></function></tool_call>",
         '<tool_call>{"name": "f", "arguments": {}}</tool_call>',  # Hermes, not Qwen3-Coder
-        "<function=f></function>",  # outside <tool_call>
+        "<function=f>\n<parameter=a>1</parameter>",  # bare block, cut off: no </function>
         "nothing to see",
     ],
 )

@@ -31,6 +31,8 @@ REQUIRED = {
     "kimi_k2",
     "glm45",
     "glm47",
+    "gpt_oss",
+    "harmony",
     "auto",
 }
 

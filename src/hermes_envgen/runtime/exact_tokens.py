@@ -188,13 +188,16 @@ class ExactTokensBackend:
         reasoning, body = split_reasoning(raw)
         outcome = self.parser.read(body, tools)
         content, calls = outcome.content, outcome.tool_calls
-        error = None if calls else parse_failure(self.parser, body, outcome.error)
+        # A settled outcome (markup only quoted, or a channel format's answer) is no failure.
+        settled = calls or outcome.settled
+        error = None if settled else parse_failure(self.parser, body, outcome.error)
         if calls and finish_reason in (None, "stop"):
             finish_reason = "tool_calls"
         return AssistantTurn(
             content=body if error else content or "",
             tool_calls=calls or [],
-            reasoning=reasoning,
+            # Channel formats (gpt-oss) carry reasoning apart: their parser splits it out.
+            reasoning=outcome.reasoning or reasoning,
             finish_reason=finish_reason,
             parse_error=error,
         )

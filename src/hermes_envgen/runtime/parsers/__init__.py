@@ -1,11 +1,13 @@
-"""Client-side tool-call parsers for raw LLM output (Hermes, Mistral, Llama, DeepSeek, ...).
+"""Client-side tool-call parsers for raw LLM output (Hermes, Mistral, Llama, gpt-oss, ...).
 
 ``get_parser(name).parse(text, tools)`` returns ``(content, tool_calls)`` with OpenAI-form calls,
 or ``(text, None)`` when the text holds no valid call; ``read(text, tools)`` also says why a
 call the text opens could not be read. ``tools`` (the tool definitions offered to the model)
-type the values of raw-text formats. Ids are those the format's chat template expects and
-``function.arguments`` is the model's own JSON text where it wrote one. Parsers never raise and
-run in linear time.
+type the values of raw-text formats. A channel format (gpt-oss's harmony) splits the answer
+from the reasoning even without a call: its content is the answer, ``read(...).reasoning``
+the reasoning. Ids are those the format's chat template expects and ``function.arguments``
+is the model's own JSON text where it wrote one (lone surrogates always stay escapes).
+Parsers never raise and run in linear time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 # Importing the format modules registers their parsers.
 from .auto import AutoParser, detect_formats
 from .base import (
+    NoCallMeant,
     ParseOutcome,
     ParseResult,
     ToolCallParser,
@@ -27,6 +30,7 @@ from .base import (
 )
 from .deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from .glm import Glm45Parser, Glm47Parser
+from .gpt_oss import GptOssParser
 from .hermes import HermesParser, LongcatParser, QwenParser
 from .kimi_k2 import KimiK2Parser
 from .llama import Llama3JsonParser, Llama4JsonParser
@@ -39,12 +43,14 @@ __all__ = [
     "DeepSeekV31Parser",
     "Glm45Parser",
     "Glm47Parser",
+    "GptOssParser",
     "HermesParser",
     "KimiK2Parser",
     "Llama3JsonParser",
     "Llama4JsonParser",
     "LongcatParser",
     "MistralParser",
+    "NoCallMeant",
     "ParseOutcome",
     "ParseResult",
     "Qwen3CoderParser",

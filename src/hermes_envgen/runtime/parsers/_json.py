@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-__all__ = ["JSON_DECODER", "STRICT_JSON_DECODER", "encode_json"]
+__all__ = ["JSON_DECODER", "STRICT_JSON_DECODER", "encode_json", "has_surrogate"]
 
 
 def _reject_constant(token: str) -> Any:
@@ -35,6 +36,25 @@ STRICT_JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_fl
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
+# A lone surrogate (from an escape such as \ud800 that the model wrote) cannot be encoded as
+# UTF-8; a proper pair is one code point in a Python str, so any match here is lone.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    """The JSON escape of one lone surrogate, as the model wrote it."""
+    return f"\\u{ord(match.group()):04x}"
+
+
 def encode_json(value: Any) -> str:
-    """JSON text with non-ASCII kept as is, the way the parsers write arguments."""
-    return _ENCODER.encode(value)
+    """JSON text with non-ASCII kept as is, the way the parsers write arguments.
+
+    Lone surrogates stay JSON escapes: the text is always valid UTF-8, and decodes to the
+    same value.
+    """
+    return _SURROGATE.sub(_escape_surrogate, _ENCODER.encode(value))
+
+
+def has_surrogate(text: str) -> bool:
+    """True when ``text`` holds a lone surrogate, which no UTF-8 consumer accepts."""
+    return _SURROGATE.search(text) is not None

@@ -8,7 +8,14 @@ from json.decoder import scanstring as _scanstring
 from typing import Any, ClassVar, NamedTuple
 
 from ._json import JSON_DECODER
-from .base import ParseResult, ToolCallParser, UnreadableCall, make_tool_call, new_call_id
+from .base import (
+    NoCallMeant,
+    ParseResult,
+    ToolCallParser,
+    UnreadableCall,
+    make_tool_call,
+    new_call_id,
+)
 from .schema import LiteralBudget, ToolSchemas
 
 # A single character class with `*`/`+`: cannot backtrack, so matching stays linear.
@@ -170,6 +177,57 @@ def object_body(
     return BodyResult(name, arguments, stop, scan.text[start:stop], call_id)
 
 
+# What changes Markdown's code state: a line break, a backtick run, a tilde fence.
+_MD_EVENT = re.compile(r"\n|`+|~{3,}")
+# Text right after an opening tag that is prose, not a call body: up to the next tag.
+_NOT_PROSE = re.compile(r"[\n<{]")
+
+
+class MarkdownCode:
+    """Whether a position lies in Markdown code: a fenced block or an inline code span.
+
+    Reads the text between calls once, left to right (call markup is skipped with
+    :meth:`skip_to`, so a fence inside an argument value changes nothing). Close enough to
+    CommonMark for the one question asked: a fence is three or more backticks or tildes
+    opening a line (after at most three spaces) and is closed by a like run opening a line;
+    an inline span is a backtick run closed by one of the same length on the same line, and
+    an unclosed run counts as open to the end of its line (a call after it is not trusted).
+    """
+
+    __slots__ = ("_fence", "_inline", "_line_start", "_pos", "_text")
+
+    def __init__(self, text: str) -> None:
+        """Start before the first character, outside code."""
+        self._text = text
+        self._pos = 0
+        self._line_start = 0
+        self._fence = ""  # the run that opened the fenced block we are in
+        self._inline = 0  # length of the backtick run that opened an inline span
+
+    def skip_to(self, pos: int) -> None:
+        """Jump over text that is no Markdown (a call's markup)."""
+        self._pos = max(self._pos, pos)
+
+    def inside(self, pos: int) -> bool:
+        """True when ``pos`` (at or after the last position asked) lies in code."""
+        text = self._text
+        for event in _MD_EVENT.finditer(text, self._pos, max(pos, self._pos)):
+            run, at = event.group(), event.start()
+            if run == "\n":
+                self._line_start, self._inline = at + 1, 0
+                continue
+            opens_line = at - self._line_start <= 3 and not text[self._line_start : at].strip(" ")
+            if self._fence:
+                if opens_line and run[0] == self._fence[0] and len(run) >= len(self._fence):
+                    self._fence = ""
+            elif opens_line and len(run) >= 3:
+                self._fence, self._inline = run, 0
+            elif run[0] == "`":
+                self._inline = 0 if self._inline == len(run) else self._inline or len(run)
+        self._pos = max(pos, self._pos)
+        return bool(self._fence) or self._inline > 0
+
+
 def earliest(*positions: int) -> int:
     """Smallest non-negative position, or -1 when all are -1."""
     best = -1
@@ -191,14 +249,53 @@ def is_valid_name(name: str) -> bool:
     return _NAME.fullmatch(name) is not None
 
 
-def call_from_object(obj: Any) -> tuple[str, Any] | None:
-    """``(name, arguments)`` from a decoded ``{"name", "arguments" | "parameters"}`` object."""
+# The members a call object may have. Anything else means the object is no call as the
+# format writes it: an answer about someone named "Alice", an echoed tool definition
+# ("description"), or arguments under a key no template writes ("args", "input").
+CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
+# Keys models put arguments under by mistake: the call is meant, but unreadable.
+MISPLACED_ARGUMENT_KEYS = frozenset(
+    {"args", "input", "inputs", "params", "kwargs", "argument", "parameter", "arguments_json"}
+)
+
+
+def call_from_object(obj: Any, *, arguments_required: bool = False) -> tuple[str, Any] | None:
+    """``(name, arguments)`` from a decoded ``{"name", "arguments" | "parameters"}`` object.
+
+    None when the object is no call (no string ``name``, members a call does not have, or,
+    with ``arguments_required``, no argument member). Raises ``UnreadableCall`` when it is
+    meant as a call but its arguments sit under another key: running it would drop them.
+    """
     if not isinstance(obj, dict):
         return None
     name = obj.get("name")
     if not isinstance(name, str):
         return None
+    extra = obj.keys() - CALL_KEYS
+    misplaced = sorted(extra & MISPLACED_ARGUMENT_KEYS)
+    if misplaced and not obj.keys() & {"arguments", "parameters"}:
+        raise UnreadableCall(
+            f'the call to {name[:80]} puts its arguments under "{misplaced[0]}"; they belong'
+            ' under "arguments" (or "parameters")'
+        )
+    if extra or ("arguments" in obj and "parameters" in obj):
+        return None
+    if arguments_required and not obj.keys() & {"arguments", "parameters"}:
+        return None
     return name, obj.get(arguments_key(obj))
+
+
+def call_object_problem(obj: Any) -> str:
+    """Why a decoded object in a call's place is not a call, in one line for the model."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return 'the JSON object has no string "name"'
+    extra = sorted(obj.keys() - CALL_KEYS)
+    if extra:
+        shown = ", ".join(f'"{key[:40]}"' for key in extra[:3])
+        return f"the call to {obj['name'][:80]} has members a call does not have: {shown}"
+    if "arguments" in obj and "parameters" in obj:
+        return f'the call to {obj["name"][:80]} has both "arguments" and "parameters"'
+    return f"the arguments of the call to {obj['name'][:80]} are not a JSON object"
 
 
 def arguments_key(obj: dict[str, Any]) -> str:
@@ -257,6 +354,13 @@ class TaggedCallParser(ToolCallParser):
     section_markers: ClassVar[tuple[str, ...]] = ()
     # True where only the closing tag shows that the arguments are complete.
     close_required: ClassVar[bool] = False
+    # True where the tags are plain text that prose and Markdown quote (``<tool_call>``):
+    # a tag inside Markdown code, or followed by prose, is a quotation and no call. False
+    # where the markup is special tokens no prose writes (Kimi, DeepSeek), which a call
+    # may even contain a fence in.
+    quotable: ClassVar[bool] = False
+    # A call may also open with this, without ``call_open`` (Qwen3-Coder's ``<function=``).
+    bare_open: ClassVar[str] = ""
 
     @abstractmethod
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
@@ -285,15 +389,42 @@ class TaggedCallParser(ToolCallParser):
         """The id the format's chat template expects; by default a fresh OpenAI-style one."""
         return new_call_id()
 
+    def _is_mention(self, scan: TextScan, open_at: int, bare: bool) -> bool:
+        """True when the tag at ``open_at`` is named in prose, not opening a call.
+
+        ``Wrap calls in <tool_call> and </tool_call> tags.``: after the tag come a space and
+        words on one line, no brace, no markup. No chat template writes a call that way.
+        """
+        text = scan.text
+        body = open_at + len(self.call_open)
+        if bare or body >= len(text) or text[body] not in " \t":
+            return False
+        bound = self._bound(scan, body)
+        return _NOT_PROSE.search(text, body, bound) is None and not text[body:bound].isspace()
+
+    def _next_open(self, scan: TextScan, pos: int) -> tuple[int, bool]:
+        """The next opening at or after ``pos`` and whether it is a bare one; -1 when none."""
+        at = scan.find(self.call_open, pos)
+        if not self.bare_open:
+            return at, False
+        bare_at = scan.find(self.bare_open, pos, at if at >= 0 else None)
+        return (bare_at, True) if bare_at >= 0 else (at, False)
+
     def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
         """Scan every opening tag once, left to right."""
         scan = TextScan(text, schemas)
         call_open, call_close = self.call_open, self.call_close
+        code = MarkdownCode(text) if self.quotable else None
+        quoted = False
         spans: list[tuple[int, int]] = []
         calls: list[dict[str, Any]] = []
-        open_at = scan.find(call_open, 0)
+        open_at, bare = self._next_open(scan, 0)
         while open_at >= 0:
-            body = open_at + len(call_open)
+            body = open_at if bare else open_at + len(call_open)
+            if code is not None and (code.inside(open_at) or self._is_mention(scan, open_at, bare)):
+                quoted = True  # a quotation: the scan goes on after the tag
+                open_at, bare = self._next_open(scan, open_at + 1)
+                continue
             result = self._parse_body(scan, body)
             call = None
             if result is not None:
@@ -302,13 +433,16 @@ class TaggedCallParser(ToolCallParser):
                     result.name, result.arguments, raw=result.raw, call_id=call_id
                 )
             if result is None or call is None:
+                opened = self.bare_open if bare else call_open
                 raise UnreadableCall(
-                    f"the call opened by {call_open} at character {open_at} could not be read"
+                    f"the call opened by {opened} at character {open_at} could not be read"
                 )
             stop = result.stop
             after = skip_ws(text, stop, len(text))
             if text.startswith(call_close, after):
                 stop = after + len(call_close)
+            elif bare:
+                pass  # a bare call ends with its own block
             elif self.close_required:
                 raise UnreadableCall(f"the call to {result.name} is cut off before {call_close}")
             elif self._junk_before_close(scan, stop):
@@ -317,7 +451,11 @@ class TaggedCallParser(ToolCallParser):
                 )
             spans.append((open_at, stop))
             calls.append(call)
-            open_at = scan.find(call_open, stop)
+            if code is not None:
+                code.skip_to(stop)
+            open_at, bare = self._next_open(scan, stop)
+        if not calls and quoted:
+            raise NoCallMeant
         content, found = assemble(text, spans, calls)
         if found is None:
             return text, None

@@ -12,10 +12,11 @@ from typing import Any, ClassVar, TypeVar
 
 from hermes_envgen.runtime.errors import UnknownParserError
 
-from ._json import JSON_DECODER, STRICT_JSON_DECODER, encode_json
+from ._json import JSON_DECODER, STRICT_JSON_DECODER, encode_json, has_surrogate
 from .schema import ToolSchemas, tool_schemas
 
 __all__ = [
+    "NoCallMeant",
     "ParseOutcome",
     "ParseResult",
     "ToolCallParser",
@@ -36,6 +37,14 @@ class UnreadableCall(Exception):
     """Raised inside a parser: the text opens a call that cannot be read unambiguously."""
 
 
+class NoCallMeant(Exception):
+    """Raised inside a parser: the text holds the format's markup, but no call was meant.
+
+    Prose naming the tags, a call shown in Markdown code, a JSON answer where a Llama call
+    would be: no call, and no mistake to tell the model about.
+    """
+
+
 @dataclass(frozen=True)
 class ParseOutcome:
     """What a parser made of one text: content, calls, and why a call could not be read."""
@@ -43,6 +52,11 @@ class ParseOutcome:
     content: str | None
     tool_calls: list[dict[str, Any]] | None
     error: str | None = None  # one line for the model; set only when tool_calls is None
+    # Reasoning a channel format carries apart from the answer (gpt-oss's analysis channel).
+    reasoning: str | None = None
+    # No call, and none was meant: the markup is only named in prose or quoted in Markdown
+    # code, or it is a channel format's answer. Not a parse failure to tell the model about.
+    settled: bool = False
 
 
 # Tests flip this to see internal errors instead of the silent `(text, None)` fallback.
@@ -69,7 +83,7 @@ def verbatim_arguments(raw: str | None) -> str | None:
     ``raw`` is text a parser already decoded into an object; strict JSON differs only in
     refusing raw control characters inside strings, so only text holding one is decoded again.
     """
-    if raw is None:
+    if raw is None or has_surrogate(raw):
         return None
     if _CONTROL.search(raw) is None:
         return raw if raw.startswith("{") else None
@@ -111,7 +125,7 @@ def make_tool_call(
     if not isinstance(name, str):
         return None
     name = name.strip()
-    if not name:
+    if not name or has_surrogate(name):
         return None
     try:
         args = normalize_arguments(arguments)
@@ -156,21 +170,30 @@ class ToolCallParser(ABC):
         if self.markers and not any(marker in text for marker in self.markers):
             return ParseOutcome(text, None)
         try:
-            content, calls = self._parse(text, schemas)
+            result = self._parse(text, schemas)
         except UnreadableCall as exc:
             return ParseOutcome(text, None, str(exc))
+        except NoCallMeant:
+            return ParseOutcome(text, None, settled=True)
         except Exception:
             # The contract is "never raise": a parser bug must not crash a rollout.
             if _RAISE_INTERNAL_ERRORS:
                 raise
             return ParseOutcome(text, None)
+        if isinstance(result, ParseOutcome):  # a channel format: content and reasoning split
+            return result
+        content, calls = result
         if not calls:
             return ParseOutcome(text, None)
         return ParseOutcome(content, calls)
 
     @abstractmethod
-    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult:
-        """Format-specific parsing; may return ``(text, None)`` or raise UnreadableCall."""
+    def _parse(self, text: str, schemas: ToolSchemas) -> ParseResult | ParseOutcome:
+        """Format-specific parsing; may return ``(text, None)`` or raise UnreadableCall.
+
+        Raises NoCallMeant when the markup is only named, quoted or an answer. Channel formats
+        return a whole ParseOutcome, reasoning apart.
+        """
 
     def __repr__(self) -> str:
         """Show the registered name, which is what users select parsers by."""

@@ -8,6 +8,9 @@ Differences from common serving stacks, on purpose (as for Qwen3-Coder):
   nothing after its opening tag is read as another call.
 - A call must end with ``</tool_call>``, which the template always writes: without it the
   output was cut and arguments may be missing, so it is unreadable rather than run short.
+- The tags are plain text prose also writes: a ``<tool_call>`` followed by a space and words
+  (``Wrap calls in <tool_call> and </tool_call> tags.``), or inside Markdown code, is a
+  quotation and no call; the template writes the name right after the tag.
 - A value is kept exactly as written (the template writes it with no layout of its own);
   typing by the schema strips whitespace only to read numbers, booleans, objects and arrays.
   A parameter the schema does not type is read as JSON when it is a JSON non-string, as in
@@ -40,6 +43,7 @@ class Glm45Parser(TaggedCallParser):
     call_open = "<tool_call>"
     call_close = CALL_CLOSE
     close_required = True  # a call without </tool_call> may have lost arguments
+    quotable = True  # a call in Markdown code, or the tag in prose, is a quotation
 
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
         """Name up to a newline or the first key, then ``<arg_key>``/``<arg_value>`` pairs."""

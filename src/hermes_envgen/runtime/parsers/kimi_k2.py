@@ -2,13 +2,18 @@
 
 The call id is ``functions.NAME:IDX`` as the model wrote it: Kimi's template prints the id
 back as the call's header, and the argument JSON is kept as written. On purpose, unlike
-stacks that skip a broken call, one that does not read makes the text an unreadable call.
+stacks that skip a broken call, one that does not read makes the text an unreadable call, and
+so does an id that is not ``functions.NAME:IDX`` (``get_weather.0``, a bare ``0``): it names
+no function for sure. The markers are special tokens no prose writes, so a call inside
+Markdown code is still a call.
 """
 
 from __future__ import annotations
 
+import re
+
 from ._scan import BodyResult, TaggedCallParser, TextScan, is_valid_name, object_body
-from .base import register_parser
+from .base import UnreadableCall, register_parser
 
 __all__ = ["KimiK2Parser"]
 
@@ -22,14 +27,20 @@ CALL_END = "<|tool_call_end|>"
 ARGUMENT_BEGIN = "<|tool_call_argument_begin|>"
 
 
+# The id Kimi's template writes: ``functions.NAME:INDEX`` (the prefix is sometimes left out).
+_CALL_ID = re.compile(r"(?P<name>\w[^\s<>{}\[\]\"'`:]*):[0-9]+")
+
+
 def name_from_call_id(call_id: str) -> str:
-    """``functions.get_weather:0`` -> ``get_weather`` (prefix and index are optional)."""
-    name = call_id.strip()
-    name = name.removeprefix("functions.")
-    head, colon, index = name.rpartition(":")
-    if colon and index.isascii() and index.isdigit():
-        name = head
-    return name.strip()
+    """``functions.get_weather:0`` -> ``get_weather``; raises UnreadableCall on other ids.
+
+    An id without its ``:INDEX`` or a bare counter (``get_weather.0``, ``0``) names no
+    function unambiguously: read as a name it would call a tool the model never named.
+    """
+    match = _CALL_ID.fullmatch(call_id.strip().removeprefix("functions."))
+    if match is None or not is_valid_name(match["name"]):
+        raise UnreadableCall(f"the call id {call_id.strip()[:80]!r} is not functions.NAME:INDEX")
+    return match["name"]
 
 
 @register_parser("kimi_k2")
@@ -52,8 +63,6 @@ class KimiK2Parser(TaggedCallParser):
             return None
         call_id = scan.text[start:arg_at].strip()
         name = name_from_call_id(call_id)
-        if not is_valid_name(name):
-            return None
         return object_body(scan, name, arg_at + len(ARGUMENT_BEGIN), call_id)
 
     def _call_id(self, result: BodyResult) -> str:

@@ -6,8 +6,15 @@ import re
 from typing import Any
 
 from ._json import JSON_DECODER
-from ._scan import TextScan, arguments_key, call_from_object, skip_ws
-from .base import ParseResult, ToolCallParser, UnreadableCall, make_tool_call, register_parser
+from ._scan import TextScan, arguments_key, call_from_object, call_object_problem, skip_ws
+from .base import (
+    NoCallMeant,
+    ParseResult,
+    ToolCallParser,
+    UnreadableCall,
+    make_tool_call,
+    register_parser,
+)
 from .schema import ToolSchemas
 
 __all__ = ["Llama3JsonParser", "Llama4JsonParser"]
@@ -19,6 +26,11 @@ _CALL_START = re.compile(r'\{\s*"name"\s*:')
 @register_parser("llama3_json")
 class Llama3JsonParser(ToolCallParser):
     """Llama 3.x JSON calls; prose that merely contains JSON is not a call.
+
+    An object is a call only with a string ``name``, an argument member (``parameters`` or
+    ``arguments``) and nothing else but ``type``/``id``: a JSON answer that has a ``name``
+    key, or an echoed tool definition, stays the answer. Arguments under a key such as
+    ``args`` make it an unreadable call (running it would drop them).
 
     A message that opens with ``<|python_tag|>`` or a call object but is cut off, broken, or
     followed by anything but calls is an unreadable call, not an answer: its strings may quote
@@ -57,18 +69,28 @@ class Llama3JsonParser(ToolCallParser):
                     # Cut off or broken: its strings may quote calls of other formats.
                     raise UnreadableCall("the JSON call is cut off or is not valid JSON") from None
                 return text, None
-            parsed = call_from_object(obj)
+            # Only a call-shaped object is a call: {"name": "Alice", "age": 30} is an answer,
+            # and so is an echoed tool definition ({"name", "description", "parameters"}).
+            parsed = call_from_object(obj, arguments_required=True)
             call = None
             if parsed is not None:
                 raw = None
                 if isinstance(parsed[1], dict):
                     raw = scan.member_text(start, (arguments_key(obj),))
                 call = make_tool_call(*parsed, raw=raw)
+                if call is None:  # a call whose arguments are no object: meant, unreadable
+                    raise UnreadableCall(
+                        f"the JSON object at character {start} is not a call"
+                        f" ({call_object_problem(obj)})"
+                    )
             if call is None:
-                if calls or looks_like_call:
+                if calls or tagged:
                     # Skipping it would run the calls around one the model meant.
-                    raise UnreadableCall(f"the JSON object at character {start} is not a call")
-                return text, None  # JSON that is not a call: an answer
+                    raise UnreadableCall(
+                        f"the JSON object at character {start} is not a call"
+                        f" ({call_object_problem(obj)})"
+                    )
+                raise NoCallMeant  # JSON that is not a call: an answer
             calls.append(call)
             pos = skip_ws(text, pos, n)
             if pos < n and text[pos] == ";":

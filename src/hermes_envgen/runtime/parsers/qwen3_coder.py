@@ -9,6 +9,13 @@ Differences from common serving stacks, on purpose:
   ``</parameter>``) makes the whole text an unreadable call the model is told about; nothing
   after its opening tag is read as another call, since it may be inside the broken value.
   Stacks that end a value at the next ``<parameter=`` guess instead.
+- A ``<function=NAME>`` block without ``<tool_call>`` around it (the model dropped the
+  wrapper) is a call too, as in the model's own serving stack, when it is a whole block:
+  ``<function=NAME>`` then ``<parameter=`` or ``</function>``. One that starts so and does
+  not read is an unreadable call; ``<function=x>`` in prose is no call.
+- A call in Markdown code (a fenced block or an inline span), or a ``<tool_call>`` followed
+  by prose, is a quotation and no call: these tags are plain text a model also writes when
+  it explains the format.
 - Values are typed by the offered tool's schema (see ``schema``); a parameter the schema does
   not type stays text, as in the model's own parser. The model's chat template prints a
   typed boolean or null back through Jinja's ``string`` (``True``, ``None``), so only those
@@ -55,6 +62,21 @@ class Qwen3CoderParser(TaggedCallParser):
     markers = (FUNCTION_OPEN,)
     call_open = "<tool_call>"
     call_close = "</tool_call>"
+    bare_open = FUNCTION_OPEN
+    quotable = True
+
+    def _is_mention(self, scan: TextScan, open_at: int, bare: bool) -> bool:
+        """A bare ``<function=...>`` not followed by a parameter or its end is prose."""
+        if not bare:
+            return super()._is_mention(scan, open_at, bare)
+        text, n = scan.text, len(scan.text)
+        name_at = open_at + len(FUNCTION_OPEN)
+        end = scan.find(">", name_at)
+        # Names are short: a far ">" is prose (and bounds the work per mention).
+        if end < 0 or end - name_at > 256 or not is_valid_name(text[name_at:end].strip()):
+            return True
+        after = skip_ws(text, end + 1, n)
+        return not text.startswith((PARAM_OPEN, FUNCTION_CLOSE), after)
 
     def _parse_body(self, scan: TextScan, start: int) -> BodyResult | None:
         """A complete ``<function=...>...</function>`` block; ``</tool_call>`` may be missing."""
