@@ -262,9 +262,16 @@ def with_arguments(messages: list[dict], raw: bool) -> list[dict]:
     template serialises its own way (most templates apply ``tojson``, and would quote a string).
     """
     out = copy.deepcopy(messages)
+    names: dict[str, str] = {}  # call id -> the called function, for results that lack it
     for message in out:
+        if message.get("role") == "tool" and "name" not in message:
+            name = names.get(str(message.get("tool_call_id")))
+            if name:  # some templates print it, and raise without (vLLM's hermes example)
+                message["name"] = name
         for call in message.get("tool_calls") or []:
             function = call.get("function", call)
+            if isinstance(function.get("name"), str):
+                names[str(call.get("id"))] = function["name"]
             arguments = function.get("arguments")
             if isinstance(arguments, str) and not raw:
                 try:

@@ -143,15 +143,43 @@ def _turn_as_generated(
     """
     prompt = _render(tokenizer, before, tools, gen=True)
     ended = _render(tokenizer, [*before, reply], tools, gen=False)
-    if not ended.startswith(prompt):
+    start = (
+        len(prompt)
+        if ended.startswith(prompt)
+        else _after_generation_prompt(tokenizer, before, tools, prompt, ended)
+    )
+    if start < 0:
         extra = prompt[len(_common_prefix(prompt, ended)) :]
         raise GenerationPromptNotContinued(
             "the chat template renders a finished reply otherwise than it prompts for one "
             f"(its generation prompt ends {extra[-40:]!r}, the rendered reply does not): the "
             "turns as generated cannot be rebuilt from the conversation"
         )
-    turn, tail = _split_trailing_whitespace(ended[len(prompt) :])
+    turn, tail = _split_trailing_whitespace(ended[start:])
     return turn, tail, end_marker(tokenizer, turn)
+
+
+def _after_generation_prompt(
+    tokenizer: Any, before: list[dict], tools: list[dict] | None, prompt: str, ended: str
+) -> int:
+    """Where the reply starts in ``ended`` when the text before it differs from ``prompt``.
+
+    Some templates render the last message otherwise than the same message followed by a
+    reply (Hermes 2 Pro's tool turn loses a newline when it is last): the reply then starts
+    after the generation prompt that follows as many of them as the conversation before it
+    renders. -1 when the template has no generation prompt of its own, or the reply does not
+    follow one (R1-style prompts that open a think block the rendered reply lacks).
+    """
+    plain = _render(tokenizer, before, tools, gen=False)
+    if not prompt.startswith(plain) or len(prompt) == len(plain):
+        return -1
+    opening = prompt[len(plain) :]
+    at = -1
+    for _ in range(plain.count(opening) + 1):
+        at = ended.find(opening, at + 1)
+        if at < 0:
+            return -1
+    return at + len(opening)
 
 
 def _common_prefix(a: str, b: str) -> str:
@@ -290,3 +318,48 @@ def _keys_and_values_end(text: str, arguments: dict, start: int) -> int:
         where, form = min(found)
         at = where + len(form)
     return at
+
+
+def token_fidelity(
+    tokenizer: Any,
+    messages: list[dict],
+    tokens: list[int],
+    masks: list[int],
+    tools: list[dict] | None = None,
+) -> list[str]:
+    """Where the chat template's tokens of the conversation differ from the sampled ones.
+
+    For a Phase 2 rollout: the conversation is re-tokenized as Phase 1 would (the template's
+    rendering of each assistant turn) and each trained run is compared with the tokens the
+    model generated. An empty list when every assistant turn gives the same ids; otherwise a
+    line per differing turn that says where (the first differing token, decoded both ways).
+    """
+    sampled = trained_runs(tokens, masks)
+    try:
+        rendered = trained_runs(*_tokens_and_masks(tokenizer, messages, tools))
+    except ChatTemplateError as exc:
+        return [f"the chat template cannot re-render the conversation: {exc}"]
+    differences = []
+    if len(rendered) != len(sampled):
+        differences.append(
+            f"{len(sampled)} generated turns, the chat template renders {len(rendered)}"
+        )
+    for number, (ours, theirs) in enumerate(zip(rendered, sampled), start=1):
+        if ours == theirs:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+        at = min(len(ours), len(theirs)) if at is None else at
+        context = slice(max(0, at - 8), at + 8)
+        differences.append(
+            f"turn {number}, token {at}: sampled "
+            f"{tokenizer.decode(theirs[context], skip_special_tokens=False)!r}, the template "
+            f"renders {tokenizer.decode(ours[context], skip_special_tokens=False)!r}"
+        )
+    return differences
+
+
+def _tokens_and_masks(
+    tokenizer: Any, messages: list[dict], tools: list[dict] | None
+) -> tuple[list[int], list[int]]:
+    data = tokenize_conversation(tokenizer, messages, tools)
+    return data.tokens, data.masks
