@@ -321,7 +321,7 @@ def test_a_template_that_renders_no_reasoning_leaves_reasoning_rollouts_out(tmp_
     with caplog.at_level("WARNING"):
         check_tool_calls_rendered(tokenizer, "llama", exact_tokens=False)
     assert "cannot render replies with reasoning as generated" in caplog.text
-    with pytest.raises(ChatTemplateError, match="the reasoning 'Thinking about step 1.'"):
+    with pytest.raises(ChatTemplateError, match=r"the reasoning 'Thinking about step 1\.'"):
         tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS)
 
 

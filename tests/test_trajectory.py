@@ -122,4 +122,5 @@ def test_a_template_that_rewrites_history_trains_each_turn_as_generated(
     assert runs == ["<think>r1</think>a1<|im_end|>", "<think>r2</think>a2<|im_end|>"]
     # The prompts between them as the model saw them: earlier turns without reasoning.
     masked = rewriting.decode([t for t, m in zip(data.tokens, data.masks) if m == MASKED])
-    assert masked == "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n\n<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n\n"
+    turn = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    assert masked == turn.format("q") + "\n" + turn.format("q2") + "\n"

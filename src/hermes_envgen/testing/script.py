@@ -17,9 +17,9 @@ A turn has ``content`` and/or ``tool_calls`` (each ``name`` plus ``arguments`` a
 as a string sent as it is, valid JSON or not), and optionally ``reasoning``,
 ``finish_reason`` and ``text``: what token-level endpoints generate for the turn, its end-of-turn
 token included, in the model's own format (by default the Hermes ``<tool_call>`` form, then the
-tokenizer's end-of-sequence token). A conversation that runs past its last turn repeats the last turn. When
-several conversations match a prompt, new conversations get them in turn. A prompt that no
-conversation matches, with no default, gets a fixed text answer.
+tokenizer's end-of-sequence token). A conversation that runs past its last turn repeats the
+last turn. When several conversations match a prompt, new conversations get them in turn. A
+prompt that no conversation matches, with no default, gets a fixed text answer.
 """
 
 from __future__ import annotations
