@@ -90,6 +90,21 @@ def qwq(turn: Turn) -> str:  # the prompt opens the think block: the reply close
     return f"{turn.reasoning}\n</think>\n\n" + hermes_calls(turn) + "<|im_end|>"
 
 
+def deepseek_r1(turn: Turn) -> str:  # the prompt opens the think block; calls in fences
+    calls = [
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>terminal\n```json\n"
+        + arguments(c)
+        + "\n```<｜tool▁call▁end｜>"
+        for c in turn.commands
+    ]
+    body = (
+        "<｜tool▁calls▁begin｜>" + "\n".join(calls) + "<｜tool▁calls▁end｜>"
+        if calls
+        else turn.content
+    )
+    return f"{turn.reasoning}\n</think>\n\n" + body + "<｜end▁of▁sentence｜>"
+
+
 def hermes(turn: Turn) -> str:
     return hermes_calls(turn) + "<|im_end|>"
 
@@ -156,6 +171,16 @@ FAMILIES = {
         qwq,
         "hermes",
         PARALLEL,
+        chat_mode="renders a finished reply otherwise than it prompts for one",
+    ),
+    "deepseek-r1-distill-qwen-32b": Family(
+        "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+        deepseek_r1,
+        "deepseek_v3",
+        PARALLEL,
+        DEEPSEEK,
+        "<｜end▁of▁sentence｜>",
+        "<｜begin▁of▁sentence｜>",
         chat_mode="renders a finished reply otherwise than it prompts for one",
     ),
     "hermes-2-pro-llama-3": Family(
