@@ -223,12 +223,14 @@ def text_after_turn(
     *,
     marker_generated: bool,
     gen: bool,
+    markers_in_turn: int = 1,
 ) -> str:
     """The template's text after a turn that ended with ``marker``: the turn's tail, then ``new``.
 
     ``before`` is the conversation up to and including the turn; the turn's end in the
     rendering of ``before + new`` is the occurrence of ``marker`` that follows those the
-    conversation before the turn renders. Counting markers, not comparing text, lets the
+    conversation before the turn renders, and the ``markers_in_turn`` the turn holds (GigaChat
+    ends the text and then the call of one reply with it). Counting markers, not text, lets the
     template render earlier turns differently once more follows (Qwen3's empty think block
     of the last turn, Hermes 2 Pro's newline before the ``<|im_end|>`` of a tool turn): that
     text is masked, and only what follows the turn is taken. A turn that did not end with the
@@ -245,7 +247,7 @@ def text_after_turn(
         return full[len(so_far) :]
     earlier = render(tokenizer, before[:-1], tools, True).count(marker) if len(before) > 1 else 0
     at = -1
-    for _ in range(earlier + 1):
+    for _ in range(earlier + max(1, markers_in_turn)):
         at = full.find(marker, at + 1)
         if at < 0:
             raise ChatTemplateError(

@@ -222,6 +222,7 @@ class ExactTokensBackend:
             before = self._render(messages[:at], tools, generation_prompt=True)
             turn = self._render(messages[: at + 1], tools, generation_prompt=False)
             marker = end_marker(self.tokenizer, turn[len(before) :])
+        generated = self.tokenizer.decode(self.trace.generated()[-1], skip_special_tokens=False)
         shaped = for_template(self.tokenizer, messages)
         try:
             return text_after_turn(
@@ -232,6 +233,7 @@ class ExactTokensBackend:
                 marker,
                 marker_generated=generated_end,
                 gen=True,
+                markers_in_turn=generated.count(marker) if marker else 1,
             )
         except ChatTemplateError:
             raise

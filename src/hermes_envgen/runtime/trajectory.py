@@ -114,6 +114,7 @@ def tokenize_conversation(
                 marker,
                 marker_generated=True,
                 gen=following < len(messages),
+                markers_in_turn=turn.count(marker) if marker else 1,
             )
         except ChatTemplateError:
             raise
