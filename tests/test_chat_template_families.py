@@ -125,11 +125,14 @@ def llama3(turn: Turn) -> str:  # one JSON call per turn, "parameters"
 
 
 def harmony(turn: Turn) -> str:  # gpt-oss: the call's recipient in the header, <|call|>
+    analysis = ""
+    if turn.reasoning:  # the analysis channel, then a new message of the same reply
+        analysis = f"<|channel|>analysis<|message|>{turn.reasoning}<|end|><|start|>assistant"
     if turn.commands:
         (command,) = turn.commands
         header = " to=functions.terminal<|channel|>commentary json<|message|>"
-        return header + arguments(command) + "<|call|>"
-    return f"<|channel|>final<|message|>{turn.content}<|return|>"
+        return analysis + header + arguments(command) + "<|call|>"
+    return analysis + f"<|channel|>final<|message|>{turn.content}<|return|>"
 
 
 def gigachat3(turn: Turn) -> str:  # the reply's text, then its call as a message of its own
@@ -246,6 +249,18 @@ FAMILIES = {
     ),
     "gpt-oss (no reasoning)": Family(
         "openai-gpt-oss-120b.jinja", harmony, "harmony", SEQUENTIAL, HARMONY, "<|return|>"
+    ),
+    "gpt-oss (reasoning)": Family(
+        "openai-gpt-oss-120b.jinja",
+        harmony,
+        "harmony",
+        [
+            Turn(("echo a",), reasoning="A first."),
+            Turn(("echo c",), reasoning="Then c."),
+            Turn(content="Done: a, c.", reasoning="Both ran."),
+        ],
+        HARMONY,
+        "<|return|>",
     ),
 }
 

@@ -201,7 +201,10 @@ def render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: 
 
 def as_sent(messages: list[dict]) -> list[dict]:
     """The messages as the agent loop sends them to a chat server: past reasoning left out."""
-    return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+    return [{k: v for k, v in m.items() if k not in _REASONING} for m in messages]
+
+
+_REASONING = ("reasoning_content", "thinking")
 
 
 def end_marker(tokenizer: Any, turn: str) -> str | None:
@@ -334,8 +337,14 @@ def with_call_ids(messages: list[dict], style: str) -> list[dict]:
 
 
 def for_template(tokenizer: Any, messages: list[dict]) -> list[dict]:
-    """A copy of ``messages`` as the tokenizer's template takes them: arguments, call ids."""
+    """A copy of ``messages`` as the tokenizer's template takes them: arguments, call ids,
+    and reasoning in the field the template reads (gpt-oss's reads ``thinking``)."""
     shaped = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
+    template = str(getattr(tokenizer, "chat_template", None))
+    if "thinking" in template and "reasoning_content" not in template:
+        for message in shaped:
+            if message.get("reasoning_content") and "thinking" not in message:
+                message["thinking"] = message["reasoning_content"]
     style = call_id_style(tokenizer)
     return shaped if style == AS_GIVEN else with_call_ids(shaped, style)
 

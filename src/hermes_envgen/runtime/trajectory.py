@@ -199,7 +199,7 @@ def untrained_parts(replies: list[dict], turns: list[str]) -> list[str]:
         content = reply.get("content")
         if isinstance(content, str) and content.strip() and content.strip() not in turn:
             missing.append(f"the text {content.strip()[:60]!r}")
-        reasoning = reply.get("reasoning_content")
+        reasoning = reply.get("reasoning_content") or reply.get("thinking")
         if isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() not in turn:
             missing.append(f"the reasoning {reasoning.strip()[:60]!r}")
     return missing
