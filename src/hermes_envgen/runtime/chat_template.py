@@ -4,9 +4,10 @@ Training data is the conversation rendered by the tokenizer's chat template (Pha
 Phase 2 renders tool results with it. Many models' templates (plain ChatML, as SmolLM2's) render
 only ``content``: an assistant turn that calls a tool becomes an empty turn, the tool results
 vanish, and the model would be trained to stop calling tools. So at start-up a probe
-conversation (one tool call, one tool result) is rendered and the env refuses to start, in one
-line, when the call or the result does not appear. ``chat_template`` replaces the tokenizer's
-template with a built-in one or a Jinja file.
+conversation (two sequential tool calls and their results) is turned into training data as a
+rollout is, and the env refuses to start, in one line, when that data would be wrong.
+``chat_template`` replaces the tokenizer's template with a built-in one or a Jinja file; the
+template variables the server renders with (``enable_thinking``...) render the data too.
 """
 
 from __future__ import annotations

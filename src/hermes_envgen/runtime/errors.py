@@ -51,7 +51,7 @@ class ChatTemplateError(HermesEnvgenError):
 
 
 class EarlierTurnsRewritten(ChatTemplateError):
-    """Kept for imports of earlier releases: earlier turns are now trained as generated."""
+    """No longer raised (each turn is trained as generated); kept for earlier imports."""
 
 
 class GenerationPromptNotContinued(ChatTemplateError):
