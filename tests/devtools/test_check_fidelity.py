@@ -58,3 +58,33 @@ def test_the_row_says_where_a_mismatched_template_differs(
     # Where: the first turn, right after <tool_call>, the newline the model generated.
     assert "rollout 1: turn 1, token 11: sampled 'ol_call>\\n{\"name\"'" in row.reason
     assert "the template renders 'ol_call>{\"name\":'" in row.reason
+
+
+@pytest.mark.slow
+def test_check_shows_the_row_for_a_token_mode_endpoint(stub_server, offline_tokenizer, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLES
+    from test_check_tool_calls import SCRIPT
+
+    stub = stub_server(SCRIPT, tokenizer=offline_tokenizer)
+    base = [sys.executable, "-m", "hermes_envgen", "check", str(EXAMPLES / "terminal_env.py")]
+    base += ["--base-url", stub.base_url, "--server-type", "vllm"]
+    base += ["--tokenizer", str(offline_tokenizer)]
+    template = tmp_path / "mismatched.jinja"
+    template.write_text(MISMATCHED)
+    tables = {}
+    for name, extra in (("model's", []), ("mismatched", ["--chat-template", str(template)])):
+        done = subprocess.run(
+            [*base, *extra],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
+        tables[name] = done.stdout + done.stderr
+    assert "PASS  token fidelity" in tables["model's"], tables["model's"]
+    assert "FAIL  token fidelity" in tables["mismatched"], tables["mismatched"]
+    assert "re-tokenize to other ids than were sampled" in tables["mismatched"]
