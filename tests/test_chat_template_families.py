@@ -428,3 +428,25 @@ def test_a_template_that_renders_one_of_two_parallel_calls_leaves_the_rollout_ou
     if kept:  # the second call is named as what the turn would lack
         assert "leaves out of an assistant turn what the model generated" in str(caught.value)
         assert "echo b" in str(caught.value) and "echo a" not in str(caught.value)
+
+
+def test_the_envs_template_variables_render_the_training_data(tmp_path):
+    # extra_body.chat_template_kwargs goes to the server (chat mode) and, through
+    # prepare_chat_template, renders the training data and token-mode prompts alike.
+    from hermes_envgen.runtime.chat_template import prepare_chat_template, template_kwargs
+
+    family = FAMILIES["qwen3 (thinking)"]
+    _, tokenizer = family_tokenizer(tmp_path, family)
+    messages = conversation(plain(PARALLEL))
+    thinking = tokenize_conversation(tokenizer, messages, SCHEMAS)
+    prepare_chat_template(
+        tokenizer, None, "qwen3", exact_tokens=False, template_variables={"enable_thinking": False}
+    )
+    assert template_kwargs(tokenizer) == {"enable_thinking": False}
+    off = tokenize_conversation(tokenizer, messages, SCHEMAS)
+    # Off: the empty think block is the prompt's (masked). On: a reply without reasoning is
+    # one whose think block the model left empty, which it generated (trained).
+    empty = "<think>\n\n</think>\n\n"
+    assert tokenizer.decode(off.tokens).count(empty) == 3
+    assert off.trained_spans == [qwen3_no_thinking(t) for t in plain(PARALLEL)]
+    assert thinking.trained_spans == [empty + qwen3_no_thinking(t) for t in plain(PARALLEL)]
