@@ -19,6 +19,7 @@ from hermes_envgen.runtime.chat_template import (
 )
 from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
 from hermes_envgen.runtime.trajectory import (
+    MASKED,
     tokenize_conversation,
     trained_runs,
     untrained_tool_calls,
@@ -118,11 +119,11 @@ def test_tool_call_turns_are_trained_or_refused_never_dropped(tmp_path, family, 
     if outcome == "refused":
         with pytest.raises(ChatTemplateDropsToolCalls, match="drops tool calls"):
             check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
-        # What the probe prevents: each tool-call turn would train only its end-of-turn token.
-        data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
-        runs = trained_text(tokenizer, data.tokens, data.masks)
-        assert runs[:2] == ["<|im_end|>", "<|im_end|>"]
-        assert len(untrained_tool_calls(CONVERSATION, runs)) == 2
+        # What the probe prevents: each tool-call turn would train only its end-of-turn token,
+        # so such a rollout is left out, never trained.
+        with pytest.raises(ChatTemplateError, match="leaves out of an assistant turn") as caught:
+            tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
+        assert "read_file" in str(caught.value) and "write_file" in str(caught.value)
         return
     check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
     data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
@@ -242,12 +243,13 @@ def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, re
     if not refused:
         check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
         return
-    with pytest.raises(ChatTemplateDropsToolCalls, match="re-renders earlier turns"):
+    refusal = "renders a finished reply otherwise than it prompts for one"
+    with pytest.raises(ChatTemplateDropsToolCalls, match=refusal):
         check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
     check_tool_calls_rendered(tokenizer, family, exact_tokens=True, system_prompt=system)
     conversation = [{"role": "system", "content": system}, *CONVERSATION]
-    # What the refusal prevents: every tool-using rollout left out of the training data.
-    with pytest.raises(ChatTemplateError, match="their tool calls cannot be trained"):
+    # What the refusal prevents: turns that are not what the model generated after its prompt.
+    with pytest.raises(ChatTemplateError, match="cannot be rebuilt from the conversation"):
         tokenize_conversation(tokenizer, conversation, TOOLS)
 
 
@@ -293,36 +295,34 @@ def with_reasoning(messages: list[dict]) -> list[dict]:
     ]
 
 
-def test_a_template_that_drops_old_reasoning_never_trains_only_the_final_answer(tmp_path):
-    # Without reasoning the template renders every turn alike, so the plain probe passes; with
-    # reasoning the earlier turns change once a turn follows them, and their tool calls could
-    # not be trained: the rollout is refused, not cut down to its final answer.
+def test_a_template_that_drops_old_reasoning_trains_each_turn_as_generated(tmp_path):
+    # The template shows reasoning on the last turn only: each turn was the last one when it
+    # was generated, so each is trained with its reasoning, calls and all; the prompts between
+    # them (masked) render earlier turns without it, as the model saw them.
     tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
-    data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
-    assert untrained_tool_calls(CONVERSATION, data.trained_spans) == []
-    with pytest.raises(ChatTemplateError, match="re-renders earlier turns") as caught:
+    check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=False)
+    conversation = with_reasoning(CONVERSATION)
+    data = tokenize_conversation(tokenizer, conversation, TOOLS)
+    runs = trained_text(tokenizer, data.tokens, data.masks)
+    assert runs == data.trained_spans and len(runs) == 3
+    assert [
+        run.startswith(f"<think>Thinking about step {i}.</think>")
+        for i, run in zip((1, 3, 5), runs)
+    ] == [True] * 3
+    assert untrained_tool_calls(conversation, runs) == []
+    masked = tokenizer.decode([t for t, m in zip(data.tokens, data.masks) if m == MASKED])
+    assert "Thinking" not in masked
+
+
+def test_a_template_that_renders_no_reasoning_leaves_reasoning_rollouts_out(tmp_path, caplog):
+    # Llama 3.1's template has no place for reasoning: a reply that carries some would be
+    # trained without it, so that rollout is left out (and the start-up probe says so).
+    tokenizer = family_tokenizer(tmp_path, "llama3.1")
+    with caplog.at_level("WARNING"):
+        check_tool_calls_rendered(tokenizer, "llama", exact_tokens=False)
+    assert "cannot render replies with reasoning as generated" in caplog.text
+    with pytest.raises(ChatTemplateError, match=r"the reasoning 'Thinking about step 1\.'"):
         tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS)
-    assert "tool calls" in str(caught.value) and "\n" not in str(caught.value)
-    # Earlier turns without tool calls lose nothing the final turn would not say again.
-    chat = with_reasoning([CONVERSATION[0], {"role": "assistant", "content": "Which copy?"}])
-    chat += [{"role": "user", "content": "copy.txt"}, CONVERSATION[-1]]
-    data = tokenize_conversation(tokenizer, with_reasoning(chat), TOOLS)
-    assert data.trained_spans == ["<think>Thinking about step 3.</think>\nCopied.<|im_end|>"]
-
-
-def test_the_probe_refuses_a_template_that_drops_old_reasoning(tmp_path):
-    tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
-    with pytest.raises(ChatTemplateDropsToolCalls) as caught:
-        check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=False)
-    message = str(caught.value)
-    assert "re-renders earlier turns that carry reasoning" in message and "\n" not in message
-    assert "--env.chat_template hermes" in message
-    # Phase 2 trains the generated tokens, whatever the template does to old turns.
-    check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=True)
-    # The built-in templates keep each turn's reasoning where it was.
-    prepare_chat_template(tokenizer, "hermes", "r1-style", exact_tokens=False)
-    runs = tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS).trained_spans
-    assert [run.startswith("<think>Thinking about step") for run in runs] == [True] * 3
 
 
 def with_server_ids(messages: list[dict]) -> list[dict]:

@@ -98,7 +98,9 @@ def test_the_tokenizer_call_is_version_independent(tokenizer):
     assert data.num_trained > 0
 
 
-def test_a_template_that_rewrites_history_trains_only_the_final_turn(tokenizer, offline_tokenizer):
+def test_a_template_that_rewrites_history_trains_each_turn_as_generated(
+    tokenizer, offline_tokenizer
+):
     rewriting = AutoTokenizer.from_pretrained(offline_tokenizer)
     # like Qwen3: earlier assistant turns lose their reasoning once the conversation moves on
     rewriting.chat_template = (
@@ -116,4 +118,9 @@ def test_a_template_that_rewrites_history_trains_only_the_final_turn(tokenizer, 
     ]
     data = tokenize_conversation(rewriting, messages)
     runs = [rewriting.decode(r) for r in trained_runs(data.tokens, data.masks)]
-    assert runs == ["<think>r2</think>a2<|im_end|>"]
+    # Each turn as it was rendered when it was generated (the last one then), reasoning and all.
+    assert runs == ["<think>r1</think>a1<|im_end|>", "<think>r2</think>a2<|im_end|>"]
+    # The prompts between them as the model saw them: earlier turns without reasoning.
+    masked = rewriting.decode([t for t, m in zip(data.tokens, data.masks) if m == MASKED])
+    turn = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+    assert masked == turn.format("q") + "\n" + turn.format("q2") + "\n"

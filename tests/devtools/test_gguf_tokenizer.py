@@ -133,3 +133,27 @@ def test_bad_files_exit_2_with_one_line_and_write_nothing(tmp_path, make, messag
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+@pytest.mark.parametrize(
+    ("pre", "whole"), [("llama-bpe", True), ("llama3", True), ("qwen2", False)]
+)
+def test_llama3_looks_words_up_whole_before_merging(pre, whole):
+    # As llama.cpp (and Llama 3's tokenizer.json) do: a word in the vocabulary is one token,
+    # whatever the merges would make of it ('Cửa Việt' differed on Llama 3 without this).
+    from hermes_envgen.devtools.gguf_tokenizer import GGUFVocabulary, build_tokenizer
+
+    tokens = ["a", "b", "c", "ab", "abc"]
+    vocabulary = GGUFVocabulary(
+        model="gpt2",
+        pre=pre,
+        tokens=tokens,
+        token_types=[1] * len(tokens),
+        merges=["a b"],  # no merge makes "abc": only a whole-word lookup finds it
+        special_ids={},
+        add_bos=False,
+        add_eos=False,
+        chat_template=None,
+    )
+    ids = build_tokenizer(vocabulary).encode("abc").ids
+    assert ids == ([4] if whole else [3, 2])

@@ -211,6 +211,15 @@ def run_checks(
             )
             tokenizer = run.tokenizer or info.get("tokenizer_name")
             results.append(trained_tool_calls_check(groups, str(tokenizer)))
+            if any("inference_logprobs" in g for g in groups):  # token mode: sampled ids
+                results.append(
+                    token_fidelity_check(
+                        groups,
+                        str(tokenizer),
+                        chat_template=endpoint.chat_template if endpoint else None,
+                        template_variables=_template_variables(endpoint),
+                    )
+                )
         except (EnvRunFailed, AssertionError, OSError) as exc:
             results.append(CheckResult("process", FAIL, _first_line(exc)))
             results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
@@ -272,6 +281,68 @@ def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckRe
             f"{missing[0]}: set chat_template to a template that renders tool calls",
         )
     return CheckResult(TOOL_CALLS_ROW, PASS, f"all {calls} tool calls trained (name and arguments)")
+
+
+FIDELITY_ROW = "token fidelity"
+
+
+def token_fidelity_check(
+    groups: list[dict],
+    tokenizer_name: str,
+    *,
+    chat_template: str | None = None,
+    template_variables: dict | None = None,
+) -> CheckResult:
+    """Re-tokenize each token-mode rollout with the chat template: same ids as sampled?
+
+    Token mode trains the ids the model generated; chat mode, and any later re-tokenization
+    of the same conversations (a trainer's, an SFT pass on them), renders them with the
+    template. Where the two differ, multi-turn training data is silently inconsistent.
+    """
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.runtime.chat_template import resolve_chat_template, set_template_kwargs
+    from hermes_envgen.runtime.errors import EnvConfigError
+    from hermes_envgen.runtime.trajectory import token_fidelity
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+        if chat_template:
+            tokenizer.chat_template = resolve_chat_template(chat_template)
+    except (OSError, ValueError, EnvConfigError) as exc:
+        return CheckResult(FIDELITY_ROW, FAIL, f"cannot load the tokenizer: {_first_line(exc)}")
+    set_template_kwargs(tokenizer, template_variables)
+    sequences, differing = 0, []
+    for group in groups:
+        for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
+            sequences += 1
+            differences = token_fidelity(tokenizer, messages, tokens, masks)
+            if differences:
+                differing.append(f"rollout {sequences}: {differences[0]}")
+    if differing:
+        return CheckResult(
+            FIDELITY_ROW,
+            FAIL,
+            f"{len(differing)} of {sequences} rollouts re-tokenize to other ids than were "
+            f"sampled; {differing[0]} (the chat template is not the model's format)",
+        )
+    return CheckResult(
+        FIDELITY_ROW,
+        PASS,
+        f"all {sequences} rollouts re-tokenize with the chat template to the sampled ids",
+    )
+
+
+def _template_variables(endpoint: Endpoint | None) -> dict | None:
+    """``chat_template_kwargs`` of the endpoint's ``extra_body``, as the env renders with."""
+    if endpoint is None or not endpoint.extra_body:
+        return None
+    try:
+        body = json.loads(endpoint.extra_body)
+    except ValueError:
+        return None
+    variables = body.get("chat_template_kwargs") if isinstance(body, dict) else None
+    return variables if isinstance(variables, dict) else None
 
 
 def _absolute_if_local(name: str) -> str:

@@ -35,7 +35,8 @@ _QWEN2 = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 _GPT2_WITH_DIGITS = ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone")
-_PRE_TOKENIZERS: dict[str, tuple[bool, str | None]] = {  # name -> (split digits, split regex)
+# name -> (split digits, split regex)
+_PRE_TOKENIZERS: dict[str, tuple[bool, str | None]] = {
     "default": (False, None),
     "gpt-2": (False, None),
     "gpt2": (False, None),
@@ -44,6 +45,9 @@ _PRE_TOKENIZERS: dict[str, tuple[bool, str | None]] = {  # name -> (split digits
     "llama3": (False, _LLAMA3),
     "qwen2": (False, _QWEN2),
 }
+# Pre-tokenizers whose words are looked up whole in the vocabulary before any merge (llama.cpp
+# sets ignore_merges for Llama 3, as its tokenizer.json does): 'Cửa Việt' needs it.
+_IGNORE_MERGES = {"llama-bpe", "llama3"}
 
 
 @dataclass
@@ -130,7 +134,8 @@ def build_tokenizer(vocabulary: GGUFVocabulary) -> Any:
     digits, pattern = _PRE_TOKENIZERS[vocabulary.pre]
     vocab = {token: index for index, token in enumerate(vocabulary.tokens)}
     merges = [tuple(merge.split(" ", 1)) for merge in vocabulary.merges]
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
+    ignore_merges = vocabulary.pre in _IGNORE_MERGES
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges))
 
     steps: list[Any] = []
     if digits:

@@ -208,6 +208,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 config.tokenizer_name,
                 exact_tokens=self._token_server,
                 system_prompt=config.system_prompt,
+                template_variables=(config.extra_body or {}).get("chat_template_kwargs"),
             )
             self.judge = self.make_judge()
         except EnvConfigError:

@@ -4,9 +4,10 @@ Training data is the conversation rendered by the tokenizer's chat template (Pha
 Phase 2 renders tool results with it. Many models' templates (plain ChatML, as SmolLM2's) render
 only ``content``: an assistant turn that calls a tool becomes an empty turn, the tool results
 vanish, and the model would be trained to stop calling tools. So at start-up a probe
-conversation (one tool call, one tool result) is rendered and the env refuses to start, in one
-line, when the call or the result does not appear. ``chat_template`` replaces the tokenizer's
-template with a built-in one or a Jinja file.
+conversation (two sequential tool calls and their results) is turned into training data as a
+rollout is, and the env refuses to start, in one line, when that data would be wrong.
+``chat_template`` replaces the tokenizer's template with a built-in one or a Jinja file; the
+template variables the server renders with (``enable_thinking``...) render the data too.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ import hashlib
 import json
 import logging
 import string
+import weakref
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.runtime.errors import EarlierTurnsRewritten, EnvConfigError
+from hermes_envgen.runtime.errors import (
+    ChatTemplateError,
+    EnvConfigError,
+    GenerationPromptNotContinued,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -164,12 +170,94 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return ids
 
 
+# The template variables of each tokenizer (``enable_thinking``...), as the env sends them to
+# the server in ``extra_body.chat_template_kwargs``: the training data renders with the same.
+_template_kwargs: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def set_template_kwargs(tokenizer: Any, kwargs: dict[str, Any] | None) -> None:
+    """Render every later conversation of ``tokenizer`` with these template variables."""
+    try:
+        _template_kwargs[tokenizer] = dict(kwargs or {})
+    except TypeError:  # a tokenizer that takes no weak reference: its template's defaults
+        logger.warning("chat template variables %r cannot be attached to the tokenizer", kwargs)
+
+
+def template_kwargs(tokenizer: Any) -> dict[str, Any]:
+    """The template variables ``tokenizer`` renders with (see set_template_kwargs)."""
+    try:
+        return dict(_template_kwargs.get(tokenizer) or {})
+    except TypeError:
+        return {}
+
+
 def render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: bool) -> str:
     """The messages as chat-template text (``tokenize=False`` behaves alike on 4.x and 5.x)."""
-    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": gen}
+    kwargs: dict[str, Any] = template_kwargs(tokenizer)
+    kwargs.update(tokenize=False, add_generation_prompt=gen)
     if tools:
         kwargs["tools"] = tools
     return tokenizer.apply_chat_template(messages, **kwargs)
+
+
+def as_sent(messages: list[dict]) -> list[dict]:
+    """The messages as the agent loop sends them to a chat server: past reasoning left out."""
+    return [{k: v for k, v in m.items() if k not in _REASONING} for m in messages]
+
+
+_REASONING = ("reasoning_content", "thinking")
+
+
+def end_marker(tokenizer: Any, turn: str) -> str | None:
+    """The special token a rendered turn ends with (``<|im_end|>``, ``<|eot_id|>``...), or None."""
+    stripped = turn.rstrip()
+    specials = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    specials |= {str(token) for token in decoder.values()}
+    found = [token for token in specials if token and stripped.endswith(token)]
+    return max(found, key=len) if found else None
+
+
+def text_after_turn(
+    tokenizer: Any,
+    before: list[dict],
+    new: list[dict],
+    tools: list[dict] | None,
+    marker: str | None,
+    *,
+    marker_generated: bool,
+    gen: bool,
+    markers_in_turn: int = 1,
+) -> str:
+    """The template's text after a turn that ended with ``marker``: the turn's tail, then ``new``.
+
+    ``before`` is the conversation up to and including the turn; the turn's end in the
+    rendering of ``before + new`` is the occurrence of ``marker`` that follows those the
+    conversation before the turn renders, and the ``markers_in_turn`` the turn holds (GigaChat
+    ends the text and then the call of one reply with it). Counting markers, not text, lets the
+    template render earlier turns differently once more follows (Qwen3's empty think block
+    of the last turn, Hermes 2 Pro's newline before the ``<|im_end|>`` of a tool turn): that
+    text is masked, and only what follows the turn is taken. A turn that did not end with the
+    marker (cut short) gets the marker too.
+    """
+    full = render(tokenizer, [*before, *new], tools, gen)
+    if marker is None:  # no special token ends a turn: the conversation must extend itself
+        so_far = render(tokenizer, before, tools, False)
+        if not full.startswith(so_far):
+            raise ChatTemplateError(
+                "the chat template ends a turn with no special token and re-renders it once "
+                "more follows: the turns of a conversation cannot be told apart"
+            )
+        return full[len(so_far) :]
+    earlier = render(tokenizer, before[:-1], tools, True).count(marker) if len(before) > 1 else 0
+    at = -1
+    for _ in range(earlier + max(1, markers_in_turn)):
+        at = full.find(marker, at + 1)
+        if at < 0:
+            raise ChatTemplateError(
+                f"the chat template does not end a turn with {marker!r} once more follows it"
+            )
+    return full[at + len(marker) :] if marker_generated else full[at:]
 
 
 def with_arguments(messages: list[dict], raw: bool) -> list[dict]:
@@ -180,9 +268,16 @@ def with_arguments(messages: list[dict], raw: bool) -> list[dict]:
     template serialises its own way (most templates apply ``tojson``, and would quote a string).
     """
     out = copy.deepcopy(messages)
+    names: dict[str, str] = {}  # call id -> the called function, for results that lack it
     for message in out:
+        if message.get("role") == "tool" and "name" not in message:
+            name = names.get(str(message.get("tool_call_id")))
+            if name:  # some templates print it, and raise without (vLLM's hermes example)
+                message["name"] = name
         for call in message.get("tool_calls") or []:
             function = call.get("function", call)
+            if isinstance(function.get("name"), str):
+                names[str(call.get("id"))] = function["name"]
             arguments = function.get("arguments")
             if isinstance(arguments, str) and not raw:
                 try:
@@ -243,8 +338,14 @@ def with_call_ids(messages: list[dict], style: str) -> list[dict]:
 
 
 def for_template(tokenizer: Any, messages: list[dict]) -> list[dict]:
-    """A copy of ``messages`` as the tokenizer's template takes them: arguments, call ids."""
+    """A copy of ``messages`` as the tokenizer's template takes them: arguments, call ids,
+    and reasoning in the field the template reads (gpt-oss's reads ``thinking``)."""
     shaped = with_arguments(messages, raw=renders_raw_arguments(tokenizer))
+    template = str(getattr(tokenizer, "chat_template", None))
+    if "thinking" in template and "reasoning_content" not in template:
+        for message in shaped:
+            if message.get("reasoning_content") and "thinking" not in message:
+                message["thinking"] = message["reasoning_content"]
     style = call_id_style(tokenizer)
     return shaped if style == AS_GIVEN else with_call_ids(shaped, style)
 
@@ -300,43 +401,82 @@ def _renders(tokenizer: Any, messages: list[dict]) -> bool:
     return True
 
 
-def _assistant_turn(tokenizer: Any, messages: list[dict]) -> str:
-    """The text the template adds for the probe's tool-call turn (``messages[-1]``)."""
-    before = render(tokenizer, messages[:-1], _PROBE_TOOLS, True)
-    after = render(tokenizer, messages, _PROBE_TOOLS, False)
-    return after[len(before) :] if after.startswith(before) else after
+def _probe_call(call_id: str, value: str) -> dict:
+    arguments = _PROBE_ARGUMENTS.replace(_PROBE_VALUE, value)
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": _PROBE_NAME, "arguments": arguments},
+    }
+
+
+def _probe_result(call_id: str, result: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "name": _PROBE_NAME, "content": result}
+
+
+# Two sequential calls, then an answer; the variants add what some templates cannot render.
+_SECOND_ID = "call_" + "7c1d" * 6
+_SEQUENTIAL = [
+    *_SERVER_STYLE_PROBE,
+    {"role": "assistant", "content": "", "tool_calls": [_probe_call(_SECOND_ID, "probe-2")]},
+    _probe_result(_SECOND_ID, "probe-result-2"),
+    {"role": "assistant", "content": "Done."},
+]
+_PARALLEL = [
+    _SERVER_STYLE_PROBE[0],
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [_SERVER_STYLE_PROBE[1]["tool_calls"][0], _probe_call(_SECOND_ID, "p-2")],
+    },
+    _SERVER_STYLE_PROBE[2],
+    _probe_result(_SECOND_ID, "probe-result-2"),
+    {"role": "assistant", "content": "Done."},
+]
+_TEXT_BESIDE_CALL = [
+    _SERVER_STYLE_PROBE[0],
+    dict(_SERVER_STYLE_PROBE[1], content="Looking it up."),
+    *_SERVER_STYLE_PROBE[2:],
+    {"role": "assistant", "content": "Done."},
+]
+
+
+def _with_reasoning(messages: list[dict]) -> list[dict]:
+    return [
+        dict(m, reasoning_content=f"Probe reasoning {i}.") if m["role"] == "assistant" else m
+        for i, m in enumerate(messages)
+    ]
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def check_tool_calls_rendered(
     tokenizer: Any, name: str, *, exact_tokens: bool, system_prompt: str | None = None
 ) -> None:
-    """Refuse, in one line, a chat template that drops tool calls or tool results.
+    """Refuse, in one line, a chat template whose training data would be wrong.
 
-    The probe conversation (with the env's system prompt, if any) is turned into training data
-    as a rollout would be: its tool call must be among the trained tokens, also when the replies
-    carry reasoning (some templates show reasoning only on the last turn, re-rendering the
-    earlier ones). With ``exact_tokens`` (Phase 2) the trained tokens are the model's own, so
-    only the tool results (which the template renders into the next prompt) must appear.
+    A probe conversation (two sequential tool calls and their results, then an answer, with
+    the env's system prompt, if any) is turned into training data as a rollout would be. The
+    template is refused when the tool results are not rendered, or (chat mode, where the
+    training data is the template's rendering) when the trained turns would lack the calls or
+    could not be rebuilt as generated. Conversations some templates cannot render (two calls
+    in one turn, text beside a call, reasoning) are logged: such rollouts are left out of the
+    training data with the reason, never trained wrong. With ``exact_tokens`` (Phase 2) the
+    trained tokens are the model's own: the template must render the tool results after them.
     """
-    from hermes_envgen.runtime.trajectory import untrained_tool_calls
+    from hermes_envgen.runtime.trajectory import tokenize_conversation, untrained_tool_calls
 
     where = f"the chat template of {name!r}"
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    probe = [*system, *_SERVER_STYLE_PROBE, {"role": "assistant", "content": "Done."}]
-    thinking = [
-        dict(m, reasoning_content="Probe reasoning.") if m["role"] == "assistant" else m
-        for m in probe
-    ]
+    probe = [*system, *_SEQUENTIAL]
     try:
         full = render(tokenizer, for_template(tokenizer, probe), _PROBE_TOOLS, False)
-        trained = _trained_turns(tokenizer, probe)
-        trained_thinking = None if exact_tokens else _trained_turns(tokenizer, thinking)
-        turn = [_assistant_turn(tokenizer, for_template(tokenizer, probe[: len(system) + 2]))]
     except Exception as exc:  # Jinja errors, and templates that raise on purpose
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ChatTemplateDropsToolCalls(
-            f"{where} fails on a tool call ({reason}): tool-using rollouts cannot become "
-            f"training data. {_FIX}"
+            f"{where} fails on a tool call ({_first_line(exc)}): tool-using rollouts cannot "
+            f"become training data. {_FIX}"
         ) from None
     if _PROBE_RESULT not in full:
         raise ChatTemplateDropsToolCalls(
@@ -363,34 +503,85 @@ def check_tool_calls_rendered(
             where,
         )
     if exact_tokens:
+        _check_continuation(tokenizer, where, probe)
         return
-    if trained is None or untrained_tool_calls(probe, trained):
-        if untrained_tool_calls(probe[: len(system) + 2], turn):
+    try:
+        tokenize_conversation(tokenizer, probe, _PROBE_TOOLS)
+    except GenerationPromptNotContinued as exc:
+        raise ChatTemplateDropsToolCalls(f"{where}: {exc}. {_FIX}{_OR_EXACT_TOKENS}") from None
+    except ChatTemplateError as exc:
+        replies = [m for m in probe if m["role"] == "assistant"]
+        turns = _rendered_turns(tokenizer, probe)
+        if turns is not None and untrained_tool_calls(replies, turns):
             raise ChatTemplateDropsToolCalls(
                 f"{where} drops tool calls: tool-call turns would train as empty turns, "
                 f"teaching the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
+            ) from None
+        raise ChatTemplateDropsToolCalls(
+            f"{where} cannot give tool-call turns as generated ({_first_line(exc)}). "
+            f"{_FIX}{_OR_EXACT_TOKENS}"
+        ) from None
+    for what, conversation in (
+        ("two tool calls in one turn", _PARALLEL),
+        ("text beside a tool call", _TEXT_BESIDE_CALL),
+        ("reasoning", _with_reasoning(_SEQUENTIAL)),
+    ):
+        try:
+            tokenize_conversation(tokenizer, [*system, *conversation], _PROBE_TOOLS)
+        except ChatTemplateError as exc:
+            logger.warning(
+                "%s cannot render replies with %s as generated (%s): such rollouts are left "
+                "out of the training data (%s%s)",
+                where,
+                what,
+                _first_line(exc),
+                _FIX,
+                _OR_EXACT_TOKENS,
             )
-        raise ChatTemplateDropsToolCalls(
-            f"{where} re-renders earlier turns (e.g. moves the system prompt to the last user "
-            "turn): their tool calls could not be trained, so every tool-using rollout would "
-            f"be left out. {_FIX}{_OR_EXACT_TOKENS}"
-        )
-    if trained_thinking is None or untrained_tool_calls(thinking, trained_thinking):
-        raise ChatTemplateDropsToolCalls(
-            f"{where} re-renders earlier turns that carry reasoning (e.g. shows reasoning only "
-            "on the last turn): the tool calls of rollouts whose replies carry reasoning could "
-            f"not be trained, and those rollouts would be left out. {_FIX}{_OR_EXACT_TOKENS}"
-        )
 
 
-def _trained_turns(tokenizer: Any, messages: list[dict]) -> list[str] | None:
-    """The trained text of each assistant turn; None when earlier turns are re-rendered."""
-    from hermes_envgen.runtime.trajectory import tokenize_conversation
-
+def _rendered_turns(tokenizer: Any, messages: list[dict]) -> list[str] | None:
+    """Each assistant turn of ``messages`` as the template renders it after its prompt."""
+    shaped = as_sent(for_template(tokenizer, messages))
+    turns = []
     try:
-        return tokenize_conversation(tokenizer, messages, _PROBE_TOOLS).trained_spans
-    except EarlierTurnsRewritten:
+        for index, message in enumerate(shaped):
+            if message["role"] == "assistant":
+                before = render(tokenizer, shaped[:index], _PROBE_TOOLS, True)
+                after = render(tokenizer, shaped[: index + 1], _PROBE_TOOLS, False)
+                turns.append(after[len(before) :] if after.startswith(before) else after)
+    except Exception:  # Jinja errors: the caller says the template cannot give the turns
         return None
+    return turns
+
+
+def _check_continuation(tokenizer: Any, where: str, probe: list[dict]) -> None:
+    """Refuse a template that cannot render tool results after a turn (Phase 2 prompts)."""
+    shaped = for_template(tokenizer, probe)
+    at = next(i for i, m in enumerate(shaped) if m["role"] == "assistant")
+    try:
+        turn = render(tokenizer, shaped[: at + 1], _PROBE_TOOLS, False)
+        before = render(tokenizer, shaped[:at], _PROBE_TOOLS, True)
+        marker = end_marker(tokenizer, turn[len(before) :] if turn.startswith(before) else turn)
+        new = text_after_turn(
+            tokenizer,
+            shaped[: at + 1],
+            shaped[at + 1 : at + 2],
+            _PROBE_TOOLS,
+            marker,
+            marker_generated=True,
+            gen=True,
+        )
+    except Exception as exc:  # ChatTemplateError, Jinja errors
+        raise ChatTemplateDropsToolCalls(
+            f"{where} cannot render tool results after a turn ({_first_line(exc)}): the "
+            f"prompts of tool-using rollouts cannot be built. {_FIX}"
+        ) from None
+    if _PROBE_RESULT not in new:
+        raise ChatTemplateDropsToolCalls(
+            f"{where} drops tool results after a turn: the prompts would lack what the tools "
+            f"returned. {_FIX}"
+        )
 
 
 def prepare_chat_template(
@@ -400,8 +591,14 @@ def prepare_chat_template(
     *,
     exact_tokens: bool,
     system_prompt: str | None = None,
+    template_variables: dict[str, Any] | None = None,
 ) -> None:
-    """Apply the ``chat_template`` setting to ``tokenizer``, then probe the template."""
+    """Apply the ``chat_template`` setting to ``tokenizer``, then probe the template.
+
+    ``template_variables`` (``enable_thinking``...) render every conversation of ``tokenizer``
+    from here on, as the server renders its prompts with them.
+    """
+    set_template_kwargs(tokenizer, template_variables)
     if setting:
         tokenizer.chat_template = resolve_chat_template(setting)
         name = f"{name} with chat_template {setting}"

@@ -51,7 +51,11 @@ class ChatTemplateError(HermesEnvgenError):
 
 
 class EarlierTurnsRewritten(ChatTemplateError):
-    """The template renders earlier turns differently once a turn follows, and they call tools."""
+    """No longer raised (each turn is trained as generated); kept for earlier imports."""
+
+
+class GenerationPromptNotContinued(ChatTemplateError):
+    """The template renders a finished reply that does not continue its generation prompt."""
 
 
 class InferenceError(HermesEnvgenError):

@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
-from hermes_envgen.runtime.chat_template import encode, for_template, render
+from hermes_envgen.runtime.chat_template import (
+    encode,
+    end_marker,
+    for_template,
+    render,
+    text_after_turn,
+)
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
 from hermes_envgen.runtime.trajectory import MASKED
@@ -38,9 +44,6 @@ logger = logging.getLogger(__name__)
 # The logprob of a masked (prompt) position: > 0 is impossible, so trainers can tell it apart
 # (atroposlib's ManagedServer uses the same placeholder).
 MASKED_LOGPROB = 1.0
-
-# Context for rendering new messages when the template rewrites the real history (below).
-_PLACEHOLDER_USER = {"role": "user", "content": "."}
 
 
 @dataclass
@@ -151,6 +154,7 @@ class ExactTokensBackend:
         tools = kwargs.pop("tools", None)
         kwargs.pop("tool_choice", None)  # tools are in the rendered prompt; parsed here
         kwargs.update(kwargs.pop("extra_body", None) or {})  # sampling fields go in the body
+        kwargs.pop("chat_template_kwargs", None)  # the prompt is rendered here, with them
         if kwargs.get("max_tokens") is None:
             kwargs.pop("max_tokens", None)
             if self.default_max_tokens is not None:
@@ -203,39 +207,42 @@ class ExactTokensBackend:
         )
 
     def _continuation(self, messages: list[dict], tools: list[dict] | None) -> str:
-        """The text after the last generated token: the end of that turn, then what is new."""
+        """The text after the last generated token: the end of that turn, then what is new.
+
+        It is read from the template's rendering of the whole conversation after the end of
+        the last turn (see ``text_after_turn``), so a template that renders old turns
+        otherwise (Qwen3 drops old reasoning and the last turn's empty think block) changes
+        nothing: the generated tokens stay as they were, only the new text is taken.
+        """
         at = self._assistant_at
         if at is None or len(messages) <= at or messages[at].get("role") != "assistant":
             raise ValueError("the messages do not continue the conversation this backend traced")
-        new = messages[at + 1 :]
-        # The real history first. When the template rewrites old turns (Qwen3 drops their
-        # reasoning once a user message follows), a stand-in history without reasoning: only
-        # the new text is taken from the rendering, the generated tokens stay as they were.
-        bare = {k: v for k, v in messages[at].items() if k != "reasoning_content"}
-        for history in (messages[: at + 1], [_PLACEHOLDER_USER, bare]):
-            base = self._render(history, tools, generation_prompt=False)
-            full = self._render(history + new, tools, generation_prompt=True)
-            if full.startswith(base):
-                before = self._render(history[:-1], tools, generation_prompt=True)
-                segment = base[len(before) :] if base.startswith(before) else base
-                return self._turn_tail(segment) + full[len(base) :]
-        raise ChatTemplateError("the chat template does not render new messages after old ones")
-
-    def _turn_tail(self, segment: str) -> str:
-        """What the template puts after the model's last token in its rendering of that turn.
-
-        ChatML renders ``...<|im_end|>\\n``: the model generated ``<|im_end|>``, so ``\\n`` is
-        the tail. A turn cut short (no end-of-turn token) gets the template's end whole.
-        """
         last = self.trace.tokens[-1] if self.trace.turns else None
-        if last is not None and last in self._special_ids:
-            ended = self.tokenizer.decode([last], skip_special_tokens=False)
-            at = segment.rfind(ended) if ended else -1
-            if at >= 0:
-                return segment[at + len(ended) :]
-        eos = getattr(self.tokenizer, "eos_token", None)
-        at = segment.rfind(eos) if isinstance(eos, str) and eos else -1
-        return segment[at:] if at >= 0 else ""
+        generated_end = last is not None and last in self._special_ids
+        if generated_end:
+            marker = self.tokenizer.decode([last], skip_special_tokens=False)
+        else:  # cut short: the template's own end of the turn, which the prompt then gets
+            before = self._render(messages[:at], tools, generation_prompt=True)
+            turn = self._render(messages[: at + 1], tools, generation_prompt=False)
+            marker = end_marker(self.tokenizer, turn[len(before) :])
+        generated = self.tokenizer.decode(self.trace.generated()[-1], skip_special_tokens=False)
+        shaped = for_template(self.tokenizer, messages)
+        try:
+            return text_after_turn(
+                self.tokenizer,
+                shaped[: at + 1],
+                shaped[at + 1 :],
+                tools,
+                marker,
+                marker_generated=generated_end,
+                gen=True,
+                markers_in_turn=generated.count(marker) if marker else 1,
+            )
+        except ChatTemplateError:
+            raise
+        except Exception as exc:  # Jinja errors, and templates that raise on purpose
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ChatTemplateError(f"the chat template cannot render the turn: {reason}") from None
 
     def _render(
         self, messages: list[dict], tools: list[dict] | None, generation_prompt: bool

@@ -13,8 +13,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_envgen.runtime.chat_template import encode, for_template, render
-from hermes_envgen.runtime.errors import ChatTemplateError, EarlierTurnsRewritten
+from hermes_envgen.runtime.chat_template import (
+    as_sent,
+    encode,
+    end_marker,
+    for_template,
+    render,
+    text_after_turn,
+)
+from hermes_envgen.runtime.errors import ChatTemplateError, GenerationPromptNotContinued
 
 logger = logging.getLogger(__name__)
 
@@ -57,62 +64,145 @@ def _split_trailing_whitespace(text: str) -> tuple[str, str]:
 def tokenize_conversation(
     tokenizer: Any, messages: list[dict], tools: list[dict] | None = None
 ) -> TokenizedConversation:
-    """Tokens and masks for a whole conversation; only assistant turns are trained.
+    """Tokens and masks for a whole conversation; each assistant turn trained as generated.
+
+    Each assistant turn is rendered as it was at generation time: after the prompt the model
+    was given for it (the conversation before it, as the agent loop sent it, with the
+    generation prompt), as the template renders a reply that ends the conversation. Those are
+    the trained tokens. What lies between two trained turns (the end of a turn, the tool
+    results, the next generation prompt) is taken from the next turn's prompt and masked. So
+    templates that render history otherwise than the turn being generated (Qwen3's empty think
+    block of the last turn, R1-style templates that drop old reasoning, Hermes 2 Pro's tool
+    turns) still train exactly what the model generated; earlier turns' text in later prompts
+    may differ, but only in masked text.
 
     Tool-call arguments are rendered as the JSON text the server returned when the template
     prints strings as given; otherwise as objects the template serialises (see README); call
     ids in the form the template needs (Mistral's 9 characters, Kimi's functions.NAME:IDX).
-    ChatTemplateError when the template cannot render the conversation, or re-renders earlier
-    turns that call tools (training only the final answer would drop the calls).
+    ChatTemplateError when the template cannot render the conversation, or its rendering of
+    a turn would leave out what the model generated (a tool call, the text beside a call, the
+    reasoning): such a rollout is not training data.
     """
     messages = for_template(tokenizer, messages)
-    full = _render(tokenizer, messages, tools, gen=False)
+    sent = as_sent(messages)
+    replies = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if not replies:
+        return _encode(tokenizer, [(_render(tokenizer, messages, tools, gen=False), False)])
 
     pieces: list[tuple[str, bool]] = []  # (text, trained)
-    position = 0
-    consistent = True
-    for index, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        before = _render(tokenizer, messages[:index], tools, gen=True)
-        after = _render(tokenizer, messages[: index + 1], tools, gen=False)
-        if not (after.startswith(before) and full.startswith(after) and len(before) >= position):
-            consistent = False
-            break
-        turn, tail = _split_trailing_whitespace(after[len(before) :])
-        pieces.append((full[position : len(before)], False))
+    turns: list[str] = []
+    for number, index in enumerate(replies):
+        prompt = _render(tokenizer, sent[:index], tools, gen=True)
+        turn, tail, marker = _turn_as_generated(tokenizer, sent[:index], messages[index], tools)
+        if number == 0:
+            pieces.append((prompt, False))
         pieces.append((turn, True))
-        position = len(before) + len(turn)
-        pieces.append((tail, False))
-        position += len(tail)
-
-    if not consistent:
-        # Some templates rewrite earlier turns (e.g. drop old reasoning), so the conversation
-        # is not a prefix of itself: only the final assistant turn is exact. Earlier text
-        # turns may go untrained (with a warning); earlier tool calls may not, as that would
-        # teach the model to answer without calling tools: such rollouts are left out.
-        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
-        if any(m.get("tool_calls") for m in messages[:last] if m["role"] == "assistant"):
-            raise EarlierTurnsRewritten(
-                "the chat template re-renders earlier turns once a turn follows them (e.g. "
-                "drops their reasoning): their tool calls cannot be trained"
+        turns.append(turn)
+        following = replies[number + 1] if number + 1 < len(replies) else len(messages)
+        new = sent[index + 1 : following]
+        if number + 1 == len(replies) and not new:
+            pieces.append((tail, False))
+            break
+        if marker is None:  # the tail is part of what follows (text_after_turn)
+            pieces.append((tail, False))
+        try:
+            between = text_after_turn(
+                tokenizer,
+                sent[: index + 1],
+                new,
+                tools,
+                marker,
+                marker_generated=True,
+                gen=following < len(messages),
+                markers_in_turn=turn.count(marker) if marker else 1,
             )
-        logger.warning(
-            "the chat template rewrites earlier turns; training only the final assistant turn"
-        )
-        return _final_turn_only(tokenizer, messages, tools, last)
+        except ChatTemplateError:
+            raise
+        except Exception as exc:  # Jinja errors, and templates that raise on purpose
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ChatTemplateError(
+                f"the chat template cannot render the conversation: {reason}"
+            ) from None
+        pieces.append((between, False))
 
-    pieces.append((full[position:], False))
+    missing = untrained_parts([messages[i] for i in replies], turns)
+    if missing:
+        raise ChatTemplateError(
+            "the chat template leaves out of an assistant turn what the model generated: "
+            + "; ".join(missing[:2])
+        )
     return _encode(tokenizer, pieces)
 
 
-def _final_turn_only(
-    tokenizer: Any, messages: list[dict], tools: list[dict] | None, last: int
-) -> TokenizedConversation:
-    before = _render(tokenizer, messages[:last], tools, gen=True)
-    after = _render(tokenizer, messages[: last + 1], tools, gen=False)
-    turn, tail = _split_trailing_whitespace(after[len(before) :])
-    return _encode(tokenizer, [(before, False), (turn, True), (tail, False)])
+def _turn_as_generated(
+    tokenizer: Any, before: list[dict], reply: dict, tools: list[dict] | None
+) -> tuple[str, str, str | None]:
+    """``(turn, tail, end marker)`` of ``reply`` rendered after the prompt it was generated for.
+
+    The turn is what the model generated (up to its end-of-turn token); the tail is what the
+    template puts after it (ChatML's newline), which the model does not generate.
+    """
+    prompt = _render(tokenizer, before, tools, gen=True)
+    ended = _render(tokenizer, [*before, reply], tools, gen=False)
+    start = (
+        len(prompt)
+        if ended.startswith(prompt)
+        else _after_generation_prompt(tokenizer, before, tools, prompt, ended)
+    )
+    if start < 0:
+        extra = prompt[len(_common_prefix(prompt, ended)) :]
+        raise GenerationPromptNotContinued(
+            "the chat template renders a finished reply otherwise than it prompts for one "
+            f"(its generation prompt ends {extra[-40:]!r}, the rendered reply does not): the "
+            "turns as generated cannot be rebuilt from the conversation"
+        )
+    turn, tail = _split_trailing_whitespace(ended[start:])
+    return turn, tail, end_marker(tokenizer, turn)
+
+
+def _after_generation_prompt(
+    tokenizer: Any, before: list[dict], tools: list[dict] | None, prompt: str, ended: str
+) -> int:
+    """Where the reply starts in ``ended`` when the text before it differs from ``prompt``.
+
+    Some templates render the last message otherwise than the same message followed by a
+    reply (Hermes 2 Pro's tool turn loses a newline when it is last): the reply then starts
+    after the generation prompt that follows as many of them as the conversation before it
+    renders. -1 when the template has no generation prompt of its own, or the reply does not
+    follow one (R1-style prompts that open a think block the rendered reply lacks).
+    """
+    plain = _render(tokenizer, before, tools, gen=False)
+    if not prompt.startswith(plain) or len(prompt) == len(plain):
+        return -1
+    opening = prompt[len(plain) :]
+    at = -1
+    for _ in range(plain.count(opening) + 1):
+        at = ended.find(opening, at + 1)
+        if at < 0:
+            return -1
+    return at + len(opening)
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return a[:n]
+
+
+def untrained_parts(replies: list[dict], turns: list[str]) -> list[str]:
+    """What of each reply its trained turn lacks: tool calls, the text, the reasoning."""
+    missing = untrained_tool_calls(replies, turns)
+    for reply, turn in zip(replies, turns):
+        content = reply.get("content")
+        if isinstance(content, str) and content.strip() and content.strip() not in turn:
+            missing.append(f"the text {content.strip()[:60]!r}")
+        reasoning = reply.get("reasoning_content") or reply.get("thinking")
+        if isinstance(reasoning, str) and reasoning.strip() and reasoning.strip() not in turn:
+            missing.append(f"the reasoning {reasoning.strip()[:60]!r}")
+    return missing
 
 
 def _encode(tokenizer: Any, pieces: list[tuple[str, bool]]) -> TokenizedConversation:
@@ -167,6 +257,8 @@ def untrained_tool_calls(messages: list[dict], trained_turns: list[str]) -> list
             name, arguments = str(function.get("name") or ""), function.get("arguments", "")
             at = text.find(name, cursor) if name else -1
             end = _arguments_end(text, arguments, at + len(name)) if at >= 0 else -1
+            if at >= 0 and end < 0 and 0 <= _arguments_end(text, arguments, cursor) <= at:
+                end = at + len(name)  # arguments before the name (vLLM's hermes template)
             if end < 0:
                 missing.append(f"{name} {arguments}"[:160])
             else:
@@ -227,3 +319,48 @@ def _keys_and_values_end(text: str, arguments: dict, start: int) -> int:
         where, form = min(found)
         at = where + len(form)
     return at
+
+
+def token_fidelity(
+    tokenizer: Any,
+    messages: list[dict],
+    tokens: list[int],
+    masks: list[int],
+    tools: list[dict] | None = None,
+) -> list[str]:
+    """Where the chat template's tokens of the conversation differ from the sampled ones.
+
+    For a Phase 2 rollout: the conversation is re-tokenized as Phase 1 would (the template's
+    rendering of each assistant turn) and each trained run is compared with the tokens the
+    model generated. An empty list when every assistant turn gives the same ids; otherwise a
+    line per differing turn that says where (the first differing token, decoded both ways).
+    """
+    sampled = trained_runs(tokens, masks)
+    try:
+        rendered = trained_runs(*_tokens_and_masks(tokenizer, messages, tools))
+    except ChatTemplateError as exc:
+        return [f"the chat template cannot re-render the conversation: {exc}"]
+    differences = []
+    if len(rendered) != len(sampled):
+        differences.append(
+            f"{len(sampled)} generated turns, the chat template renders {len(rendered)}"
+        )
+    for number, (ours, theirs) in enumerate(zip(rendered, sampled), start=1):
+        if ours == theirs:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+        at = min(len(ours), len(theirs)) if at is None else at
+        context = slice(max(0, at - 8), at + 8)
+        differences.append(
+            f"turn {number}, token {at}: sampled "
+            f"{tokenizer.decode(theirs[context], skip_special_tokens=False)!r}, the template "
+            f"renders {tokenizer.decode(ours[context], skip_special_tokens=False)!r}"
+        )
+    return differences
+
+
+def _tokens_and_masks(
+    tokenizer: Any, messages: list[dict], tools: list[dict] | None
+) -> tuple[list[int], list[int]]:
+    data = tokenize_conversation(tokenizer, messages, tools)
+    return data.tokens, data.masks

@@ -14,10 +14,12 @@ A script in YAML or JSON::
       turns: [{content: "I cannot help with that."}]
 
 A turn has ``content`` and/or ``tool_calls`` (each ``name`` plus ``arguments`` as an object, or
-as a string sent as it is, valid JSON or not), and optionally ``reasoning`` and
-``finish_reason``. A conversation that runs past its last turn repeats the last turn. When
-several conversations match a prompt, new conversations get them in turn. A prompt that no
-conversation matches, with no default, gets a fixed text answer.
+as a string sent as it is, valid JSON or not), and optionally ``reasoning``,
+``finish_reason`` and ``text``: what token-level endpoints generate for the turn, its end-of-turn
+token included, in the model's own format (by default the Hermes ``<tool_call>`` form, then the
+tokenizer's end-of-sequence token). A conversation that runs past its last turn repeats the
+last turn. When several conversations match a prompt, new conversations get them in turn. A
+prompt that no conversation matches, with no default, gets a fixed text answer.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ScriptedTurn:
     tool_calls: list[ScriptedCall] = field(default_factory=list)
     reasoning: str | None = None
     finish_reason: str | None = None
+    text: str | None = None  # the raw generation of token-level endpoints, end token included
 
 
 @dataclass
@@ -167,7 +170,7 @@ def _conversation(data: Any, where: str) -> ScriptedConversation:
 def _turn(data: Any, where: str) -> ScriptedTurn:
     if not isinstance(data, dict):
         raise ScriptError(f"{where}: expected a mapping with 'content' and/or 'tool_calls'")
-    unknown = set(data) - {"content", "tool_calls", "reasoning", "finish_reason"}
+    unknown = set(data) - {"content", "tool_calls", "reasoning", "finish_reason", "text"}
     if unknown:
         raise ScriptError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     if data.get("content") is None and not data.get("tool_calls"):
@@ -189,4 +192,5 @@ def _turn(data: Any, where: str) -> ScriptedTurn:
         tool_calls=parsed,
         reasoning=data.get("reasoning"),
         finish_reason=data.get("finish_reason"),
+        text=None if data.get("text") is None else str(data["text"]),
     )

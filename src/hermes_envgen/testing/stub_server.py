@@ -92,6 +92,8 @@ def render_tool_calls_as_text(turn: ScriptedTurn) -> str:
 
 def generated_text(turn: ScriptedTurn) -> str:
     """What the scripted model generates on ``/generate`` before its end-of-turn token."""
+    if turn.text is not None:
+        return turn.text  # the model's own format, its end token included
     thinking = f"<think>{turn.reasoning}</think>\n" if turn.reasoning else ""
     return thinking + render_tool_calls_as_text(turn)
 
@@ -412,7 +414,7 @@ class StubServer:
     def _reply_ids(self, turn: ScriptedTurn, max_tokens: Any) -> tuple[list[int], str]:
         """The scripted turn as token ids ending in end-of-turn, cut at ``max_tokens``."""
         ids = list(self.tokenizer.encode(generated_text(turn), add_special_tokens=False))
-        if self.tokenizer.eos_token_id is not None:
+        if turn.text is None and self.tokenizer.eos_token_id is not None:
             ids.append(self.tokenizer.eos_token_id)
         finish_reason = turn.finish_reason or "stop"
         if isinstance(max_tokens, int) and 0 <= max_tokens < len(ids):

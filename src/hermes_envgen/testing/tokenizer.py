@@ -31,12 +31,14 @@ def build_offline_tokenizer(
     chat_template: str = CHAT_TEMPLATE,
     special_tokens: tuple[str, ...] = (),
     eos_token: str = "<|im_end|>",
+    bos_token: str | None = None,
 ) -> Path:
     """Write a byte-level tokenizer into ``directory`` and return its path.
 
     Every string round-trips exactly (``decode(encode(s)) == s``), so tests can compare the
     decoded training spans with the assistant turns character for character. The chat template
-    is ChatML with tool calls unless another is given (with the special tokens it uses).
+    is ChatML with tool calls unless another is given (with the special tokens it uses, and
+    the ``bos_token`` it writes, as Llama's templates do).
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
@@ -45,14 +47,14 @@ def build_offline_tokenizer(
     tokenizer = Tokenizer(models.BPE(vocab=_byte_level_vocab(), merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
-    specials = [*SPECIAL_TOKENS, *special_tokens]
+    specials = [*SPECIAL_TOKENS, *special_tokens, *([bos_token] if bos_token else [])]
     tokenizer.add_special_tokens([AddedToken(token, special=True) for token in specials])
     tokenizer.save(str(directory / "tokenizer.json"))
 
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 1_000_000,
-        "bos_token": None,
+        "bos_token": bos_token,
         "eos_token": eos_token,
         "pad_token": "<|endoftext|>",
         "unk_token": None,
