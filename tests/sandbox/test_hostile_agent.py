@@ -119,8 +119,9 @@ def test_the_agent_cannot_raise_its_command_timeout(backend, tmp_path):
     assert json.loads(text)["output"] == "ran\n"
 
 
-# Runs the host's side of patch, read and download on a 1 GiB sparse file, in a process of its
-# own, and prints that process's peak resident memory before and after.
+# Runs the host's side of patch, read and download on a 1 GiB sparse file (and a patch that
+# would make 4 MB into 4 GB), in a process of its own, and prints that process's peak resident
+# memory before and after.
 MEMORY_PROBE = """
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[3])
@@ -136,7 +137,7 @@ def peak_kib():
 async def main():
     manager = make_manager(Path(sys.argv[2]), sys.argv[1])
     ctx = ToolContext("memory", manager)
-    made = await ctx.terminal("truncate -s 1G s1 && du -k s1")
+    made = await ctx.terminal("truncate -s 1G s1 && head -c 4000000 /dev/zero | tr '\\\\0' a > a")
     before = peak_kib()
     patch = {"path": "s1", "old_text": "zzz", "new_text": "y"}
     outcomes = await asyncio.gather(
@@ -145,6 +146,8 @@ async def main():
         ctx.call_tool("search_files", {"pattern": "zzz"}),
         ctx.read_file("s1"),
         ctx.download_file("s1", Path(sys.argv[2]) / "download"),
+        ctx.call_tool("patch", {"path": "a", "old_text": "a", "new_text": "b" * 1000,
+                                "replace_all": True}),
         return_exceptions=True,
     )
     after = peak_kib()
@@ -173,14 +176,15 @@ def test_a_sparse_gigabyte_costs_the_host_no_gigabytes(backend, tmp_path):
     assert report["made"]["exit_code"] == 0, report["made"]
     grew = report["after"] - report["before"]
     assert grew < MOST_THE_HOST_MAY_GROW, f"the host's peak memory grew {grew // 1024} MiB"
-    patches, read, search, text, download = (
+    patches, read, search, text, download, growing = (
         report["outcomes"][:3],
         *report["outcomes"][3:],
     )
+    assert "ToolExecutionError" in growing and "would grow past 8000000" in growing
     for outcome in patches:
         assert "ToolExecutionError" in outcome and "larger than 8000000 bytes" in outcome
     assert "only its start was read" in read
-    assert "1 binary or larger than" in search
+    assert "2 binary or larger than" in search
     for outcome in (text, download):
-        assert "SandboxError" in outcome and "larger than 33554432 bytes" in outcome
+        assert "FileTooLarge" in outcome and "larger than 33554432 bytes" in outcome
     assert not (tmp_path / "download").exists()

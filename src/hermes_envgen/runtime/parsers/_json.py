@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__ = ["JSON_DECODER", "STRICT_JSON_DECODER", "encode_json"]
@@ -36,5 +37,17 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
 def encode_json(value: Any) -> str:
-    """JSON text with non-ASCII kept as is, the way the parsers write arguments."""
-    return _ENCODER.encode(value)
+    """JSON text with non-ASCII kept as is, the way the parsers write arguments.
+
+    Valid UTF-8 always: a ``"\\ud800"`` escape in the model's text decodes to a lone
+    surrogate, written here as U+FFFD (never raw into ``function.arguments``).
+    """
+    text = _ENCODER.encode(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # the package takes only the standard library: not runtime.text
+        text = _SURROGATE.sub("\ufffd", text)  # decoded JSON holds no pair, only halves
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

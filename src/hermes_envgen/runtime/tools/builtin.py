@@ -132,6 +132,12 @@ async def patch(
         raise ToolExecutionError(
             f"patch: old_text occurs {count} times in {path}; make it unique or set replace_all"
         )
+    grows = (count if replace_all else 1) * (len(new_text) - len(old_text))
+    if len(text) + grows > MAX_PATCH_BYTES:  # "a" -> 1,000 characters, everywhere: gigabytes
+        raise ToolExecutionError(
+            f"patch: {path} would grow past {MAX_PATCH_BYTES} characters, more than patch "
+            "writes; change it with terminal commands"
+        )
     updated = (
         text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
     )
