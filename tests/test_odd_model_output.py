@@ -3,12 +3,16 @@ their end, with the characters replaced by U+FFFD and counted, and parsers write
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from conftest import EXAMPLES
 
+from hermes_envgen.runtime.agent_loop import AssistantTurn, HermesAgentLoop
 from hermes_envgen.runtime.parsers import get_parser
+from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.testing import OfflineRun
 
 ENV_FILE = EXAMPLES / "terminal_env.py"
@@ -94,3 +98,59 @@ def test_parsers_write_no_lone_surrogate_into_arguments(parser):
     arguments = calls[0]["function"]["arguments"]
     arguments.encode("utf-8")  # strict
     assert json.loads(arguments)["items"][0] == "x\ufffd"
+
+
+class EscapingModel:
+    """A backend whose one tool-calling turn writes JSON escapes of lone surrogates, and
+    arguments nested deeper than any decoder's recursion."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    async def complete(self, messages, **kwargs):
+        self.turns += 1
+        if self.turns > 1:
+            return AssistantTurn("done", [])
+        escaped = '{"path": "a.txt", "content": "x\\ud800y"}'
+        nested = '{"path": "b.txt", "content": ' + "[" * 5000 + "]" * 5000 + "}"
+        return AssistantTurn(
+            "",
+            [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "write_file", "arguments": escaped},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "write_file", "arguments": nested},
+                },
+            ],
+        )
+
+
+def test_escaped_surrogates_in_arguments_reach_the_tool_replaced(sandboxes):
+    async def main():
+        ctx = ToolContext("escapes", sandboxes)
+        tools = REGISTRY.resolve(["file"])
+        loop = HermesAgentLoop(
+            None,
+            [t.schema for t in tools],
+            {t.name for t in tools},
+            task_id="escapes",
+            tool_context=ctx,
+            backend=EscapingModel(),
+        )
+        result = await loop.run([{"role": "user", "content": "write"}])
+        written = await ctx.read_file("a.txt")
+        await sandboxes.close_all()
+        return result, written
+
+    result, written = asyncio.run(main())
+    assert written == "x\ufffdy"
+    assert result.replaced_characters == 1
+    assert len(result.tool_errors) == 1  # the nested one: refused, not a crash
+    assert result.tool_errors[0].arguments.startswith('{"path": "b.txt"')
+    assert "not valid JSON" in result.tool_errors[0].error
+    assert result.finished_naturally

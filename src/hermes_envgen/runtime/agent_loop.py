@@ -144,6 +144,19 @@ def _make_valid(reply: AssistantTurn) -> int:
     return replaced
 
 
+def _valid_values(value: Any) -> tuple[Any, int]:
+    """``value`` (decoded JSON) with its strings made valid Unicode; how many were replaced."""
+    if isinstance(value, str):
+        return valid_unicode(value)
+    if isinstance(value, list):
+        pairs = [_valid_values(v) for v in value]
+        return [v for v, _ in pairs], sum(n for _, n in pairs)
+    if isinstance(value, dict):
+        pairs = {valid_unicode(k)[0]: _valid_values(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in pairs.items()}, sum(n for _, n in pairs.values())
+    return value, 0
+
+
 def _answer_stopped_calls(messages: list[dict], budget: float) -> None:
     """Give each call of the last turn that has no result one saying it was stopped.
 
@@ -323,10 +336,10 @@ class HermesAgentLoop:
                 result.finished_naturally = True
                 break
             if len(reply.tool_calls) == 1:  # the common case: no task per call
-                outputs = [await self._execute(reply.tool_calls[0], turn, result.tool_errors)]
+                outputs = [await self._execute(reply.tool_calls[0], turn, result)]
             else:
                 outputs = await asyncio.gather(
-                    *(self._execute(call, turn, result.tool_errors) for call in reply.tool_calls)
+                    *(self._execute(call, turn, result) for call in reply.tool_calls)
                 )
             for call, output in zip(reply.tool_calls, outputs):
                 result.messages.append(
@@ -358,10 +371,11 @@ class HermesAgentLoop:
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    async def _execute(self, call: dict, turn: int, errors: list[ToolError]) -> str:
+    async def _execute(self, call: dict, turn: int, result: AgentResult) -> str:
         """Run one tool call; every failure becomes a ToolError and a message for the model."""
         name = call["function"]["name"]
         raw_arguments = call["function"]["arguments"]
+        errors = result.tool_errors
 
         def refuse(error: str) -> str:
             error = printable(error)  # it may quote names the agent made
@@ -374,7 +388,12 @@ class HermesAgentLoop:
             return refuse(f"unknown tool {name!r}. Valid tools: {valid}")
         try:
             arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
-        except ValueError as exc:
+            if (
+                "\\u" in raw_arguments
+            ):  # an escape may decode to a lone surrogate: none reach a tool
+                arguments, replaced = _valid_values(arguments)
+                result.replaced_characters += replaced
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested thousands deep
             return refuse(f"the arguments of {name} are not valid JSON ({exc}); it was not run")
         if not isinstance(arguments, dict):
             return refuse(f"the arguments of {name} must be a JSON object; it was not run")
