@@ -47,11 +47,10 @@ ANSWER_TURN = (
 
 @pytest.fixture(scope="module")
 def harmony_tokenizer(tmp_path_factory):
-    """A byte-level tokenizer with harmony's special tokens; its end of turn is <|return|>."""
+    """A byte-level tokenizer with harmony's special tokens (its template stays ChatML, whose
+    turns end with the eos token, as the exact-token trace requires of a template)."""
     path = build_offline_tokenizer(
-        tmp_path_factory.mktemp("harmony-tokenizer"),
-        special_tokens=HARMONY_TOKENS,
-        eos_token="<|return|>",
+        tmp_path_factory.mktemp("harmony-tokenizer"), special_tokens=HARMONY_TOKENS
     )
     return path
 

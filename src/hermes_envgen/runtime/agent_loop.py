@@ -4,7 +4,9 @@
 OpenAI message format. Nothing the model does ends the loop with an exception: an unknown tool,
 arguments that are not JSON, a tool that fails, a call that does not parse (Phase 2), each
 becomes a ``ToolError`` and a message back to the model; a server that keeps failing ends the
-rollout with ``AgentResult.error`` set.
+rollout with ``AgentResult.error`` set; a rollout past its time budget (``max_seconds``) is
+ended where it stands, with ``AgentResult.timed_out`` set. Every text of a reply is made valid
+Unicode as it arrives (lone surrogates replaced, counted in ``replaced_characters``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Protocol
 from hermes_envgen.runtime.errors import InferenceError
 from hermes_envgen.runtime.parsers.base import new_alnum_id
 from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX
+from hermes_envgen.runtime.text import valid_unicode
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools.registry import printable
 
@@ -49,6 +52,8 @@ class AgentResult:
     tool_errors: list[ToolError] = field(default_factory=list)
     reasoning_per_turn: list[str | None] = field(default_factory=list)
     error: str | None = None  # why the rollout stopped early (server failure), if it did
+    timed_out: bool = False  # ended by the loop's time budget (max_rollout_seconds)
+    replaced_characters: int = 0  # lone surrogates in the model's replies, made U+FFFD
 
     @property
     def final_response(self) -> str:
@@ -114,6 +119,63 @@ def normalize_tool_call(call: Any) -> dict:
         "type": "function",
         "function": {"name": fget("name", "") or "", "arguments": arguments},
     }
+
+
+def _make_valid(reply: AssistantTurn) -> int:
+    """Make every text of ``reply`` valid Unicode, in place; how many characters were replaced."""
+    replaced = 0
+
+    def valid(text: Any) -> Any:
+        nonlocal replaced
+        if not isinstance(text, str):
+            return text
+        text, count = valid_unicode(text)
+        replaced += count
+        return text
+
+    reply.content = valid(reply.content)
+    reply.reasoning = valid(reply.reasoning)
+    reply.parse_error = valid(reply.parse_error)
+    for call in reply.tool_calls:
+        call["id"] = valid(call.get("id"))
+        function = call["function"]
+        function["name"] = valid(function.get("name"))
+        function["arguments"] = valid(function.get("arguments"))
+    return replaced
+
+
+def _valid_values(value: Any) -> tuple[Any, int]:
+    """``value`` (decoded JSON) with its strings made valid Unicode; how many were replaced."""
+    if isinstance(value, str):
+        return valid_unicode(value)
+    if isinstance(value, list):
+        pairs = [_valid_values(v) for v in value]
+        return [v for v, _ in pairs], sum(n for _, n in pairs)
+    if isinstance(value, dict):
+        pairs = {valid_unicode(k)[0]: _valid_values(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in pairs.items()}, sum(n for _, n in pairs.values())
+    return value, 0
+
+
+def _answer_stopped_calls(messages: list[dict], budget: float) -> None:
+    """Give each call of the last turn that has no result one saying it was stopped.
+
+    A conversation whose tool call has no answer is one no chat template renders as it was.
+    """
+    last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    if last is None or not last.get("tool_calls"):
+        return
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    for call in last["tool_calls"]:
+        if call["id"] not in answered:
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": f"{TOOL_ERROR_PREFIX} the rollout ran past its {budget:g} s "
+                    "budget; this call was stopped",
+                }
+            )
 
 
 def _field(message: Any, key: str) -> Any:
@@ -191,6 +253,7 @@ class HermesAgentLoop:
         request_timeout: float | None = None,
         backend: Any = None,
         tool_choice: str | None = None,
+        max_seconds: float | None = None,
     ) -> None:
         self.tool_schemas = tool_schemas
         self.valid_tool_names = set(valid_tool_names)
@@ -207,11 +270,32 @@ class HermesAgentLoop:
         self.request_timeout = request_timeout
         self.backend = backend or ChatCompletionBackend(server)
         self.tool_choice = tool_choice
+        self.max_seconds = max_seconds  # the rollout's wall-clock budget; None: no limit
         self._tool_slots = asyncio.Semaphore(max_parallel_tools)
 
     async def run(self, messages: list[dict]) -> AgentResult:
-        """Run the conversation until the model answers without a tool call or turns run out."""
+        """Run the conversation until the model answers without a tool call, turns run out or
+        the time budget does."""
         result = AgentResult(messages=[dict(m) for m in messages])
+        if self.max_seconds is None:
+            await self._turns(result)
+            return result
+        try:
+            # Cancelling the turns kills the commands under way (finish_command) and drops a
+            # request in flight; ``result`` keeps every message up to that point.
+            await asyncio.wait_for(self._turns(result), self.max_seconds)
+        except asyncio.TimeoutError:
+            result.timed_out = True
+            _answer_stopped_calls(result.messages, self.max_seconds)
+            logger.warning(
+                "task %s: the rollout ran past its %g s budget (max_rollout_seconds); ended",
+                self.task_id,
+                self.max_seconds,
+            )
+        return result
+
+    async def _turns(self, result: AgentResult) -> None:
+        """The turns of a rollout, each appended to ``result`` as it completes."""
         for turn in range(1, self.max_turns + 1):
             try:
                 reply = await self._complete(result.messages)
@@ -223,6 +307,14 @@ class HermesAgentLoop:
                 )
                 logger.warning("task %s: inference failed, rollout ended: %s", self.task_id, exc)
                 break
+            if replaced := _make_valid(reply):
+                result.replaced_characters += replaced
+                logger.warning(
+                    "task %s: %d invalid character(s) (lone surrogates) in the model's reply "
+                    "replaced with U+FFFD",
+                    self.task_id,
+                    replaced,
+                )
             assistant: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.tool_calls:
                 assistant["tool_calls"] = reply.tool_calls
@@ -244,16 +336,15 @@ class HermesAgentLoop:
                 result.finished_naturally = True
                 break
             if len(reply.tool_calls) == 1:  # the common case: no task per call
-                outputs = [await self._execute(reply.tool_calls[0], turn, result.tool_errors)]
+                outputs = [await self._execute(reply.tool_calls[0], turn, result)]
             else:
                 outputs = await asyncio.gather(
-                    *(self._execute(call, turn, result.tool_errors) for call in reply.tool_calls)
+                    *(self._execute(call, turn, result) for call in reply.tool_calls)
                 )
             for call, output in zip(reply.tool_calls, outputs):
                 result.messages.append(
                     {"role": "tool", "tool_call_id": call["id"], "content": output}
                 )
-        return result
 
     async def _complete(self, messages: list[dict]) -> AssistantTurn:
         kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature, "split": self.split}
@@ -280,10 +371,11 @@ class HermesAgentLoop:
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    async def _execute(self, call: dict, turn: int, errors: list[ToolError]) -> str:
+    async def _execute(self, call: dict, turn: int, result: AgentResult) -> str:
         """Run one tool call; every failure becomes a ToolError and a message for the model."""
         name = call["function"]["name"]
         raw_arguments = call["function"]["arguments"]
+        errors = result.tool_errors
 
         def refuse(error: str) -> str:
             error = printable(error)  # it may quote names the agent made
@@ -296,7 +388,12 @@ class HermesAgentLoop:
             return refuse(f"unknown tool {name!r}. Valid tools: {valid}")
         try:
             arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
-        except ValueError as exc:
+            if (
+                "\\u" in raw_arguments
+            ):  # an escape may decode to a lone surrogate: none reach a tool
+                arguments, replaced = _valid_values(arguments)
+                result.replaced_characters += replaced
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested thousands deep
             return refuse(f"the arguments of {name} are not valid JSON ({exc}); it was not run")
         if not isinstance(arguments, dict):
             return refuse(f"the arguments of {name} must be a JSON object; it was not run")

@@ -89,6 +89,8 @@ class Rollout:
             "reward_counts": self.counts,
             "reward_signals": self.signals,
             "rollout_error": self.result.error,
+            "timed_out": self.result.timed_out,
+            "replaced_characters": self.result.replaced_characters,
             "final_response": self.result.final_response,
             "messages": self.result.messages,
         }
@@ -426,6 +428,7 @@ class HermesAgentBaseEnv(BaseEnv):
             request_retries=0,  # the model client retries, by kind of failure
             backend=backend,
             tool_choice=self.config.tool_choice,
+            max_seconds=self.config.max_rollout_seconds,
         )
         try:
             try:

@@ -113,7 +113,17 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "root: a cgroup; 1.0 by default).",
     )
     sandbox_command_timeout: float = Field(
-        default=60.0, gt=0, description="Seconds before a tool command is killed (exit 124)."
+        default=60.0,
+        gt=0,
+        description="Seconds before a tool command is killed (exit 124); the agent's own "
+        "timeout may be shorter, never longer.",
+    )
+    max_rollout_seconds: float | None = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds the agent's part of a rollout (its model turns and tool calls) "
+        "may take: past it the rollout is ended where it stands (its record says timed_out), "
+        "scored, and its sandbox removed. None: no limit.",
     )
     sandbox_idle_lifetime: float = Field(
         default=600.0,

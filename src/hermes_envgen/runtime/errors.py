@@ -46,6 +46,15 @@ class PathOutsideWorkspace(SandboxError):
     """A path that leaves the task's workspace; refused."""
 
 
+class FileTooLarge(SandboxError):
+    """A workspace file larger than the host reads into its memory; refused, unread."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(
+            f"{path} is larger than {limit} bytes, more than the host reads of a workspace file"
+        )
+
+
 class ChatTemplateError(HermesEnvgenError):
     """The tokenizer's chat template cannot render the conversation as training data needs."""
 

@@ -46,6 +46,8 @@ class RolloutRecord(TypedDict, total=False):
     reward_counts: dict[str, float]
     reward_signals: dict[str, float]
     rollout_error: str | None
+    timed_out: bool  # the agent ran past max_rollout_seconds and was stopped, then scored
+    replaced_characters: int  # invalid characters (lone surrogates) of the model's, now U+FFFD
     final_response: str
     messages: list[dict[str, Any]]
 

@@ -12,6 +12,7 @@ import posixpath
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager
+from hermes_envgen.runtime.sandbox.base import MAX_HOST_READ_BYTES
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 
 _default_manager: SandboxManager | None = None
@@ -59,9 +60,10 @@ class ToolContext:
         """Run a shell command in the workspace: ``{"exit_code": int, "output": str}``."""
         return (await self.sandbox.run(command, timeout=timeout)).as_dict()
 
-    async def read_file(self, path: str) -> str:
-        """A workspace file's text (undecodable bytes replaced)."""
-        return (await self.sandbox.read_bytes(path)).decode("utf-8", errors="replace")
+    async def read_file(self, path: str, limit: int = MAX_HOST_READ_BYTES) -> str:
+        """A workspace file's text (undecodable bytes replaced); larger than ``limit`` bytes:
+        a ``SandboxError`` that says so."""
+        return (await self.sandbox.read_bytes(path, limit)).decode("utf-8", errors="replace")
 
     async def write_file(self, path: str, content: str | bytes) -> None:
         """Write text or bytes to a workspace file, creating parent directories."""
@@ -86,9 +88,12 @@ class ToolContext:
             written.append(remote)
         return written
 
-    async def download_file(self, remote_path: str, local_path: str | Path) -> Path:
-        """Copy a workspace file to the host, byte for byte."""
-        data = await self.sandbox.read_bytes(remote_path)
+    async def download_file(
+        self, remote_path: str, local_path: str | Path, limit: int = MAX_HOST_READ_BYTES
+    ) -> Path:
+        """Copy a workspace file to the host, byte for byte; larger than ``limit`` bytes: a
+        ``SandboxError`` that says so (the agent's file is held in memory on the way)."""
+        data = await self.sandbox.read_bytes(remote_path, limit)
         local_path = Path(local_path)
 
         def write() -> None:

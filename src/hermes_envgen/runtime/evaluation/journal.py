@@ -14,6 +14,7 @@ from typing import Any
 
 from hermes_envgen.runtime.errors import ResumeError
 from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE, SETTINGS_FILE
+from hermes_envgen.runtime.text import valid_unicode
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,10 @@ class SampleJournal:
         if name not in self._files:
             self._files[name] = (self.directory / name).open("a", encoding="utf-8")
         stream = self._files[name]
-        stream.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        # Valid UTF-8 whatever the record holds (an item's or an env's own lone surrogate):
+        # a line that cannot be written would end the evaluation.
+        line, _ = valid_unicode(json.dumps(record, ensure_ascii=False, default=str))
+        stream.write(line + "\n")
         stream.flush()  # the line survives a kill of this process from now on
 
     def close(self) -> None:

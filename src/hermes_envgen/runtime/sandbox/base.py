@@ -15,7 +15,12 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_envgen.runtime.errors import PathOutsideWorkspace, SandboxError, SandboxUnavailable
+from hermes_envgen.runtime.errors import (
+    FileTooLarge,
+    PathOutsideWorkspace,
+    SandboxError,
+    SandboxUnavailable,
+)
 from hermes_envgen.runtime.sandbox.process import SpawnedProcess, spawn
 from hermes_envgen.runtime.sandbox.procfs import is_alive
 from hermes_envgen.runtime.sandbox.workspace_files import WorkspaceFiles, file_errors, remove_tree
@@ -23,6 +28,9 @@ from hermes_envgen.runtime.sandbox.workspace_files import WorkspaceFiles, file_e
 __all__ = ["PathOutsideWorkspace", "SandboxError", "SandboxUnavailable", "remove_tree"]
 
 TIMEOUT_EXIT_CODE = 124
+# The most ``read_bytes`` takes of a workspace file into the host's memory unless the caller
+# asks for more: the agent makes the files (``truncate -s 1G`` costs it nothing).
+MAX_HOST_READ_BYTES = 32 * 1024 * 1024
 
 
 @dataclass
@@ -137,13 +145,20 @@ class Sandbox(ABC):
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         """Run one command (``timeout`` None: the settings' default) and collect its output."""
 
-    @abstractmethod
-    async def read_bytes(self, path: str) -> bytes:
-        """Read a file of the workspace (relative, or absolute inside the workspace)."""
+    async def read_bytes(self, path: str, limit: int = MAX_HOST_READ_BYTES) -> bytes:
+        """Read a file of the workspace (relative, or absolute inside the workspace).
 
+        A file larger than ``limit`` bytes is refused (a ``SandboxError`` that says so), read
+        no further than that: the host's memory is not the agent's to fill.
+        """
+        data = await self.read_head(path, limit + 1)
+        if len(data) > limit:
+            raise FileTooLarge(path, limit)
+        return data
+
+    @abstractmethod
     async def read_head(self, path: str, limit: int) -> bytes:
-        """At most the first ``limit`` bytes of a workspace file (backends bound the read)."""
-        return (await self.read_bytes(path))[:limit]
+        """At most the first ``limit`` bytes of a workspace file, read in bounded pieces."""
 
     @abstractmethod
     async def write_bytes(self, path: str, data: bytes) -> None:
@@ -216,9 +231,14 @@ class HostDirectorySandbox(Sandbox):
         """Map a path the agent gave to the host, resolving symlinks as the sandbox would."""
         return self.workspace.joinpath(*self.files.resolve(path))
 
-    async def read_bytes(self, path: str) -> bytes:
+    async def read_bytes(self, path: str, limit: int = MAX_HOST_READ_BYTES) -> bytes:
         self.touch()
-        return await asyncio.to_thread(file_errors, path, lambda: self.files.read(path))
+        # The size first: a larger file (a sparse gigabyte) is refused before a byte is read.
+        read = lambda: self.files.read(path, limit + 1, refuse_over=limit)  # noqa: E731
+        data = await asyncio.to_thread(file_errors, path, read)
+        if len(data) > limit:  # it grew since
+            raise FileTooLarge(path, limit)
+        return data
 
     async def read_head(self, path: str, limit: int) -> bytes:
         self.touch()

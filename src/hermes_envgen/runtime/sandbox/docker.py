@@ -46,7 +46,9 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from hermes_envgen.runtime.errors import FileTooLarge
 from hermes_envgen.runtime.sandbox.base import (
+    MAX_HOST_READ_BYTES,
     RUN_TAG_VARIABLE,
     TIMEOUT_EXIT_CODE,
     CommandResult,
@@ -88,7 +90,7 @@ RUNTIME_EXEC_FAILED = "OCI runtime exec failed"  # docker exec's start failure, 
 CANNOT_START = 126
 FILE_TIMEOUT = 300.0  # seconds a file script may take (a GiB through docker exec: a few)
 # Exit codes of the file scripts.
-OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR, DENIED = 3, 4, 5, 6, 7, 8
+OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR, DENIED, TOO_LARGE = 3, 4, 5, 6, 7, 8, 9
 
 # Each file script gets the workspace as $1 and the path as $2 (already absolute and
 # lexically inside, its bytes escaped by escaped_path); it resolves symlinks with realpath,
@@ -114,6 +116,11 @@ _OPEN_TO_READ = _CONFINE + _READABLE + 'exec 3< "$p"\n' + _OPENED_INSIDE
 READ_SCRIPT = _OPEN_TO_READ + "exec cat <&3\n"
 # At most the first $3 bytes: a huge (or sparse) file never crosses docker exec whole.
 HEAD_SCRIPT = _OPEN_TO_READ + 'exec head -c "$3" <&3\n'
+# The same, refusing (exit 9) a file whose size is over $4 before a byte moves.
+SIZED_SCRIPT = (
+    _OPEN_TO_READ + '[ "$(stat -L -c %s /proc/self/fd/3)" -le "$4" ] || exit 9\n'
+    'exec head -c "$3" <&3\n'
+)
 # The agent's user may not write every place of the workspace (chmod): the checks say so
 # with an exit code, as the other backends say "permission denied", not in sh's words.
 # $a: the deepest part of the parent directory that exists, where mkdir would start. The
@@ -417,11 +424,13 @@ class DockerSandbox(Sandbox):
 
     # -- files -----------------------------------------------------------------------------
 
-    async def read_bytes(self, path: str) -> bytes:
+    async def read_bytes(self, path: str, limit: int = MAX_HOST_READ_BYTES) -> bytes:
         self.touch()
         target = container_path(path)
         await self._ensure_started()
-        code, out, err = await self._script(READ_SCRIPT, target)
+        code, out, err = await self._script(SIZED_SCRIPT, target, str(limit + 1), str(limit))
+        if code == TOO_LARGE or len(out) > limit:
+            raise FileTooLarge(path, limit)
         self._raise_for(code, path, err)
         return out
 

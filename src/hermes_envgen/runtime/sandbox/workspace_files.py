@@ -17,7 +17,7 @@ import os
 import stat
 from pathlib import Path
 
-from hermes_envgen.runtime.errors import PathOutsideWorkspace, SandboxError
+from hermes_envgen.runtime.errors import FileTooLarge, PathOutsideWorkspace, SandboxError
 
 MAX_SYMLINK_HOPS = 40  # as the kernel's ELOOP limit
 MAX_LIST_DEPTH = 64  # directories deeper than this below the listed one are not listed
@@ -150,18 +150,18 @@ class WorkspaceFiles:
             raise SandboxError(f"{path} is {kind}")
         return fd
 
-    def read(self, path: str, limit: int | None = None) -> bytes:
-        """A workspace file's bytes: at most ``limit`` of them, read in bounded chunks."""
+    def read(self, path: str, limit: int | None = None, refuse_over: int | None = None) -> bytes:
+        """A workspace file's bytes: at most ``limit`` of them.
+
+        ``refuse_over``: a file whose size is larger is refused (``FileTooLarge``) unread.
+        """
         fd = self._open_file(path, self.resolve(path), os.O_RDONLY, create=False)
         with open(fd, "rb") as file:
-            if limit is None:
-                return file.read()
-            chunks = []
-            left = limit
-            while left > 0 and (chunk := file.read(min(left, 1 << 20))):
-                chunks.append(chunk)
-                left -= len(chunk)
-            return b"".join(chunks)
+            if refuse_over is not None and os.fstat(fd).st_size > refuse_over:
+                raise FileTooLarge(path, refuse_over)
+            # One buffer of at most ``limit`` bytes, filled by the read (no chunks joined:
+            # that held the bytes twice).
+            return file.read() if limit is None else file.read(limit)
 
     def write(self, path: str, data: bytes) -> None:
         """Create or replace a workspace file's content, creating parent directories."""

@@ -3,30 +3,61 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import json
-import re
+import math
+import sys
+from pathlib import Path
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
+from hermes_envgen.runtime.tools import search_worker
 from hermes_envgen.runtime.tools.registry import ToolExecutionError, printable, tool
 
-MAX_SEARCH_MATCHES = 200
+MAX_SEARCH_MATCHES = search_worker.MAX_MATCHES
 MAX_SEARCH_FILE_BYTES = 2_000_000  # larger files are skipped, unread
 MAX_SEARCH_TOTAL_BYTES = 64_000_000  # a search stops after reading this much
+MAX_PATTERN_CHARS = 2_000  # a longer pattern is refused (RE2's work grows with its size)
 MAX_READ_BYTES = 8_000_000  # read_file reads no further into a file
 MAX_READ_CHARS = 200_000  # ... and returns at most this many characters
+MAX_PATCH_BYTES = 8_000_000  # patch refuses larger files, read no further than this
 
 
 @tool(toolset="terminal")
-async def terminal(command: str, timeout: int | None = None, *, sandbox: Sandbox) -> str:
+async def terminal(command: str, timeout: float | None = None, *, sandbox: Sandbox) -> str:
     """Run a bash command in your workspace and return its exit code and output.
 
     Args:
         command: The shell command to run; the working directory is your workspace.
-        timeout: Seconds before the command is killed (defaults to the environment's limit).
+        timeout: Seconds before the command is killed: at most the environment's limit,
+            which is also the default.
     """
-    result = await sandbox.run(command, timeout=timeout)
+    limit = sandbox.settings.command_timeout
+    result = await sandbox.run(command, timeout=command_timeout(timeout, limit))
     return json.dumps(result.as_dict(), ensure_ascii=False)
+
+
+def command_timeout(requested: object, limit: float) -> float:
+    """The timeout of an agent's command: the operator's ``limit`` is a ceiling it may only lower.
+
+    A value that is not a finite, positive number (``Infinity``, ``-1``, ``"soon"``) is the
+    agent's mistake, told as a tool error rather than run with some other limit.
+    """
+    if requested is None:
+        return limit
+    value = requested
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ToolExecutionError(
+            f"terminal: timeout must be a number of seconds, not {requested!r}"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise ToolExecutionError(
+            f"terminal: timeout must be a finite number of seconds above 0, not {requested!r}"
+        )
+    return min(float(value), limit)
 
 
 @tool(toolset="file")
@@ -53,7 +84,7 @@ async def read_file(
     if len(text) > MAX_READ_CHARS:
         notice = (
             f"\n[cut at {MAX_READ_CHARS} of {len(text)} characters: read a range of lines "
-            "with start_line and end_line]"
+            "with start_line and end_line]" + notice  # and that the file was read only in part
         )
         text = text[:MAX_READ_CHARS]
     return text + notice
@@ -84,15 +115,28 @@ async def patch(
         new_text: The text to put in its place.
         replace_all: Replace every occurrence instead of exactly one.
     """
-    text = (await _read(sandbox, path)).decode("utf-8", errors="replace")
     if not old_text:
         raise ToolExecutionError("patch: old_text must not be empty")
+    # Bounded: a 1 GiB (sparse) file must not cost the host gigabytes of memory.
+    data = await _guard(sandbox.read_head(path, MAX_PATCH_BYTES + 1))
+    if len(data) > MAX_PATCH_BYTES:
+        raise ToolExecutionError(
+            f"patch: {path} is larger than {MAX_PATCH_BYTES} bytes, more than patch edits; "
+            "change it with terminal commands (sed, python3)"
+        )
+    text = data.decode("utf-8", errors="replace")
     count = text.count(old_text)
     if count == 0:
         raise ToolExecutionError(f"patch: old_text was not found in {path}")
     if count > 1 and not replace_all:
         raise ToolExecutionError(
             f"patch: old_text occurs {count} times in {path}; make it unique or set replace_all"
+        )
+    grows = (count if replace_all else 1) * (len(new_text) - len(old_text))
+    if len(text) + grows > MAX_PATCH_BYTES:  # "a" -> 1,000 characters, everywhere: gigabytes
+        raise ToolExecutionError(
+            f"patch: {path} would grow past {MAX_PATCH_BYTES} characters, more than patch "
+            "writes; change it with terminal commands"
         )
     updated = (
         text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
@@ -108,52 +152,116 @@ async def search_files(
     """Search the files of your workspace for lines matching a regular expression.
 
     Args:
-        pattern: A Python regular expression, searched in each line.
+        pattern: A regular expression (RE2 syntax: Python's, without backreferences and
+            lookaround), searched in each line.
         path: The directory (or file) to search, relative to the workspace.
         file_glob: Only search files whose name matches this glob, e.g. "*.py".
     """
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ToolExecutionError(f"search_files: invalid pattern: {exc}") from None
+    _check_pattern(pattern)
     files = await _guard(sandbox.list_files(path))
     if file_glob:
         files = [f for f in files if fnmatch.fnmatch(f.rsplit("/", 1)[-1], file_glob)]
-    matches: list[str] = []
+    limit = sandbox.settings.command_timeout
+    searched: list[str] = []  # the names of the files sent to the matcher, in order
+    found: list[list] = []
     notes: list[str] = []
-    skipped = 0
-    budget = MAX_SEARCH_TOTAL_BYTES
-    for name in files:
-        data = await _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
-        if len(data) > MAX_SEARCH_FILE_BYTES or b"\x00" in data[:8192]:
-            skipped += 1
-            continue  # binary or huge: not worth a line search
-        found = await asyncio.to_thread(_matching_lines, regex, name, data.decode(errors="replace"))
-        matches.extend(found)
-        budget -= len(data)
-        if len(matches) >= MAX_SEARCH_MATCHES:
-            matches = matches[:MAX_SEARCH_MATCHES]
-            notes.append(f"[stopped after {MAX_SEARCH_MATCHES} matches]")
-            break
-        if budget <= 0:
-            notes.append(f"[stopped after reading {MAX_SEARCH_TOTAL_BYTES} bytes]")
-            break
+    # The matching runs in its own process, killed at the time limit: no pattern can hold
+    # the event loop (Python's re keeps the interpreter lock through a catastrophic match).
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", _WORKER, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    reader = asyncio.ensure_future(_read_matches(worker.stdout, found))
+
+    async def search() -> int:
+        skipped = await _feed(sandbox, worker, pattern, files, searched, found, notes)
+        await reader
+        if await worker.wait() != 0:
+            raise ToolExecutionError(f"search_files: the matcher failed (exit {worker.returncode})")
+        return skipped
+
+    try:
+        skipped = await asyncio.wait_for(search(), limit)
+    except asyncio.TimeoutError:
+        notes.append(f"[search stopped after {limit:g} s: the pattern is too slow on these files]")
+        skipped = 0
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+        reader.cancel()
     if skipped:
         notes.append(f"[{skipped} binary or larger than {MAX_SEARCH_FILE_BYTES} bytes skipped]")
+    if len(found) >= MAX_SEARCH_MATCHES:
+        notes.insert(0, f"[stopped after {MAX_SEARCH_MATCHES} matches]")
+    matches = [
+        f"{printable(searched[index])}:{number}: {line}"
+        for index, number, line in found[:MAX_SEARCH_MATCHES]
+    ]
     return "\n".join(matches + notes) if matches else "\n".join(["no matches", *notes])
 
 
-def _matching_lines(regex: re.Pattern, name: str, text: str) -> list[str]:
-    name = printable(name)
-    return [
-        f"{name}:{number}: {line[:500]}"
-        for number, line in enumerate(text.splitlines(), start=1)
-        if regex.search(line)
-    ]
+_WORKER = str(Path(search_worker.__file__))
 
 
-async def _read(sandbox: Sandbox, path: str) -> bytes:
-    return await _guard(sandbox.read_bytes(path))
+def _check_pattern(pattern: str) -> None:
+    """Refuse, as a tool error naming the reason, a pattern the matcher would not take."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ToolExecutionError(
+            f"search_files: the pattern is longer than {MAX_PATTERN_CHARS} characters"
+        )
+    try:
+        pattern.encode("utf-8")
+        search_worker.compile_pattern(pattern)
+    except UnicodeEncodeError:
+        raise ToolExecutionError("search_files: invalid pattern: not valid Unicode") from None
+    except ValueError as exc:
+        raise ToolExecutionError(
+            f"search_files: invalid pattern: {exc} (RE2 syntax: no backreferences, no "
+            "lookahead or lookbehind)"
+        ) from None
+
+
+async def _feed(
+    sandbox: Sandbox,
+    worker: asyncio.subprocess.Process,
+    pattern: str,
+    files: list[str],
+    searched: list[str],
+    found: list[list],
+    notes: list[str],
+) -> int:
+    """Send the pattern and the files to the matcher, one at a time; how many were skipped."""
+    stdin = worker.stdin
+    stdin.write(json.dumps(pattern).encode() + b"\n")
+    skipped = 0
+    budget = MAX_SEARCH_TOTAL_BYTES
+    try:
+        for name in files:
+            if len(found) >= MAX_SEARCH_MATCHES:
+                break
+            data = await _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
+            if len(data) > MAX_SEARCH_FILE_BYTES or b"\x00" in data[:8192]:
+                skipped += 1
+                continue  # binary or huge: not worth a line search
+            searched.append(name)
+            stdin.write(len(data).to_bytes(8, "big") + data)
+            await stdin.drain()
+            budget -= len(data)
+            if budget <= 0:
+                notes.append(f"[stopped after reading {MAX_SEARCH_TOTAL_BYTES} bytes]")
+                break
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the matcher stopped (enough matches): what it found is read
+    finally:
+        stdin.close()
+    return skipped
+
+
+async def _read_matches(stdout: asyncio.StreamReader, found: list[list]) -> None:
+    """Collect the matcher's matches as they come (a timeout keeps those found so far)."""
+    while line := await stdout.readline():
+        found.append(json.loads(line))
 
 
 async def _guard(awaitable):
