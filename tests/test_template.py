@@ -110,6 +110,33 @@ def test_generated_project_passes_its_own_tests(tmp_path, provider, pattern, ci,
     assert_own_tests_pass(render(tmp_path, answers(provider, pattern, ci, use_dataset)))
 
 
+# A judge at an endpoint of its own, as a user answers it: nothing listens there offline.
+JUDGE_OF_ITS_OWN = {
+    "judge_base_url": "http://127.0.0.1:8080/v1",
+    "judge_model": "judge-model",
+    "judge_api_key_env": "JUDGE_API_KEY",
+}
+
+
+def judge_of_its_own(provider: str) -> dict:
+    """A judge project whose judge is not the policy's server (for vLLM: Atropos's, no chat)."""
+    data = answers(provider, "judge", False, False) | JUDGE_OF_ITS_OWN
+    data["project_name"] = f"{provider.replace('_', '-')}-own-judge"
+    if provider == "vllm":
+        data["vllm_server"] = "generate"
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("provider", ["vllm", "atropos"])
+def test_a_judge_of_its_own_passes_its_own_tests(tmp_path, provider):
+    # The generated tests point the judge at the stub too, as they do the policy.
+    project = render(tmp_path, judge_of_its_own(provider))
+    env = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
+    assert 'default="http://127.0.0.1:8080/v1"' in env
+    assert_own_tests_pass(project)
+
+
 def assert_own_tests_pass(project: Path) -> None:
     """Run the generated project's own test suite; fail with its output unless all pass."""
     result = subprocess.run(
