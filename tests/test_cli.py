@@ -44,6 +44,15 @@ def test_help_lists_the_commands():
         assert command in result.stdout
 
 
+def test_version_is_an_option_too():
+    from hermes_envgen import __version__
+
+    for args in (["--version"], ["version"]):
+        result = run_cli(*args)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"{__version__}\n"
+
+
 @pytest.mark.parametrize("command", [[], ["new"], ["update"], ["demo"], ["check"], ["view"]])
 def test_help_shows_no_placeholder_for_flags(command):
     # Typer's rich panels once labelled every flag, --help included, with "<bool>".

@@ -81,8 +81,24 @@ def without_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
+def print_version(value: bool) -> None:
+    """``--version``: print the installed version and stop, as ``version`` does."""
+    if value:
+        from hermes_envgen import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
-def main_callback() -> None:
+def main_callback(
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version", callback=print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = None,
+) -> None:
     """Generate, run and test multi-turn, tool-using RL environments for Atropos."""
 
 
@@ -246,7 +262,12 @@ DataOption = Annotated[
 def new(
     name: Annotated[str, typer.Argument(help="Project name, e.g. math-agent.")],
     output_dir: Annotated[
-        Path, typer.Option("--output-dir", "-o", help="Directory to create the project in.")
+        Path,
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="Directory to create the project in (made, with its parents, if missing).",
+        ),
     ] = Path(),
     defaults: Annotated[
         bool, typer.Option("--defaults", help="Take the default answer of every open question.")
@@ -261,6 +282,8 @@ def new(
         project = new_project(name, output_dir, data=data_pairs, defaults=defaults)
     where = Path(os.path.relpath(project.path))
     package = project.package_name
+    if project.created_directory is not None:
+        typer.echo(f"Made the directory {project.created_directory} for it (--output-dir)")
     typer.echo(f"Created {where} from template {project.template_version}")
     typer.echo(f"  package {package}, environment class {project.class_name}")
     typer.echo("Next steps (as in its README):")
