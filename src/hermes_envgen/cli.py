@@ -112,7 +112,17 @@ def version() -> None:
 
 @command("stub-server")
 def stub_server(
-    script: Annotated[Path, typer.Option(help="YAML/JSON script of the scripted model.")],
+    script: Annotated[
+        Path | None, typer.Option(help="YAML/JSON script of the scripted model.")
+    ] = None,
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead of a script, the test kit's policy for the SAMPLES of this module "
+            "(my_env.samples): it solves each task in one rollout and gives up in the next, "
+            "and plays the judge."
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0 = any free port).")] = 8000,
     error_rate: Annotated[
@@ -148,6 +158,12 @@ def stub_server(
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
     from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
 
+    if (script is None) == (tasks is None):
+        fail("give --script FILE or --tasks MODULE (one of them)")
+    if tasks is not None:
+        from hermes_envgen.testing.policy import tasks_policy
+
+        script = tasks_policy(tasks)
     faults = Faults(
         error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
     )
