@@ -60,14 +60,26 @@ def check_scalar(key: str, value: str, kind: str) -> None:
         raise UsageError(f"invalid {key} {value!r}: expected {expected[kind]}") from None
 
 
+def is_derived(spec: Mapping[str, Any]) -> bool:
+    """A value the template computes from other answers (``when: false``), never asked."""
+    return spec.get("when") is False
+
+
 def check_answers(
     data: Mapping[str, Any], questions: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
     """Refuse unknown keys and ill-typed values; turn ``a,b`` into a list for multiselects."""
+    derived = sorted(key for key in data if key in questions and is_derived(questions[key]))
+    if derived:
+        raise UsageError(
+            f"{', '.join(derived)} cannot be given in --data: derived from the project name "
+            "(choose the project name instead)"
+        )
     unknown = sorted(set(data) - set(questions))
     if unknown:
+        valid = [key for key, spec in questions.items() if not is_derived(spec)]
         raise UsageError(
-            f"unknown question {', '.join(unknown)} in --data; valid keys: {', '.join(questions)}"
+            f"unknown question {', '.join(unknown)} in --data; valid keys: {', '.join(valid)}"
         )
     checked = dict(data)
     for key, value in data.items():

@@ -53,9 +53,11 @@ install_engine() {
     fi
     log "installing docker.io"
     export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
-    apt-get update -qq
+    # apt-get that waits (bounded) for a package manager's lock another process holds
+    apt_get="sh $(dirname "$0")/apt-get-waiting.sh"
+    $apt_get update -qq
     # The package's own service is never started here (no systemd); dockerd is run below.
-    apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+    $apt_get install -y -qq --no-install-recommends docker.io >/dev/null
 }
 
 up() {

@@ -43,8 +43,10 @@ install_debootstrap() {
     fi
     log "installing debootstrap"
     export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
-    apt-get install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 ||
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+    # apt-get that waits (bounded) for a package manager's lock another process holds
+    apt_get="sh $(dirname "$0")/apt-get-waiting.sh"
+    $apt_get install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 ||
+        { $apt_get update -qq && $apt_get install -y -qq --no-install-recommends debootstrap >/dev/null; }
 }
 
 # The mirror apt already uses here (deb822 or one-line sources), else Debian's.

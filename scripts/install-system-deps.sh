@@ -25,7 +25,10 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
-apt-get update -qq
+# Another process holding the package manager's lock is waited for (bounded), not a reason to
+# go without the packages.
+apt_get="sh $(dirname "$0")/apt-get-waiting.sh"
+$apt_get update -qq
 # shellcheck disable=SC2086  # the package list is meant to split into words
-apt-get install -y -qq --no-install-recommends $missing >/dev/null
+$apt_get install -y -qq --no-install-recommends $missing >/dev/null
 echo "system deps: installed$missing"

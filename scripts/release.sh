@@ -38,7 +38,8 @@ git rev-parse -q --verify "refs/tags/v$new" >/dev/null && die "v$new is already 
 old=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
 [[ -n $old ]] || die "no version = \"...\" line in pyproject.toml"
 python=${PYTHON:-python3}  # one with `packaging` (the project's venv has it)
-[[ -z ${PYTHON:-} && -x .venv/bin/python ]] && python=.venv/bin/python
+# By its absolute path: the bundle check below runs it from the scratch clone.
+[[ -z ${PYTHON:-} && -x .venv/bin/python ]] && python=$PWD/.venv/bin/python
 "$python" -c 'import sys; from packaging.version import Version as V; sys.exit(V(sys.argv[2]) <= V(sys.argv[1]))' \
     "$old" "$new" || die "$new is not newer than the current version $old"
 

@@ -121,6 +121,7 @@ LEGACY_PROJECT = REPO / "tests" / "fixtures" / "legacy-env-v0.1.0"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # its own tests (600 s) and check (900 s) have their bounds
 def test_a_project_generated_before_the_layered_api_passes_its_tests_and_check(tmp_path):
     import shutil
 

@@ -44,6 +44,15 @@ def test_help_lists_the_commands():
         assert command in result.stdout
 
 
+def test_version_is_an_option_too():
+    from hermes_envgen import __version__
+
+    for args in (["--version"], ["version"]):
+        result = run_cli(*args)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"{__version__}\n"
+
+
 @pytest.mark.parametrize("command", [[], ["new"], ["update"], ["demo"], ["check"], ["view"]])
 def test_help_shows_no_placeholder_for_flags(command):
     # Typer's rich panels once labelled every flag, --help included, with "<bool>".
@@ -67,6 +76,10 @@ def test_help_shows_no_placeholder_for_flags(command):
             ["stub-server", "--script", "{script}", "--tokenizer", "/no/such/tokenizer"],
             "cannot load the tokenizer '/no/such/tokenizer'",
         ),
+        (["stub-server"], "give --script FILE or --tasks MODULE (one of them)"),
+        (["stub-server", "--script", "{script}", "--tasks", "x.samples"], "one of them"),
+        (["stub-server", "--tasks", "no_such_env.samples"], "--tasks no_such_env.samples: cannot"),
+        (["stub-server", "--tasks", "json"], "--tasks json: it has no SAMPLES"),
     ],
 )
 def test_stub_server_user_mistakes_exit_2_without_a_traceback(tmp_path, args, message):

@@ -66,7 +66,7 @@ def test_a_timeout_kills_the_command_and_everything_it_started(sandboxes):
     result, elapsed, alive = asyncio.run(main())
     assert result.exit_code == TIMEOUT_EXIT_CODE and result.timed_out
     assert "timed out after 0.5 s" in result.output
-    assert elapsed < 3
+    assert elapsed < 20, elapsed  # cut off at 0.5 s, not after the 30 s sleep
     assert not alive
 
 

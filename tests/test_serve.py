@@ -169,3 +169,113 @@ def test_a_worker_that_stops_disconnects_so_the_others_get_its_share(
                 env.wait()
             log.close()
         assert shared < 1.0 and trainer.env_share(other_id) == 1.0, shared
+
+
+def start_serving(command: list, log_path) -> subprocess.Popen:
+    log = open(log_path, "w")  # noqa: SIM115  (closed by the process's end)
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env=offline_environment(),
+    )  # fmt: skip
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def wait_for_line(log_path, text: str, process: subprocess.Popen, seconds: float) -> str:
+    """The log once it holds ``text`` (AssertionError with its tail if it never does)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        log = log_path.read_text()
+        if text in log:
+            return log
+        assert process.poll() is None, log[-3000:]
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} never came: {log_path.read_text()[-3000:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_run_api_going_away_ends_serve_in_one_line(stub_server, offline_tokenizer, tmp_path):
+    # The trainer pulls its batches and exits, taking run-api with it; serve goes on past them.
+    stub = stub_server(EXAMPLES / "stub_script.yaml")
+    log_path = tmp_path / "env.log"
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=1)
+        trainer.register()
+        env = start_serving(
+            serve_command(stub.base_url, offline_tokenizer, api.url, tmp_path / "sandboxes"),
+            log_path,
+        )
+        try:
+            trainer.next_batch(timeout=120)
+        except BaseException:
+            stop(env)
+            raise
+    try:
+        code = env.wait(timeout=180)
+    finally:
+        stop(env)
+    log = log_path.read_text()
+    assert code == 1, log[-3000:]
+    assert "Traceback" not in log and "Unclosed client session" not in log, log[-3000:]
+    last = log.strip().splitlines()[-1]
+    assert last.startswith(f"error: run-api at {api.url} stopped answering ("), last
+    assert "Did the trainer exit?" in last
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_waiting_for_a_trainer_is_said_once(stub_server, offline_tokenizer, tmp_path):
+    stub = stub_server(EXAMPLES / "stub_script.yaml")
+    log_path = tmp_path / "env.log"
+    with RunApi(log=tmp_path / "run-api.log") as api:  # and no trainer
+        env = start_serving(
+            serve_command(stub.base_url, offline_tokenizer, api.url, tmp_path / "sandboxes"),
+            log_path,
+        )
+        try:
+            wait_for_line(log_path, "waiting for a trainer", env, 120)
+            time.sleep(10)  # atroposlib asks (and would say so) every second meanwhile
+            log = log_path.read_text()
+        finally:
+            stop(env)
+    assert log.count("waiting for a trainer") == 1, log[-3000:]
+    assert "Waiting to register the env" not in log
+    assert f"run-api at {api.url} answers 'wait for trainer to start'" in log
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_groups_skipped_for_equal_scores_are_said_once_with_why(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # A policy that never solves anything: every group scores 0 throughout, none is sent.
+    looks_around = {"default": {"turns": [
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": "ls"}}]},
+        {"content": "I looked around."},
+    ]}}  # fmt: skip
+    stub = stub_server(looks_around)
+    log_path = tmp_path / "env.log"
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=1).register()
+        env = start_serving(
+            serve_command(stub.base_url, offline_tokenizer, api.url, tmp_path / "sandboxes"),
+            log_path,
+        )
+        try:
+            wait_for_line(log_path, "so far skipped, not sent to the trainer", env, 180)
+            deadline = time.monotonic() + 60  # until several more groups were skipped
+            while len(stub.requests) < 40 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            log = log_path.read_text()
+        finally:
+            stop(env)
+    assert len(stub.requests) >= 40, "the env stopped rolling out"
+    assert log.count("so far skipped") == 1, log[-3000:]  # said again only after 60 s
+    assert "Scores are the same in a group" not in log
+    (line,) = [line for line in log.splitlines() if "so far skipped" in line]
+    assert "GRPO has nothing to learn" in line and "scored 0 throughout" in line

@@ -167,7 +167,7 @@ def test_hanging_requests_hang_until_the_client_gives_up(stub_server):
             {"messages": [{"role": "user", "content": "x"}]},
             timeout=0.5,
         )
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # the client gave up; the server would hang forever
 
 
 def test_latency_is_added(stub_server):

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import itertools
 import os
+import re
+import runpy
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import imported_modules, imported_names, render_template
+
+from hermes_envgen.testing import OFFLINE_ENVIRONMENT as OFFLINE
 
 # What generated code may import from hermes-envgen: anything deeper may move between releases.
 DECLARED_API = {"hermes_envgen.runtime", "hermes_envgen.testing"}
@@ -110,6 +118,33 @@ def test_generated_project_passes_its_own_tests(tmp_path, provider, pattern, ci,
     assert_own_tests_pass(render(tmp_path, answers(provider, pattern, ci, use_dataset)))
 
 
+# A judge at an endpoint of its own, as a user answers it: nothing listens there offline.
+JUDGE_OF_ITS_OWN = {
+    "judge_base_url": "http://127.0.0.1:8080/v1",
+    "judge_model": "judge-model",
+    "judge_api_key_env": "JUDGE_API_KEY",
+}
+
+
+def judge_of_its_own(provider: str) -> dict:
+    """A judge project whose judge is not the policy's server (for vLLM: Atropos's, no chat)."""
+    data = answers(provider, "judge", False, False) | JUDGE_OF_ITS_OWN
+    data["project_name"] = f"{provider.replace('_', '-')}-own-judge"
+    if provider == "vllm":
+        data["vllm_server"] = "generate"
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("provider", ["vllm", "atropos"])
+def test_a_judge_of_its_own_passes_its_own_tests(tmp_path, provider):
+    # The generated tests point the judge at the stub too, as they do the policy.
+    project = render(tmp_path, judge_of_its_own(provider))
+    env = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
+    assert 'default="http://127.0.0.1:8080/v1"' in env
+    assert_own_tests_pass(project)
+
+
 def assert_own_tests_pass(project: Path) -> None:
     """Run the generated project's own test suite; fail with its output unless all pass."""
     result = subprocess.run(
@@ -141,28 +176,157 @@ def test_building_the_env_writes_nothing(tmp_path, monkeypatch, offline_tokenize
     assert "data_path_to_save_groups" not in config["env"]
 
 
-@pytest.mark.slow
-def test_the_readme_runs_process_and_evaluate_offline_as_written(tmp_path):
-    project = render(tmp_path, {"project_name": "offline-env"})
+def readme_blocks(project: Path, section: str) -> list[str]:
+    """The ```bash blocks of a section (a heading's text) of the project's README."""
     readme = (project / "README.md").read_text()
-    block = readme.split("### Offline, against a stub model", 1)[1]
-    block = block.split("```bash\n", 1)[1].split("```", 1)[0]
-    # As a user whose venv has hermes-envgen and the project installed: on PATH and importable.
+    text = readme.split(section, 1)[1]
+    text = re.split(r"\n#{2,3} ", text, maxsplit=1)[0]
+    return [block.split("```", 1)[0] for block in text.split("```bash\n")[1:]]
+
+
+def run_as_a_user(project: Path, block: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``block`` in bash in the project, as a user whose venv has hermes-envgen and the project."""
     bin_dir = str(Path(sys.executable).parent)
     pythonpath = os.pathsep.join([str(project / "src"), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": pythonpath}
-    result = subprocess.run(
+    env = {
+        **os.environ,
+        **OFFLINE,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": pythonpath,
+    }
+    return subprocess.run(
         ["bash", "-euo", "pipefail", "-c", block],
         cwd=project,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@contextmanager
+def readme_ports() -> Iterator[None]:
+    """The README's commands use fixed ports (18000, 18001, 9001): one run at a time."""
+    with open(Path(tempfile.gettempdir()) / "hermes-envgen-readme-ports.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+# One project per provider (and pattern, and a judge of its own), as users answer them.
+README_PROJECTS = {
+    "atropos": {"project_name": "offline-env"},  # every default: no model, no tokenizer
+    "openrouter": answers("openrouter", "judge", False, False),
+    "vllm-own-judge": judge_of_its_own("vllm"),
+    "sglang": {
+        "project_name": "sglang-multi-signal",
+        "provider": "sglang",
+        "model_name": "Qwen/Qwen3-8B",
+        "reward_pattern": "multi_signal",
+    },
+    "openai_compatible": answers("openai_compatible", "binary", False, False),  # model "my-model"
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", list(README_PROJECTS))
+def test_the_readme_offline_recipe_runs_as_written_and_feeds_the_trainer(tmp_path, kind):
+    project = render(tmp_path, README_PROJECTS[kind])
+    (block,) = readme_blocks(project, "### Offline, against a stub model")
+    with readme_ports():
+        result = run_as_a_user(project, block)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
     assert (project / "data" / "offline.jsonl").read_text().count("\n") == 1  # one group
     assert '<article class="card"' in (project / "data" / "offline.html").read_text()
     assert (project / "eval_results" / "offline" / "metrics.json").is_file()
+    # serve fed the trainer: the scripted policy solves some tasks, so groups differ
+    assert "batch 2/2: 2 groups, 4 rollouts" in result.stdout, output[-6000:]
+    assert "so far skipped" not in output
+    # nothing the recipe wrote is left for git to see: a later update does not refuse
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.stdout == "", status.stdout
+
+
+@pytest.mark.parametrize("kind", list(README_PROJECTS))
+def test_the_readme_commands_name_every_flag_they_need(tmp_path, kind):
+    project = render(tmp_path, README_PROJECTS[kind])
+    answers_given = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    run_blocks = readme_blocks(project, "## Run")
+    commands = [
+        line
+        for block in run_blocks
+        for line in block.splitlines()
+        if line.startswith(f"python -m {project.name.replace('-', '_')} ")
+    ]
+    assert len(commands) == 3  # serve, process, evaluate
+    for command in commands:
+        if not answers_given.get("tokenizer_name"):
+            assert "--env.tokenizer_name TOKENIZER" in command, command
+        if not answers_given.get("model_name"):
+            assert "--openai.model_name MODEL" in command, command
+    run_text = "\n".join(run_blocks)
+    assert "hermes-envgen trainer" in run_text
+    # the set-up's pytest needs no key: an export of one comes after it, for the runs
+    (setup,) = readme_blocks(project, "## Set up")
+    lines = setup.splitlines()
+    pytest_line = next(i for i, line in enumerate(lines) if line.startswith("pytest"))
+    assert all(i > pytest_line for i, line in enumerate(lines) if line.startswith("export "))
+
+
+SAMPLES_FILE = (
+    Path(__file__).parent.parent / "template" / "src" / "{{ package_name }}" / "samples.py"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", ["atropos", "openai_compatible"])
+def test_the_readme_run_commands_run_as_written_against_their_server(tmp_path, kind):
+    # The model server the project's answers name is a stub that solves the built-in tasks;
+    # only the placeholders a user fills are filled (MODEL, TOKENIZER, the key's "...").
+    from hermes_envgen.errors import StubServerError
+    from hermes_envgen.testing import StubServer, build_offline_tokenizer, scripted_policy
+
+    policy = scripted_policy(runpy.run_path(str(SAMPLES_FILE))["SAMPLES"])
+    port = 9001 if kind == "atropos" else 0  # Atropos's inference port, which its env uses
+    with readme_ports():
+        try:
+            stub = StubServer(policy, port=port).start()
+        except StubServerError as exc:
+            pytest.skip(f"port {port} is taken on this machine: {exc}")
+        try:
+            data = README_PROJECTS[kind]
+            if kind != "atropos":
+                data = data | {"base_url": stub.base_url}
+            project = render(tmp_path, data)
+            tokenizer = build_offline_tokenizer(tmp_path / "tokenizer")
+            (setup,) = readme_blocks(project, "## Set up")
+            exports = [line for line in setup.splitlines() if line.startswith("export ")]
+            (run,) = readme_blocks(project, "## Run")
+            # serve needs run-api and a trainer: the offline recipe's test runs it
+            commands = [
+                line
+                for line in run.splitlines()
+                if line.startswith("python -m ") and " serve " not in line
+            ]
+            assert len(commands) == 2
+            script = "\n".join([*exports, *commands]).replace("=...", "=test-key")
+            script = script.replace("TOKENIZER", str(tokenizer)).replace("MODEL", "stub-model")
+            result = run_as_a_user(project, script)
+        finally:
+            stub.stop()
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    assert (project / "data" / "rollouts.jsonl").read_text().count("\n") == 10
+    package = project.name.replace("-", "_")
+    assert (project / "eval_results" / package / "metrics.json").is_file()
 
 
 def test_generated_config_holds_no_key(tmp_path, monkeypatch):

@@ -81,8 +81,24 @@ def without_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
+def print_version(value: bool) -> None:
+    """``--version``: print the installed version and stop, as ``version`` does."""
+    if value:
+        from hermes_envgen import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
-def main_callback() -> None:
+def main_callback(
+    version: Annotated[
+        bool | None,
+        typer.Option(
+            "--version", callback=print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = None,
+) -> None:
     """Generate, run and test multi-turn, tool-using RL environments for Atropos."""
 
 
@@ -96,7 +112,17 @@ def version() -> None:
 
 @command("stub-server")
 def stub_server(
-    script: Annotated[Path, typer.Option(help="YAML/JSON script of the scripted model.")],
+    script: Annotated[
+        Path | None, typer.Option(help="YAML/JSON script of the scripted model.")
+    ] = None,
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            help="Instead of a script, the test kit's policy for the SAMPLES of this module "
+            "(my_env.samples): it solves each task in one rollout and gives up in the next, "
+            "and plays the judge."
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0 = any free port).")] = 8000,
     error_rate: Annotated[
@@ -132,6 +158,12 @@ def stub_server(
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
     from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
 
+    if (script is None) == (tasks is None):
+        fail("give --script FILE or --tasks MODULE (one of them)")
+    if tasks is not None:
+        from hermes_envgen.testing.policy import tasks_policy
+
+        script = tasks_policy(tasks)
     faults = Faults(
         error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
     )
@@ -246,7 +278,12 @@ DataOption = Annotated[
 def new(
     name: Annotated[str, typer.Argument(help="Project name, e.g. math-agent.")],
     output_dir: Annotated[
-        Path, typer.Option("--output-dir", "-o", help="Directory to create the project in.")
+        Path,
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="Directory to create the project in (made, with its parents, if missing).",
+        ),
     ] = Path(),
     defaults: Annotated[
         bool, typer.Option("--defaults", help="Take the default answer of every open question.")
@@ -261,6 +298,8 @@ def new(
         project = new_project(name, output_dir, data=data_pairs, defaults=defaults)
     where = Path(os.path.relpath(project.path))
     package = project.package_name
+    if project.created_directory is not None:
+        typer.echo(f"Made the directory {project.created_directory} for it (--output-dir)")
     typer.echo(f"Created {where} from template {project.template_version}")
     typer.echo(f"  package {package}, environment class {project.class_name}")
     typer.echo("Next steps (as in its README):")

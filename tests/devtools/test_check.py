@@ -56,6 +56,27 @@ def test_a_generated_project_is_ready(project):
 
 
 @pytest.mark.slow
+def test_a_judge_of_its_own_is_played_by_the_stub(tmp_path):
+    # Its judge_base_url answers nothing offline: check points the judge at the stub, as the
+    # policy, instead of timing out on a judge that refuses every connection.
+    data = {
+        "project_name": "own-judge",
+        "provider": "vllm",
+        "model_name": "Qwen/Qwen2.5-1.5B-Instruct",
+        "vllm_server": "generate",
+        "reward_pattern": "judge",
+        "judge_base_url": "http://127.0.0.1:8080/v1",
+        "judge_model": "judge-model",
+        "judge_api_key_env": "JUDGE_API_KEY",
+    }
+    project = render_template(tmp_path / "own-judge", data)
+    result = run_check(str(project), timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(rows(result).values()) <= {"PASS", "WARN"}, result.stdout
+    assert rows(result)["gold solutions"] == "PASS" and "ready to train" in result.stdout
+
+
+@pytest.mark.slow
 def test_a_reward_that_pays_for_nothing_fails(project, tmp_path):
     broken = variant(
         project,

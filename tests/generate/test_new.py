@@ -82,7 +82,18 @@ def test_commits_without_a_git_identity(run_cli: RunCli, tmp_path):
         (["new", "My_Env", "--defaults"], "invalid project_name 'My_Env': must start with"),
         (["new", "class", "--defaults"], "invalid project_name 'class'"),
         (["new", "x-env", "--defaults", "--data", "colour=blue"], "unknown question colour"),
-        (["new", "x-env", "--defaults", "--data", "provider=nope"], "'provider'"),
+        (
+            ["new", "x-env", "--defaults", "--data", "provider=nope"],
+            "invalid provider: 'nope' is not in ['atropos',",
+        ),
+        (
+            ["new", "x-env", "--defaults", "--data", "package_name=1-bad pkg"],
+            "package_name cannot be given in --data: derived from the project name",
+        ),
+        (
+            ["new", "x-env", "--defaults", "--data", "class_name=Bad Class"],
+            "class_name cannot be given in --data",
+        ),
         (["new", "x-env", "--defaults", "--data", "max_agent_turns=0"], "max_agent_turns"),
         (["new", "x-env", "--defaults", "--data", "max_agent_turns=many"], "a whole number"),
         (["new", "x-env", "--defaults", "--data", "use_dataset=maybe"], "true or false"),
@@ -118,6 +129,28 @@ def test_unknown_data_key_names_the_valid_keys(run_cli: RunCli):
     assert_one_line_error(result, 2, "valid keys:")
     for key in ("provider", "model_name", "reward_pattern", "toolsets"):
         assert key in result.stderr
+    # derived from the project name, never asked: not an answer to offer
+    assert "package_name" not in result.stderr and "class_name" not in result.stderr
+
+
+def test_a_file_in_the_way_is_named_as_a_file(run_cli: RunCli, tmp_path):
+    (tmp_path / "demo-env").write_text("mine")
+    result = run_cli("new", "demo-env", "--defaults")
+    assert_one_line_error(result, 2, "demo-env exists and is a file: choose another name")
+    result = run_cli("new", "other-env", "--defaults", "-o", "demo-env/sub")
+    assert_one_line_error(result, 2, f"--output-dir: {tmp_path / 'demo-env'} is a file")
+    assert (tmp_path / "demo-env").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo-env"]
+
+
+def test_a_missing_output_dir_is_made_and_said(run_cli: RunCli, tmp_path):
+    result = run_cli("new", "demo-env", "--defaults", "-o", "new/deeper")
+    assert result.returncode == 0, result.stderr
+    assert f"Made the directory {tmp_path / 'new'} for it (--output-dir)" in result.stdout
+    assert (tmp_path / "new" / "deeper" / "demo-env" / ".copier-answers.yml").is_file()
+    # an existing one is not mentioned
+    result = run_cli("new", "next-env", "--defaults", "-o", "new")
+    assert result.returncode == 0 and "Made the directory" not in result.stdout
 
 
 def test_a_non_empty_target_is_refused_and_left_alone(run_cli: RunCli, tmp_path):
@@ -198,6 +231,8 @@ def test_prompts_on_a_terminal(tmp_path, cli_env, checkout_tag: str):
                 child.send("\x15Typed at the prompt\r")  # Ctrl-U clears the pre-filled default
             elif question == "License":
                 child.send("\x1b[B\r")  # arrow down: the second licence
+            elif question.startswith("System prompt"):
+                child.send("\x1b\r")  # Esc then Enter ends a multi-line answer
             else:
                 child.send("\r")  # take the default
     finally:

@@ -31,6 +31,11 @@ def provider_keys(provider: str) -> str:
     return DOWN * list(spec["provider"]["choices"].values()).index(provider) + "\r"
 
 
+ESC_ENTER = "\x1b\r"  # ends a multi-line answer (a plain Enter starts a new line)
+# Keys that take a question's default: Enter, but for the multi-line system prompt.
+DEFAULT_KEYS = {"System prompt of the agent": [ESC_ENTER]}
+
+
 def drive(child: pexpect.spawn, replies: Mapping[str, list[str]]) -> list[str]:
     """Answer each question whose text starts with a key of ``replies`` with its keys, in turn.
 
@@ -45,18 +50,22 @@ def drive(child: pexpect.spawn, replies: Mapping[str, list[str]]) -> list[str]:
         question = ANSI.sub("", child.match.group(1)).strip()
         asked.append(question)
         prefix = next((p for p in pending if question.startswith(p)), None)
-        attempts = pending.pop(prefix, ["\r"]) if prefix else ["\r"]
+        default = next((k for p, k in DEFAULT_KEYS.items() if question.startswith(p)), ["\r"])
+        attempts = pending.pop(prefix, default) if prefix else default
         for keys in attempts[:-1]:
             child.send(keys)
-            child.expect(r"Validation error|must |needed|needs |no spaces", timeout=20)
+            child.expect(r"Validation error|must |needed|needs |no spaces|expected ", timeout=20)
         child.send(attempts[-1])
     return asked
 
 
 def answer_new_on_a_terminal(
     tmp_path: Path, cli_env: dict[str, str], replies: Mapping[str, list[str]]
-) -> None:
-    """``hermes-envgen new demo-env`` on a terminal with ``replies``: it succeeds, asking each."""
+) -> list[str]:
+    """``hermes-envgen new demo-env`` on a terminal with ``replies``: it succeeds, asking each.
+
+    Returns the questions asked, in order.
+    """
     child = spawn_new(tmp_path, cli_env, "demo-env")
     try:
         asked = drive(child, replies)
@@ -65,6 +74,7 @@ def answer_new_on_a_terminal(
     assert child.exitstatus == 0, child.before
     for prefix in replies:
         assert any(question.startswith(prefix) for question in asked), (prefix, asked)
+    return asked
 
 
 PROVIDERS = {
@@ -157,7 +167,11 @@ def test_the_vllm_server_choice_and_no_ci(tmp_path: Path, cli_env: dict[str, str
         "Which vLLM server": [DOWN * 2 + "\r"],  # Atropos's own vLLM server
         "Add a GitHub Actions workflow": ["n"],
     }
-    answer_new_on_a_terminal(tmp_path, cli_env, replies)
+    asked = answer_new_on_a_terminal(tmp_path, cli_env, replies)
+    # Atropos's server is no OpenAI API: its URL is asked as the server's, /v1 optional
+    (url_question,) = [question for question in asked if question.startswith("Base URL")]
+    assert "OpenAI" not in url_question and "ending in /v1" not in url_question
+    assert "/generate" in url_question
     project = tmp_path / "demo-env"
     answers = answers_of(project)
     assert (answers["provider"], answers["vllm_server"], answers["ci"]) == (
@@ -168,3 +182,20 @@ def test_the_vllm_server_choice_and_no_ci(tmp_path: Path, cli_env: dict[str, str
     env_py = (project / "src" / "demo_env" / "env.py").read_text()
     assert 'inference_api="generate"' in env_py
     assert not (project / ".github").exists()
+
+
+def test_a_multi_line_system_prompt_and_a_number_that_is_not_one(
+    tmp_path: Path, cli_env: dict[str, str]
+):
+    replies = {
+        # cleared, the field is no number: said so; then a number is typed
+        "Most model turns per rollout": [typed(""), typed("4")],
+        # Enter starts a new line; Esc then Enter ends the answer
+        "System prompt of the agent": [f"{CLEAR}You are careful.\rCheck twice.{ESC_ENTER}"],
+    }
+    answer_new_on_a_terminal(tmp_path, cli_env, replies)
+    answers = answers_of(tmp_path / "demo-env")
+    assert answers["max_agent_turns"] == 4
+    assert answers["system_prompt"] == "You are careful.\nCheck twice."
+    prompt_file = tmp_path / "demo-env" / "src" / "demo_env" / "system_prompt.txt"
+    assert prompt_file.read_text() == "You are careful.\nCheck twice.\n"

@@ -8,6 +8,7 @@ silently at HEAD, whose template has moved on since.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,11 +32,12 @@ LEGACY_PROJECT = REPO / "tests" / "fixtures" / "legacy-env-v0.1.0"
 
 
 def release(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """``bash scripts/release.sh ARGS`` in ``repo``."""
+    """``bash scripts/release.sh ARGS`` in ``repo``, as the README says: no PYTHON, the venv's."""
+    env = {name: value for name, value in env.items() if name != "PYTHON"}
     return subprocess.run(
         ["bash", "scripts/release.sh", *args],
         cwd=repo,
-        env={**env, "PYTHON": sys.executable},
+        env=env,
         capture_output=True,
         text=True,
         timeout=180,
@@ -44,9 +46,17 @@ def release(repo: Path, env: dict[str, str], *args: str) -> subprocess.Completed
 
 @pytest.fixture
 def repo(tmp_path: Path, cli_env: dict[str, str]) -> Path:
-    """A copy of this repository's working tree, committed once, with no tags (a dev version)."""
+    """A copy of this repository's working tree, committed once, with no tags (a dev version).
+
+    The quick start was done in it: ``.venv/bin/python`` runs this test's interpreter, and the
+    release script, run with no PYTHON as the README says, picks it.
+    """
     repo = tmp_path / "hermes-envgen"
     shutil.copytree(REPO, repo, ignore=NOT_SOURCE, symlinks=True)
+    venv_python = repo / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    venv_python.chmod(0o755)
     git(repo, "init", "--quiet", env=cli_env)
     git(repo, "add", "--all", env=cli_env)
     git(repo, "commit", "--quiet", "-m", "hermes-envgen, between releases", env=cli_env)

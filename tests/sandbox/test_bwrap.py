@@ -141,7 +141,7 @@ def test_fifos_and_swapped_links_do_not_trap_the_host(manager, tmp_path):
         await manager.close_all()
         return elapsed
 
-    assert asyncio.run(main()) < 2
+    assert asyncio.run(main()) < 20  # a FIFO opened would block forever
     assert (outside / "secret").read_text() == "host secret"
 
 
@@ -441,7 +441,7 @@ def test_a_stopped_anchor_is_replaced(manager):
         return stopped, elapsed, after, replaced
 
     stopped, elapsed, after, replaced = asyncio.run(main())
-    assert stopped.timed_out and elapsed < 10, (stopped, elapsed)
+    assert stopped.timed_out and elapsed < 40, (stopped, elapsed)  # a stopped anchor: forever
     assert after.output == "kept\n" and replaced
 
 

@@ -208,7 +208,7 @@ def test_a_file_operation_that_blocks_times_out():
     # as a docker exec whose script blocks opening a FIFO would; the client is killed
     started = time.monotonic()
     code, out, err = asyncio.run(_exec(["sleep", "30"], b"data", timeout=0.5))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # cut off at 0.5 s, not after the 30 s sleep
     assert (code, out) == (124, b"") and err == "the file operation timed out after 0.5 s"
     with pytest.raises(SandboxError, match=r"^a\.txt: the file operation timed out after 0\.5 s$"):
         DockerSandbox._raise_for(code, "a.txt", err)
@@ -404,7 +404,7 @@ def test_a_timeout_kills_the_command_inside_the_container(docker_manager):
 
     result, elapsed, left, flood = asyncio.run(main())
     assert result.exit_code == 124 and result.timed_out
-    assert elapsed < 15
+    assert elapsed < 25, elapsed  # cut off at 2 s, not after the 30 s sleep
     assert left.output.strip() == "0"
     assert flood.timed_out and len(flood.output) < 64_000 + 200
 

@@ -313,7 +313,9 @@ def test_a_fork_bomb_is_contained_and_cleaned_up(backend, tmp_path):
         return bomb, elapsed, detached, peak, host_ok, neighbour_result, after_bomb, namespace
 
     bomb, elapsed, detached, peak, host_ok, neighbour, after, namespace = asyncio.run(main())
-    assert bomb.timed_out and elapsed < 8
+    # Cut off by its 3 s timeout, not after its 60 s sleep: the ceiling leaves room for a
+    # busy machine (10 s were seen on docker) and still tells the two apart.
+    assert bomb.timed_out and elapsed < 40, elapsed
     assert detached.exit_code == 0
     assert 50 < peak <= 256 + 2, peak  # the limit bit: 256 processes, plus init and anchor
     assert host_ok
@@ -348,7 +350,7 @@ def test_a_gigabyte_flood_of_output_is_capped_and_cut_off(backend, command, tmp_
     assert result.truncated_bytes > 1_000_000
     assert "[output truncated:" in result.output
     assert result.timed_out or command.startswith("head")
-    assert elapsed < 10
+    assert elapsed < 60, elapsed  # cut off (yes never ends), with room for a busy machine
     assert grown_mib < 100, f"the test process grew by {grown_mib:.0f} MiB"
 
 
@@ -382,7 +384,7 @@ def test_a_timeout_kills_every_descendant_daemons_included(backend, tmp_path):
 
     result, elapsed, after, survivors = asyncio.run(main())
     assert result.timed_out and result.exit_code == 124
-    assert elapsed < 5
+    assert elapsed < 25, elapsed  # cut off at 1.5 s, not after the 30 s sleep
     assert after.output == "the sandbox still works\n"
     assert not {pid for pid in survivors if alive(pid)}, "a descendant survived the timeout"
     assert eventually(lambda: not processes_running(*needles))

@@ -186,7 +186,12 @@ def run_checks(
         if endpoint is None:
             stub = StubServer(script, port=port).start()  # a port taken: StubServerError
             run = OfflineRun.against_stub(
-                target.entry, stub.base_url, work, timeout=timeout, extra_env=target.environment()
+                target.entry,
+                stub.base_url,
+                work,
+                timeout=timeout,
+                env_flags=stub_judge_flags(info, stub.base_url),
+                extra_env=target.environment(),
             )
         else:
             run = OfflineRun(
@@ -253,6 +258,11 @@ def run_checks(
 
 
 TOOL_CALLS_ROW = "tool calls in training data"
+
+
+def stub_judge_flags(info: dict, base_url: str) -> dict[str, str]:
+    """``env.*`` flags that make the stub at ``base_url`` the judge of an env with its own."""
+    return {"judge_base_url": base_url} if info.get("judge_base_url") else {}
 
 
 def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckResult:

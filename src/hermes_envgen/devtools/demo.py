@@ -66,7 +66,7 @@ def run_demo(
     progress: Callable[[str], None] = lambda message: None,
 ) -> DemoResult:
     """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
-    from hermes_envgen.devtools.check import find_env, probe
+    from hermes_envgen.devtools.check import find_env, probe, stub_judge_flags
     from hermes_envgen.generate import new_project
     from hermes_envgen.runtime.sandbox.runs import reap_stale_runs, runs_directory
     from hermes_envgen.testing import (
@@ -85,7 +85,8 @@ def run_demo(
     progress(f"generating {DEMO_NAME} in {base}")
     project = new_project(DEMO_NAME, base, data=dict(data or {}), defaults=True).path
     target = find_env(project)
-    samples = probe(target)["samples"]
+    info = probe(target)
+    samples = info["samples"]
     outputs = base / "demo-output"  # beside the project, so its git tree stays clean
     groups_file = outputs / "data" / "rollouts.jsonl"
     eval_dir = outputs / "eval"
@@ -97,6 +98,7 @@ def run_demo(
                 outputs,
                 cwd=project,
                 timeout=timeout,
+                env_flags=stub_judge_flags(info, stub.base_url),
                 extra_env=target.environment(),
             )
             progress(f"process: {groups} groups of {group_size} against the stub model")

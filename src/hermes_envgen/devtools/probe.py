@@ -84,6 +84,7 @@ def describe(env_cls: type) -> dict:
         ),
         "group_size": config.group_size,
         "tokenizer_name": config.tokenizer_name,
+        "judge_base_url": getattr(config, "judge_base_url", None),
         "samples": builtin_samples(env_cls),
     }
 

@@ -21,6 +21,7 @@ from hermes_envgen.generate.git import one_line
 # copier's words for a bad answer (pinned by tests/generate/test_copier_session.py).
 _VALIDATION_ERROR = re.compile(r"Validation error for question '(\w+)': (.*)")
 _REQUIRED = re.compile(r'Question "(\w+)" is required')
+_INVALID_CHOICE = re.compile(r"Invalid choice for '(\w+)': (.*)")
 
 
 def stdin_is_terminal() -> bool:
@@ -36,7 +37,12 @@ def copier_session(
     data: Mapping[str, Any], *, prompts: bool, git_env: Mapping[str, str]
 ) -> Iterator[None]:
     """Run copier inside: ``git_env`` set for its git, stdin closed unless ``prompts``."""
-    with _translate_errors(data), _no_prompts(not prompts), local.env(**git_env):
+    with (
+        _translate_errors(data),
+        _no_prompts(not prompts),
+        _typed_answer_messages(),
+        local.env(**git_env),
+    ):
         yield
 
 
@@ -51,6 +57,9 @@ def answer_error(exc: Exception, data: Mapping[str, Any]) -> UsageError:
     elif required := _REQUIRED.match(message):
         key = required[1]
         message = f"{key} has no default for these answers: pass --data {key}=VALUE"
+    elif choice := _INVALID_CHOICE.match(message):
+        key, reason = choice.groups()
+        message = f"invalid {key}: {reason}"
     return UsageError(message)
 
 
@@ -75,6 +84,49 @@ def _translate_errors(data: Mapping[str, Any]) -> Iterator[None]:
         if "Unknown revision" in str(exc):
             raise UsageError(f"template version not found: {one_line(str(exc))}") from exc
         raise answer_error(exc, data) from exc
+
+
+# What a typed question's answer must be, said where copier's prompt says only "Invalid input".
+_EXPECTED = {"int": "a whole number", "float": "a number", "json": "JSON", "yaml": "YAML"}
+
+
+@contextmanager
+def _typed_answer_messages() -> Iterator[None]:
+    """On a terminal, an answer of the wrong type says what is expected, not "Invalid input".
+
+    copier's prompt validator says only that when the answer does not parse (an empty field
+    of an int question, say); its other messages (the question's own validator) stay as they
+    are. Wraps copier's Question for the session only; a copier without it is left alone.
+    """
+    from copier import _user_data
+
+    question = getattr(_user_data, "Question", None)
+    original = getattr(question, "get_questionary_structure", None)
+    if original is None:
+        yield
+        return
+
+    def structure(self: Any) -> dict[str, Any]:
+        result = original(self)
+        validate, expected = result.get("validate"), _EXPECTED.get(self.get_type_name())
+        if validate is not None and expected is not None:
+
+            def said(answer: str) -> Any:
+                verdict = validate(answer)
+                return (
+                    f"expected {expected}, not {answer!r}"
+                    if verdict == "Invalid input"
+                    else verdict
+                )
+
+            result["validate"] = said
+        return result
+
+    question.get_questionary_structure = structure
+    try:
+        yield
+    finally:
+        question.get_questionary_structure = original
 
 
 @contextmanager

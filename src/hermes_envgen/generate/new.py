@@ -27,6 +27,7 @@ class NewProject:
     class_name: str
     template_version: str
     hermes_envgen_source: str = ""  # what `pip install` needs to get hermes-envgen; "" = an index
+    created_directory: Path | None = None  # the topmost missing --output-dir made for it
 
     def setup_commands(self) -> list[str]:
         """The shell lines that set the project up, as its README's "Set up" gives them."""
@@ -52,10 +53,7 @@ def new_project(
     Without a terminal (``interactive`` defaults to whether stdin is one) nothing is prompted.
     """
     target = Path(output_dir).absolute() / name
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(
-            f"{target} already exists and is not empty: choose another name or --output-dir"
-        )
+    _check_target(target)
     answers = dict(data or {})
     if answers.get("project_name", name) != name:
         raise UsageError("the project name is the NAME argument, not --data project_name")
@@ -77,6 +75,7 @@ def new_project(
         interactive = stdin_is_terminal()
     url = source.template_url()
     post = hooks.load("post_gen_project") if post_generation else None
+    created_directory = _first_missing(target.parent)  # said, not made silently
     with _removed_on_failure(target):
         target.mkdir(parents=True, exist_ok=True)
         # The pool is left (git done) before anything is cleaned up.
@@ -111,7 +110,25 @@ def new_project(
         class_name=str(combined.get("class_name", "")),
         template_version=ref,
         hermes_envgen_source=str(combined.get("hermes_envgen_source") or ""),
+        created_directory=created_directory,
     )
+
+
+def _check_target(target: Path) -> None:
+    """UsageError unless ``target`` can become the project: missing, or an empty directory."""
+    if target.is_dir():
+        if any(target.iterdir()):
+            raise UsageError(
+                f"{target} already exists and is not empty: choose another name or --output-dir"
+            )
+        return
+    if target.exists() or target.is_symlink():
+        raise UsageError(f"{target} exists and is a file: choose another name or --output-dir")
+    for parent in target.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise UsageError(f"--output-dir: {parent} is a file, not a directory")
+            break
 
 
 def _first_missing(path: Path) -> Path | None:

@@ -32,6 +32,7 @@ from hermes_envgen.runtime.errors import (
     EnvConfigError,
     ModelServerError,
     NothingMeasured,
+    RolloutServerLost,
 )
 from hermes_envgen.runtime.evaluation import (
     ResumeError,
@@ -52,6 +53,7 @@ from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_view
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
+from hermes_envgen.runtime.serve_log import EqualScoreSkips, RegistrationWait, lost_rollout_server
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
@@ -225,6 +227,7 @@ class HermesAgentBaseEnv(BaseEnv):
         self._pending_eval_metrics: dict[str, float] = {}
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
         self._delivery: GroupDelivery | None = None  # serve mode's, from registration on
+        self._equal_scores = EqualScoreSkips()  # serve mode's groups left out, said rarely
 
     def _discard_empty_output(self) -> None:
         """Close and remove the JSONL that process mode opened, while it is still empty."""
@@ -303,7 +306,21 @@ class HermesAgentBaseEnv(BaseEnv):
         manager = asyncio.ensure_future(super().env_manager())
         await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
         if manager.done():
-            await manager
+            try:
+                await manager
+            except Exception as exc:
+                # run-api gone (its trainer exited): one line, not atroposlib's traceback
+                if (problem := lost_rollout_server(exc)) is None:
+                    raise
+                for task in getattr(self, "workers", ()):
+                    task.cancel()
+                if self._delivery is not None:
+                    await self._delivery.abandon()
+                raise RolloutServerLost(
+                    f"run-api at {self.config.rollout_server_url} stopped answering "
+                    f"({problem}): serve ends. Did the trainer exit? Start run-api and a "
+                    "trainer, then serve again."
+                ) from None
             await self._finish_deliveries()
             return
         for task in [manager, *getattr(self, "workers", ())]:
@@ -318,7 +335,12 @@ class HermesAgentBaseEnv(BaseEnv):
         The groups file (``data_path_to_save_groups``) then records what run-api accepted,
         not what was about to be posted.
         """
-        await super().register_env()
+        waiting = RegistrationWait(self.config.rollout_server_url)
+        logging.getLogger().addFilter(waiting)  # atroposlib says it on the root logger
+        try:
+            await super().register_env()
+        finally:
+            logging.getLogger().removeFilter(waiting)
         if self._delivery is None:
             record = None
             if self.jsonl_writer is not None:  # atroposlib opened it; it is still empty
@@ -331,6 +353,33 @@ class HermesAgentBaseEnv(BaseEnv):
                 retry_for=self.config.delivery_retry_seconds,
                 request_timeout=self.config.delivery_request_timeout,
             )
+
+    async def handle_send_to_api(
+        self,
+        scored_data: ScoredDataGroup | list | None,
+        item: Any = None,
+        do_send_to_api: bool = True,
+        abort_on_any_max_length_exceeded: bool = True,
+    ) -> None:
+        """atroposlib's, with groups of equal scores left out here: counted and said rarely.
+
+        atroposlib would skip them too, with a line per group that never says what it means.
+        """
+        if self.config.ensure_scores_are_not_same and scored_data is not None:
+            groups = scored_data if isinstance(scored_data, list) else [scored_data]
+            kept = [
+                group
+                for group in groups
+                if group is None
+                or not group.get("scores")
+                or not self._equal_scores.offered(list(group["scores"]))
+            ]
+            if not any(group is not None for group in kept):
+                return
+            scored_data = kept if isinstance(scored_data, list) else kept[0]
+        await super().handle_send_to_api(
+            scored_data, item, do_send_to_api, abort_on_any_max_length_exceeded
+        )
 
     async def _send_scored_data_to_api(self, scored_data: ScoredDataGroup | list) -> None:
         """Post the group(s) in a task that cancelling the rollout's worker does not stop."""

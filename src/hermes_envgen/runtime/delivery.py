@@ -74,6 +74,14 @@ class GroupDelivery:
             self._record.close()
             self._record = None
 
+    async def abandon(self) -> None:
+        """run-api is gone: give up the deliveries under way, close the session and record."""
+        for delivery in list(self._pending):
+            delivery.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending.clear()
+        await self.drain()
+
     async def _deliver(self, payload: dict | list[dict]) -> bool:
         groups = payload if isinstance(payload, list) else [payload]
         ids = ", ".join(_group_id(g) for g in groups)

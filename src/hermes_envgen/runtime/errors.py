@@ -87,6 +87,10 @@ class ModelServerError(EnvConfigError):
     """The model server cannot serve the run (down, wrong URL, key or model); exit 2."""
 
 
+class RolloutServerLost(HermesEnvgenError):
+    """run-api stopped answering during serve (its trainer exited, say): the run ends; exit 1."""
+
+
 class NothingMeasured(HermesEnvgenError):
     """An evaluation in which every rollout failed: there is no score to report."""
 

@@ -8,6 +8,9 @@ from typing import Any
 
 from hermes_envgen.runtime.records import METRICS_FILE, SAMPLES_FILE, RolloutRecord
 
+# The config field of a judge with an endpoint of its own (generated judge envs have it).
+JUDGE_URL_FIELD = "judge_base_url"
+
 
 def build_env(
     env_cls: type,
@@ -20,7 +23,9 @@ def build_env(
     """An instance of ``env_cls`` with its own defaults, pointed at ``base_url``, offline.
 
     Sandboxes and evaluation results go below ``workdir``; ``overrides`` replace config fields,
-    ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``).
+    ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``). An env with a judge
+    of its own (``judge_base_url`` set) has it pointed at ``base_url`` too: offline, the stub
+    plays the judge.
     """
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
@@ -32,6 +37,8 @@ def build_env(
         "data_dir_to_save_evals": str(workdir / "eval"),
         "use_wandb": False,
     }
+    if values.get(JUDGE_URL_FIELD):
+        values[JUDGE_URL_FIELD] = base_url
     values.update(overrides)
     server = APIServerConfig(
         **(

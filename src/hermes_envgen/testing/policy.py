@@ -11,9 +11,12 @@ the reward pays for solving the task and not for giving up. With
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 from typing import Any
 
+from hermes_envgen.errors import UsageError
 from hermes_envgen.runtime.rewards import JUDGE_PROMPT_HEADER, quote_for_judge
 
 GIVE_UP_ANSWER = "I could not solve this task."
@@ -63,3 +66,26 @@ def scripted_policy(tasks: list[dict[str, Any]], *, judge: bool = False) -> dict
     if judge:  # any other answer the judge sees is wrong
         script["default"] = {"turns": [{"content": '{"score": 0}'}]}
     return script
+
+
+def tasks_policy(module: str) -> dict:
+    """``scripted_policy`` (judge included) of the ``SAMPLES`` in ``module`` (``my_env.samples``).
+
+    UsageError (one line) when the module cannot be imported or has no tasks with solutions.
+    """
+    if "" not in sys.path:  # as `python -m` would: a project's own directory counts
+        sys.path.insert(0, "")
+    try:
+        tasks = importlib.import_module(module).SAMPLES
+    except ImportError as exc:
+        raise UsageError(
+            f"--tasks {module}: cannot import it ({exc}); is the project installed "
+            "(pip install -e .)?"
+        ) from None
+    except AttributeError:
+        raise UsageError(f"--tasks {module}: it has no SAMPLES") from None
+    if not tasks or not all(
+        isinstance(t, dict) and "prompt" in t and "solution" in t for t in tasks
+    ):
+        raise UsageError(f"--tasks {module}: SAMPLES needs tasks with a prompt and a solution")
+    return scripted_policy(tasks, judge=True)
