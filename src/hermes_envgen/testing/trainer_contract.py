@@ -12,8 +12,8 @@ off its code, it needs of every group:
   loss is an importance ratio against them, and without them it stops ("GRPO requires
   inference_logprobs"; the ``null`` that run-api hands out for a group without them already
   fails its batching with a TypeError). Chat-mode sampling (the server parses tool calls and
-  returns text) has no token ids and so no such logprobs; token mode (``inference_api`` completions or generate on
-  vLLM or SGLang) has them;
+  returns text) has no token ids and so no such logprobs; token mode (``inference_api``
+  completions or generate on vLLM or SGLang) has them;
 - scores that differ within the group: advantages are the scores less their group's mean, so a
   group whose scores are all equal adds no gradient, and a batch of such groups trains nothing.
 
