@@ -19,6 +19,7 @@ import pytest
 from conftest import EXAMPLES
 from test_serve import GROUP_SIZE, serve_command
 
+from hermes_envgen.runtime.inference import CHAT_MODE_DATA
 from hermes_envgen.runtime.trajectory import trained_runs, untrained_tool_calls
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
@@ -78,6 +79,7 @@ def test_token_mode_groups_train_on_exactly_the_assistant_tokens(
     tokenizer = AutoTokenizer.from_pretrained(offline_tokenizer)
     stub = stub_server(EXAMPLES / "stub_script.yaml", tokenizer=offline_tokenizer)
     batches = served_batches(stub, offline_tokenizer, tmp_path, "--openai.server_type", "vllm")
+    assert CHAT_MODE_DATA not in (tmp_path / "env.log").read_text()
     trainer = grpo.ExampleTrainer(len(tokenizer))
     for batch in batches:
         verdict = trainer_problems(batch)
@@ -124,6 +126,8 @@ def test_chat_mode_groups_are_refused_by_the_trainer_as_the_verdict_says(
     stub = stub_server(EXAMPLES / "stub_script.yaml")
     batches = served_batches(stub, offline_tokenizer, tmp_path)
     batch = batches[0]
+    # serve said so at start-up, once
+    assert (tmp_path / "env.log").read_text().count(CHAT_MODE_DATA) == 1
 
     verdict = trainer_problems(batch)
     assert verdict.problems == [NO_LOGPROBS]

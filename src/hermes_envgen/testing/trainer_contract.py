@@ -15,7 +15,8 @@ off its code, it needs of every group:
   returns text) has no token ids and so no such logprobs; token mode (``inference_api``
   completions or generate on vLLM or SGLang) has them;
 - scores that differ within the group: advantages are the scores less their group's mean, so a
-  group whose scores are all equal adds no gradient, and a batch of such groups trains nothing.
+  group whose scores are all equal adds no gradient, and a batch of such groups trains nothing
+  (a warning: whether scores differ is the policy's doing as much as the env's).
 
 :func:`trainer_problems` says which of these a set of groups breaks, in words a user can act on;
 ``hermes-envgen check`` turns it into its "trainer-ready" row.
@@ -27,17 +28,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from hermes_envgen.runtime.inference import CHAT_MODE_DATA
+
 NOT_TRAINED = -100  # a mask value: the position is not trained
 
-# What to do about data without inference logprobs, said the same wherever it is said.
-TOKEN_MODE_HINT = (
-    "sample in token mode instead (provider vllm or sglang with inference_api completions "
-    "or generate), which records the logprob of every generated token"
-)
-NO_LOGPROBS = (
-    "no inference_logprobs: chat-mode data, which atroposlib's GRPO trainer (example_trainer, "
-    f"atropos-grpo) cannot train on; {TOKEN_MODE_HINT}"
-)
+NO_LOGPROBS = f"no inference_logprobs: {CHAT_MODE_DATA}"
 
 
 @dataclass
@@ -131,9 +126,8 @@ def trainer_problems(groups: Iterable[dict]) -> TrainerVerdict:
             "zero, so they add no gradient"
         )
         if equal_scores == verdict.groups:
-            verdict.problems.append(message + "; a trainer would take steps that change nothing")
-        else:
-            verdict.warnings.append(message)
+            message += "; a step on them changes nothing"
+        verdict.warnings.append(message)
     return verdict
 
 
