@@ -90,3 +90,17 @@ def test_repeated_problems_are_counted_not_listed():
     broken = group(masks=[[M, M, 7], [M, M]])
     verdict = trainer_problems([broken, broken])
     assert verdict.problems == ["group 0, sequence 0: 4 tokens but 3 mask values (and 3 more)"]
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_asking_before_any_env_registered_is_told_why(tmp_path):
+    from hermes_envgen.errors import NoBatchInTime
+    from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
+
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=8)
+        trainer.register()
+        with pytest.raises(NoBatchInTime) as raised:
+            trainer.next_batch(timeout=1)
+    assert "no batch within 1 s: no env has registered with run-api" in str(raised.value)
+    assert f"--env.rollout_server_url {api.url}" in str(raised.value)

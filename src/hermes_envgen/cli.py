@@ -177,6 +177,7 @@ def trainer(
 ) -> None:
     """Run run-api and a minimal trainer that pulls batches: serve mode end to end, no GPU."""
     from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
+    from hermes_envgen.testing.trainer_contract import summary, trainer_problems
 
     with RunApi(port=port) as api:
         pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
@@ -191,6 +192,9 @@ def trainer(
                 f"batch {step}/{steps}: {len(batch)} groups, {len(scores)} rollouts, "
                 f"mean score {mean:.2f}"
             )
+            verdict = trainer_problems(batch)  # what a GRPO trainer would make of it
+            if verdict.problems or verdict.warnings:
+                typer.secho(f"  warning: {summary(verdict)}", err=True, fg=typer.colors.YELLOW)
 
 
 @command()
