@@ -156,9 +156,10 @@ def _check_logprobs(values: list, ids: list, trained: list[int], where: str, pro
 def summary(verdict: TrainerVerdict) -> str:
     """One line: ready with what, or the first problem (and how many more)."""
     if verdict.ready:
+        groups = f"{verdict.groups} group{'s' * (verdict.groups != 1)}"
         line = (
-            f"{verdict.groups} groups, {verdict.sequences} sequences, {verdict.trained_tokens} "
-            "trained tokens with inference logprobs: atroposlib's GRPO trainer can train on them"
+            f"{groups}, {verdict.sequences} sequences, {verdict.trained_tokens} trained tokens "
+            "with inference logprobs: atroposlib's GRPO trainer can train on them"
         )
         return line + (f" ({verdict.warnings[0]})" if verdict.warnings else "")
     more = len(verdict.problems) - 1
