@@ -25,6 +25,7 @@ llama_group=$!
 export HERMES_ENVGEN_LLAMA_STATE="$llama_state"
 
 bash scripts/setup.sh
+bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer on served groups
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 .venv/bin/ruff check src hooks tests examples benchmarks
 .venv/bin/ruff format --check src hooks tests examples benchmarks

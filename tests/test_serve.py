@@ -129,6 +129,8 @@ def test_the_trainer_command_pulls_batches_from_a_serving_env(
                 process.wait()
     assert trainer.returncode == 0, output
     assert f"batch 1/1: 2 groups, {BATCH_SIZE} rollouts, mean score" in output
+    # the example env samples in chat mode: the trainer says what a GRPO trainer would miss
+    assert "warning: no inference_logprobs: chat mode" in output
 
 
 @pytest.mark.slow

@@ -209,6 +209,7 @@ def trainer(
 ) -> None:
     """Run run-api and a minimal trainer that pulls batches: serve mode end to end, no GPU."""
     from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
+    from hermes_envgen.testing.trainer_contract import summary, trainer_problems
 
     with RunApi(port=port) as api:
         pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
@@ -223,6 +224,9 @@ def trainer(
                 f"batch {step}/{steps}: {len(batch)} groups, {len(scores)} rollouts, "
                 f"mean score {mean:.2f}"
             )
+            verdict = trainer_problems(batch)  # what a GRPO trainer would make of it
+            if verdict.problems or verdict.warnings:
+                typer.secho(f"  warning: {summary(verdict)}", err=True, fg=typer.colors.YELLOW)
 
 
 @command()
@@ -309,6 +313,12 @@ def new(
     typer.echo(f"  python -m {package} process --help    # offline rollouts to JSONL")
     typer.echo(f"  python -m {package} evaluate --help   # standalone evaluation")
     typer.echo("  README.md has the exact flags for your provider.")
+    if project.chat_mode:
+        typer.echo(
+            "Note: this provider is sampled in chat mode, so the data has no inference logprobs:"
+            "\n  atroposlib's GRPO trainer (atropos-grpo) cannot train on it; for GRPO choose a"
+            "\n  self-hosted vLLM or SGLang in token mode (README: What the training data holds)."
+        )
 
 
 @command()
@@ -402,9 +412,19 @@ def check(
     noop_threshold: Annotated[
         float, typer.Option(help="Most reward answering at once, without tools, may earn.")
     ] = 0.1,
+    trainer: Annotated[
+        str,
+        typer.Option(
+            help="What the data is for: grpo (atroposlib's example GRPO trainer, which needs "
+            "inference logprobs) or none (evaluation or SFT data)."
+        ),
+    ] = "grpo",
 ) -> None:
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
-    from hermes_envgen.devtools.check import FAIL, Endpoint, format_table, run_checks
+    from hermes_envgen.devtools.check import FAIL, TRAINERS, Endpoint, format_table, run_checks
+
+    if trainer not in TRAINERS:
+        fail(f"--trainer must be one of {', '.join(TRAINERS)}, not {trainer!r}")
 
     if extra_body is not None:
         try:
@@ -434,6 +454,7 @@ def check(
         timeout=timeout,
         gold_threshold=gold_threshold,
         noop_threshold=noop_threshold,
+        trainer=trainer,
         progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
     )
     typer.echo(format_table(results))

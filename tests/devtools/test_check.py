@@ -50,8 +50,10 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 11 and "ready to train" in result.stdout
+    assert len(rows(result)) == 13 and "ready to train" in result.stdout
+    assert rows(result)["token fidelity"] == "PASS"  # the atropos provider samples token ids
     assert rows(result)["tool calls in training data"] == "PASS"
+    assert rows(result)["trainer-ready"] == "PASS"  # token mode: logprobs on every token
     assert "all 24 samples earn >= 0.9" in result.stdout
 
 
@@ -122,6 +124,32 @@ def test_a_bare_server_config_and_a_written_key_fail(project, tmp_path):
     assert result.returncode == 1
     table = rows(result)
     assert table["config_init"] == "FAIL" and table["no API key in code"] == "FAIL"
+
+
+@pytest.mark.slow
+def test_chat_mode_data_is_not_ready_for_the_grpo_trainer(tmp_path):
+    project = render_template(
+        tmp_path / "chat-env",
+        {
+            "project_name": "chat-env",
+            "provider": "openai_compatible",
+            "model_name": "some-model",
+            "base_url": "http://127.0.0.1:1/v1",
+            "api_key_env": "SOME_KEY",
+        },
+    )
+    result = run_check(str(project))
+    assert result.returncode == 1
+    assert rows(result)["trainer-ready"] == "FAIL"
+    assert rows(result)["process"] == "PASS" and rows(result)["evaluate"] == "PASS"
+    assert "no inference_logprobs: chat mode" in result.stdout
+    assert "not ready: trainer-ready failed" in result.stderr
+
+
+def test_an_unknown_trainer_exits_2(tmp_path):
+    result = run_check(str(tmp_path), "--trainer", "ppo")
+    assert result.returncode == 2
+    assert "--trainer must be one of grpo, none, not 'ppo'" in result.stderr
 
 
 def test_not_an_env_project_exits_2(tmp_path):

@@ -325,3 +325,19 @@ def test_a_failed_git_command_is_named_after_its_global_options():
 
     with pytest.raises(GitError, match=r"^git no-such-command failed: "):
         run_git("-c", "user.name=x", "no-such-command")
+
+
+def test_new_says_when_a_provider_is_sampled_in_chat_mode(tmp_path):
+    """Chat-mode data has no inference logprobs: new says so, for the GRPO trainer's sake."""
+
+    def new(name: str, *data: str) -> str:
+        pairs = [arg for pair in data for arg in ("--data", pair)]
+        command = [sys.executable, "-m", "hermes_envgen", "new", name, "-o", str(tmp_path)]
+        done = subprocess.run(
+            [*command, "--defaults", *pairs], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "sampled in chat mode" in new("chat-env", "provider=openrouter", "model_name=a/b")
+    assert "sampled in chat mode" not in new("token-env")

@@ -153,9 +153,14 @@ def run_checks(
     workdir: Path | None = None,
     gold_threshold: float = 0.9,
     noop_threshold: float = 0.1,
+    trainer: str = "grpo",
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[CheckResult]:
-    """Run the checklist on the env at ``path``; CheckError when it cannot run at all."""
+    """Run the checklist on the env at ``path``; CheckError when it cannot run at all.
+
+    ``trainer`` is what the data is for: ``grpo`` (atroposlib's example GRPO trainer, whose
+    needs the trainer-ready row checks) or ``none`` (evaluation or SFT data: no such row).
+    """
     from hermes_envgen.testing import (
         EnvRunFailed,
         OfflineRun,
@@ -172,7 +177,9 @@ def run_checks(
     if results[1].status == FAIL:
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
         skipped = "not run: fix config_init first"
-        names = ("process", TOOL_CALLS_ROW, "evaluate", "reward range", "gold solutions")
+        names = ("process", TOOL_CALLS_ROW)
+        names += (TRAINER_ROW,) if trainer != "none" else ()
+        names += ("evaluate", "reward range", "gold solutions")
         names += ("no-op", "reward tampering")
         names += ("sandbox cleanup",)
         return results + [CheckResult(name, FAIL, skipped) for name in names]
@@ -225,9 +232,13 @@ def run_checks(
                         template_variables=_template_variables(endpoint),
                     )
                 )
+            if trainer != "none":
+                results.append(trainer_ready_check(groups))
         except (EnvRunFailed, AssertionError, OSError) as exc:
             results.append(CheckResult("process", FAIL, _first_line(exc)))
             results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
+            if trainer != "none":
+                results.append(CheckResult(TRAINER_ROW, FAIL, "not run: process failed"))
 
         progress("running evaluate")
         eval_dir = work / "eval"
@@ -258,6 +269,16 @@ def run_checks(
 
 
 TOOL_CALLS_ROW = "tool calls in training data"
+TRAINER_ROW = "trainer-ready"
+TRAINERS = ("grpo", "none")
+
+
+def trainer_ready_check(groups: list[dict]) -> CheckResult:
+    """Whether atroposlib's example GRPO trainer can take steps on the groups process wrote."""
+    from hermes_envgen.testing.trainer_contract import summary, trainer_problems
+
+    verdict = trainer_problems(groups)
+    return CheckResult(TRAINER_ROW, PASS if verdict.ready else FAIL, summary(verdict))
 
 
 def stub_judge_flags(info: dict, base_url: str) -> dict[str, str]:

@@ -28,6 +28,7 @@ class NewProject:
     template_version: str
     hermes_envgen_source: str = ""  # what `pip install` needs to get hermes-envgen; "" = an index
     created_directory: Path | None = None  # the topmost missing --output-dir made for it
+    chat_mode: bool = False  # sampled through a chat API: no inference logprobs in its data
 
     def setup_commands(self) -> list[str]:
         """The shell lines that set the project up, as its README's "Set up" gives them."""
@@ -111,6 +112,18 @@ def new_project(
         template_version=ref,
         hermes_envgen_source=str(combined.get("hermes_envgen_source") or ""),
         created_directory=created_directory,
+        chat_mode=sampled_in_chat_mode(combined),
+    )
+
+
+def sampled_in_chat_mode(answers: Mapping[str, Any]) -> bool:
+    """Whether these answers make a project whose policy is sampled through a chat API (the
+    server parses tool calls and returns text, so its data has no inference logprobs)."""
+    provider = answers.get("provider")
+    return (
+        provider in ("openrouter", "openai_compatible")
+        or (provider == "vllm" and answers.get("vllm_server") == "chat")
+        or (provider == "sglang" and answers.get("sglang_api") == "chat")
     )
 
 

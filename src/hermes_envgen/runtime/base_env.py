@@ -45,7 +45,12 @@ from hermes_envgen.runtime.evaluation import (
     tool_error_count,
 )
 from hermes_envgen.runtime.exact_tokens import ExactTokensBackend, TokenTrace
-from hermes_envgen.runtime.inference import ModelClient, check_model_server, same_server
+from hermes_envgen.runtime.inference import (
+    CHAT_MODE_DATA,
+    ModelClient,
+    check_model_server,
+    same_server,
+)
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
@@ -281,6 +286,11 @@ class HermesAgentBaseEnv(BaseEnv):
         if judge is not None and judge is not self.model:
             await check_model_server(judge, startup_wait=self.config.startup_wait, judge=True)
 
+    def _announce_training_data(self) -> None:
+        """Say at start-up that chat-mode groups lack what atroposlib's GRPO trainer needs."""
+        if not self._token_server:
+            logger.warning(CHAT_MODE_DATA)
+
     def _stop_run(self, error: ModelServerError) -> ModelServerError:
         """``error``, after telling serve mode's env_manager to end the run with it."""
         lost = getattr(self, "_model_lost", None)
@@ -300,6 +310,7 @@ class HermesAgentBaseEnv(BaseEnv):
         for server in self.server.servers:  # serve mode runs beside run-api
             _check_not_rollout_server(server.config, self.config.rollout_server_url)
         await self.check_model_server()
+        self._announce_training_data()
         # atroposlib only logs a worker's exception: a model server that fails every request
         # for good would keep serve mode asking forever, so such a failure ends the run.
         self._model_lost: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -694,6 +705,7 @@ class HermesAgentBaseEnv(BaseEnv):
         """
         try:
             await self.check_model_server()
+            self._announce_training_data()
             await super().process_manager()
         except BaseException:  # whatever stopped it: an empty file is no output
             self._discard_empty_output()

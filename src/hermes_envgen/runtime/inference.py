@@ -46,6 +46,14 @@ logger = logging.getLogger(__name__)
 
 INFERENCE_APIS = ("auto", "chat", "completions", "generate")
 
+# Said when serve or process runs in chat mode: what that data lacks, and for which trainer.
+CHAT_MODE_DATA = (
+    "chat mode: the groups carry no inference_logprobs (a chat API returns text, not the "
+    "sampled token ids), and atroposlib's GRPO trainer (example_trainer, atropos-grpo) cannot "
+    "train without them; for that trainer sample in token mode (provider vllm or sglang, "
+    "inference_api completions or generate)"
+)
+
 # The one message of the start-up check's chat request (a real request, answered in a token).
 STARTUP_PROMPT = "Say OK."
 

@@ -105,7 +105,24 @@ class MinimalTrainer:
                 self.batches.append(batch)
                 return batch
             time.sleep(poll)
-        raise NoBatchInTime(f"no batch within {timeout:g} s")
+        raise NoBatchInTime(f"no batch within {timeout:g} s: {self._why_no_batch()}")
+
+    def _why_no_batch(self) -> str:
+        """What run-api holds, in words: no env yet, or too few groups for a batch."""
+        try:
+            queued = self.status()["queue_size"]
+            registered = self.env_registered(0)
+        except (TrainerError, KeyError) as exc:
+            return str(exc)
+        if not registered:
+            return (
+                f"no env has registered with run-api (start one with --env.rollout_server_url "
+                f"{self.api_url})"
+            )
+        return (
+            f"run-api holds {queued} group(s), not yet a batch of {self.batch_size} rollouts "
+            "(serve drops groups whose scores are all equal, and says so)"
+        )
 
     def drain(self, group_size: int) -> list[dict]:
         """After the run, every group run-api still holds, the last batch padded to full size.
