@@ -206,7 +206,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=False,
         description="Evaluate: continue the run saved in data_dir_to_save_evals, skipping the "
         "rollouts its samples.jsonl and failures.jsonl already hold. Off: start afresh (the "
-        "old files are kept as *.bak).",
+        "earlier run's files are moved to earlier-runs/<n>/, a new n each run).",
     )
 
     @field_validator("system_prompt")
