@@ -202,7 +202,8 @@ class SampleJournal:
         """
         if not any((self.directory / n).exists() for n in EARLIER_RUN_RESULTS):
             return  # nothing measured yet: settings alone are not a run to keep
-        present = [n for n in (*EARLIER_RUN_RESULTS, SETTINGS_FILE) if (self.directory / n).exists()]
+        names = (*EARLIER_RUN_RESULTS, SETTINGS_FILE)
+        present = [n for n in names if (self.directory / n).exists()]
         target = _next_free(self.directory / EARLIER_RUNS_DIR)
         for name in present:
             (self.directory / name).replace(target / name)
