@@ -270,6 +270,8 @@ def new(
     typer.echo(f"  python -m {package} process --help    # offline rollouts to JSONL")
     typer.echo(f"  python -m {package} evaluate --help   # standalone evaluation")
     typer.echo("  README.md has the exact flags for your provider.")
+    for notice in project.notices:
+        typer.echo(f"warning: {notice}", err=True)
 
 
 @command()

@@ -27,6 +27,7 @@ class NewProject:
     class_name: str
     template_version: str
     hermes_envgen_source: str = ""  # what `pip install` needs to get hermes-envgen; "" = an index
+    notices: tuple[str, ...] = ()  # what the user must know of the project's choices
 
     def setup_commands(self) -> list[str]:
         """The shell lines that set the project up, as its README's "Set up" gives them."""
@@ -111,7 +112,23 @@ def new_project(
         class_name=str(combined.get("class_name", "")),
         template_version=ref,
         hermes_envgen_source=str(combined.get("hermes_envgen_source") or ""),
+        notices=answer_notices(combined),
     )
+
+
+SELF_JUDGED = (
+    "the judge is the policy's own server: the policy grades its own answers, and an answer "
+    "can try to talk it into a high score; set judge_base_url in src/{package}/env.py (or "
+    "--env.judge_base_url) to a separate judge"
+)
+
+
+def answer_notices(answers: Mapping[str, Any]) -> tuple[str, ...]:
+    """Warnings about what the answers chose: said at generation, and again at start-up."""
+    notices = []
+    if answers.get("reward_pattern") == "judge" and not answers.get("judge_base_url"):
+        notices.append(SELF_JUDGED.format(package=answers.get("package_name", "<package>")))
+    return tuple(notices)
 
 
 def _first_missing(path: Path) -> Path | None:

@@ -210,6 +210,12 @@ class HermesAgentBaseEnv(BaseEnv):
                 system_prompt=config.system_prompt,
             )
             self.judge = self.make_judge()
+            if self.judge is not None and self.judge is self.model:
+                logger.warning(
+                    "warning: the judge is the policy's own server: the policy grades its own "
+                    "answers, and an answer can try to talk it into a high score; set "
+                    "judge_base_url to a separate judge"
+                )
         except EnvConfigError:
             self._discard_empty_output()
             raise
