@@ -163,14 +163,15 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     delivery_retry_seconds: float = Field(
         default=120.0,
         ge=0,
-        description="Serve: seconds a scored group is posted again while run-api refuses the "
-        "connection, times out or answers HTTP 408/429/5xx, before it is logged and dropped.",
+        description="Serve: seconds a scored group is posted again, backing off, while run-api "
+        "refuses the connection or answers HTTP 408/429/5xx, before it is logged and dropped.",
     )
     delivery_request_timeout: float = Field(
         default=60.0,
         gt=0,
         description="Serve: seconds one post of a scored group to run-api may take. A post "
-        "that timed out after run-api took it is sent again: trainers drop repeats by group_id.",
+        "that went out and got no answer in time may have landed: it is recorded as "
+        "answer_lost and never sent again.",
     )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
