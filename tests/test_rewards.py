@@ -230,10 +230,12 @@ def test_the_answer_file_is_read_after_the_agent_is_stopped(sandboxes):
         ctx = ToolContext("answer", sandboxes)
         missing = await read_answer_file(ctx)
         await ctx.write_file("answer.txt", "6\n")
-        # a process the agent left running would rewrite the answer after the read
-        await ctx.terminal("(setsid sh -c 'sleep 1; echo 7 > answer.txt' &)")
+        # a process the agent left running would rewrite the answer once "go" appears
+        waiter = "until [ -e go ]; do sleep 0.05; done; echo 7 > answer.txt"
+        await ctx.terminal(f"(setsid sh -c '{waiter}' &)")
         written = await read_answer_file(ctx)
-        await asyncio.sleep(1.5)
+        await ctx.write_file("go", "")
+        await asyncio.sleep(1.0)
         after = await ctx.read_file("answer.txt")
         await ctx.write_file("answer.txt", "x" * 5000)
         too_long = await read_answer_file(ctx)
@@ -255,10 +257,12 @@ def test_verification_files_are_placed_after_the_rollout_where_the_agent_cannot_
             ctx, {"check.sh": 'test "$(cat answer.txt)" = 6'}, "/bin/bash {checks}/check.sh"
         )
         second = await verify_in_sandbox(ctx, {"check.sh": "exit 0"}, "/bin/bash {checks}/check.sh")
-        dirs = (await ctx.terminal("ls -d .verify-*"))["output"].split()
+        inside = (await ctx.terminal("ls -d .verify-* 2>/dev/null"))["output"].split()
+        beside = (await ctx.terminal('ls -d "$PWD".verify-*'))["output"].split()
         await ctx.cleanup()
-        return first, second, dirs
+        return first, second, inside, beside
 
-    first, second, dirs = asyncio.run(main())
+    first, second, inside, beside = asyncio.run(main())
     assert first["exit_code"] == 1 and second["exit_code"] == 0
-    assert len(dirs) == 2 and all(len(d) == len(".verify-") + 32 for d in dirs)
+    # on local: beside the workspace (no ini or conftest of the agent's above them), each new
+    assert inside == [] and len(set(beside)) == 2

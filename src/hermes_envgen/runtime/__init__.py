@@ -47,6 +47,7 @@ _EXPORTS = {
     "read_answer_file": "rewards",
     "tool_usage_score": "rewards",
     "verify_in_sandbox": "rewards",
+    "verify_with_pytest": "rewards",
     "weighted_score": "rewards",
     # records and metric names
     "Metric": "records",
@@ -109,6 +110,7 @@ __all__ = [
     "tool_usage_score",
     "training_order",
     "verify_in_sandbox",
+    "verify_with_pytest",
     "weighted_score",
 ]
 
@@ -144,6 +146,7 @@ if TYPE_CHECKING:
         read_answer_file,
         tool_usage_score,
         verify_in_sandbox,
+        verify_with_pytest,
         weighted_score,
     )
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shlex
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,11 +160,12 @@ async def verify_in_sandbox(
     """Stop the rollout's processes, place check files, and run the verifying command.
 
     Every process the agent started is killed first (``Sandbox.stop_agent_processes``); the
-    files go into a fresh directory with an unguessable name (on bwrap and docker
-    read-only, outside the workspace), so the agent could not have prepared or edited them;
-    ``{checks}`` in ``command`` is replaced by that directory. The command runs in a fresh
-    process with an environment the agent did not shape. Returns the command's
-    ``{"exit_code", "output"}``.
+    files go into a fresh directory with an unguessable name, outside the workspace (on bwrap
+    and docker read-only), so the agent could not have prepared or edited them; ``{checks}``
+    in ``command`` is replaced by that directory and ``{workspace}`` by the workspace (quoted).
+    The command runs in a fresh process with an environment the agent did not shape, in the
+    workspace: call interpreters by full path, Python with ``-I``, and pytest through
+    :func:`verify_with_pytest`. Returns the command's ``{"exit_code", "output"}``.
     """
     sandbox = ctx.sandbox
     await sandbox.stop_agent_processes()
@@ -172,7 +174,46 @@ async def verify_in_sandbox(
         for name, content in checks.items()
     }
     directory = await sandbox.install_checks(files)
+    command = command.replace("{workspace}", shlex.quote(sandbox.workdir))
     return await ctx.terminal(command.replace("{checks}", directory), timeout=timeout)
+
+
+# pytest as the workspace cannot steer it: from the checks' directory, isolated Python (no
+# pytest.py or sitecustomize of the agent's on sys.path), the checks' own ini file (no
+# pytest.ini, pyproject.toml, tox.ini or setup.cfg of the workspace's is read), no conftest.py
+# above the checks, no cache written or read, no plugin loaded that the checks do not name.
+PYTEST_COMMAND = (
+    "cd {checks} && exec /usr/bin/env PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 WORKSPACE={workspace} "
+    "{python} -I -m pytest -q -p no:cacheprovider -c {checks}/pytest.ini --rootdir {checks} "
+    "--confcutdir {checks}{plugins} {checks}"
+)
+
+
+async def verify_with_pytest(
+    ctx: ToolContext,
+    checks: dict[str, str | bytes],
+    *,
+    python: str = "python3",
+    plugins: tuple[str, ...] = (),
+    timeout: float = 60.0,
+) -> dict:
+    """Run ``checks`` (test files, and a ``pytest.ini`` if you like) with pytest, safely.
+
+    See :func:`verify_in_sandbox`; the command is :data:`PYTEST_COMMAND`. The tests find the
+    agent's files under ``os.environ["WORKSPACE"]``; they import the agent's code only if they
+    put that directory on ``sys.path`` themselves. ``python``: an interpreter with pytest, by
+    full path where the sandbox's PATH may not have it; ``plugins``: pytest plugins to load
+    (``-p name``), since none is loaded on its own.
+    """
+    files = dict(checks)
+    files.setdefault("pytest.ini", "[pytest]\n")
+    command = PYTEST_COMMAND.format(
+        checks="{checks}",
+        workspace="{workspace}",
+        python=shlex.quote(python),
+        plugins="".join(f" -p {shlex.quote(name)}" for name in plugins),
+    )
+    return await verify_in_sandbox(ctx, files, command, timeout=timeout)
 
 
 # -- Multi-signal ---------------------------------------------------------------------------
