@@ -473,7 +473,7 @@ def _injection_check(
     judge = report["judge"]
     if report["score"] is None:
         return CheckResult(
-            INJECTION_ROW, WARN, f"the judge at {judge} could not be asked: {report['error']}"
+            INJECTION_ROW, WARN, f"the judge at {judge} could not be asked: {report['judge_error']}"
         )
     score = report["score"]
     stub = report["self_judged"] and stubbed  # the scripted stub, not the user's model

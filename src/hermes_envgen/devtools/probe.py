@@ -127,7 +127,9 @@ def injection_report(
     outcome = judge_injection(env, samples[0])
     if outcome is None:
         return {"skipped": "the reward asks no LLM judge (make_judge returns None)"}
-    return asdict(outcome)
+    report = asdict(outcome)
+    report["judge_error"] = report.pop("error")  # "error" says the probe itself failed
+    return report
 
 
 def main() -> None:

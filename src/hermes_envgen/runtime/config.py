@@ -75,10 +75,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None, ge=1, description="Most tokens the model may generate per turn."
     )
     sandbox_backend: str = Field(
-        default="local",
-        description="Where tool commands run: 'local' (a directory on the host, no isolation; "
-        "for development), 'bwrap' (bubblewrap: read-only system, private workspace, no "
-        "network, resource limits) or 'docker' (a container per rollout).",
+        default="auto",
+        description="Where tool commands run: 'auto' (bwrap where it works on this host, else "
+        "local with a warning), 'bwrap' (bubblewrap: read-only system, private workspace, no "
+        "network, resource limits), 'docker' (a container per rollout) or 'local' (a "
+        "directory on the host, no isolation; for development; as root only with "
+        "sandbox_allow_unsafe_local).",
+    )
+    sandbox_allow_unsafe_local: bool = Field(
+        default=False,
+        description="Let the local backend run as root, where the agent's commands can read "
+        "and change the whole host, the run's secrets included. Unsafe: only on a machine "
+        "you can lose.",
     )
     sandbox_network: bool = Field(
         default=False, description="Let bwrap/docker sandboxes reach the network."
