@@ -9,9 +9,11 @@ command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
 # the bwrap sandbox's anchor runs the python3 it sees: one under /usr, whatever runs the host
 [ -x /usr/bin/python3 ] || [ -x /usr/local/bin/python3 ] || missing="$missing python3-minimal"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+# pytest checks inside bwrap run the python3 under /usr (tests/sandbox/test_pytest_checks.py)
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$missing python3-pytest"
 
 if [ -z "$missing" ]; then
-    echo "system deps: all present (bwrap, python3 under /usr, chromium)"
+    echo "system deps: all present (bwrap, python3 and its pytest under /usr, chromium)"
     exit 0
 fi
 

@@ -2,7 +2,8 @@
 
 Against the real run-api: a worker cancelled mid-post (as atroposlib cancels them whenever
 run-api's queue is full, and at the end of a run) still delivers the group it recorded; a group
-run-api refuses is not recorded and is logged by id; a run-api that is not up yet is waited for.
+run-api refuses is not recorded and is logged by id; a run-api that is not up yet is waited for;
+a post whose answer is lost (a slow run-api) is recorded as such and never sent twice.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from pathlib import Path
 import pytest
 from terminal_env import TerminalTaskEnv
 
-from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery
+from hermes_envgen.runtime.delivery import (
+    ANSWER_LOST,
+    DELIVERED,
+    DELIVERY_KEY,
+    GROUP_ID_KEY,
+    GroupDelivery,
+)
 from hermes_envgen.testing import build_env
 from hermes_envgen.testing.trainer import MinimalTrainer, RunApi, free_port
 
@@ -39,6 +46,11 @@ def scored_group(group_id: str, **fields) -> dict:
 def recorded_ids(path: Path) -> list[str]:
     lines = path.read_text().splitlines() if path.exists() else []
     return [json.loads(line)["group_overrides"][GROUP_ID_KEY] for line in lines]
+
+
+def recorded_outcomes(path: Path) -> list[str]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line)[DELIVERY_KEY] for line in lines]
 
 
 class Relay:
@@ -104,6 +116,28 @@ class LostAnswer(Relay):
         forwarding.cancel()
         to_upstream.close()
         to_client.transport.abort()
+
+
+class SlowAnswer(Relay):
+    """Forwards each post to run-api at once and holds run-api's answer ``delay`` seconds.
+
+    An overloaded run-api: it takes every group, and answers after the worker stopped waiting.
+    """
+
+    def __init__(self, port: int, delay: float) -> None:
+        super().__init__(port)
+        self.delay = delay
+        self.connections = 0
+
+    async def _relay(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
+
+        async def late_answer() -> None:
+            await asyncio.sleep(self.delay)
+            await _pipe(upstream, to_client)
+
+        await asyncio.gather(_pipe(client, to_upstream), late_answer())
 
 
 async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
@@ -216,24 +250,78 @@ def test_a_group_is_retried_until_run_api_is_up(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_a_post_whose_answer_was_lost_is_sent_again_and_the_trainer_drops_the_repeat(tmp_path):
+def test_a_post_whose_answer_was_lost_is_recorded_so_and_not_sent_again(tmp_path):
     record = tmp_path / "groups.jsonl"
     with RunApi(log=tmp_path / "run-api.log") as api:
-        trainer = MinimalTrainer(api.url, batch_size=2 * GROUP_SIZE)
+        trainer = MinimalTrainer(api.url, batch_size=GROUP_SIZE)
         trainer.register()
 
-        async def deliver() -> tuple[bool, int]:
+        async def deliver() -> tuple[bool, int, dict]:
             async with LostAnswer(api.port) as link:
                 delivery = GroupDelivery(link.url, record)
-                accepted = await delivery.send(scored_group("g-twice"))
+                accepted = await delivery.send(scored_group("g-once"))
                 await delivery.drain()
-                return accepted, link.connections
+                return accepted, link.connections, dict(delivery.counts)
 
-        accepted, connections = asyncio.run(asyncio.wait_for(deliver(), 60))
-        batch = trainer.next_batch(timeout=15)
-    assert accepted and connections == 2
-    # run-api cannot tell the second post from a new group: it queued both
-    assert [g["group_overrides"][GROUP_ID_KEY] for g in batch] == ["g-twice", "g-twice"]
-    assert [g["group_overrides"][GROUP_ID_KEY] for g in trainer.groups()] == ["g-twice"]
-    assert trainer.repeats() == 1
-    assert recorded_ids(record) == ["g-twice"]
+        accepted, connections, counts = asyncio.run(asyncio.wait_for(deliver(), 60))
+        received = trainer.drain(GROUP_SIZE)
+    # run-api took it; a second post would have been queued as a new group
+    assert not accepted and connections == 1 and counts == {ANSWER_LOST: 1}
+    assert [g["group_overrides"][GROUP_ID_KEY] for g in received] == ["g-once"]
+    assert trainer.repeats() == 0
+    assert recorded_ids(record) == ["g-once"] and recorded_outcomes(record) == [ANSWER_LOST]
+
+
+@pytest.mark.timeout(180)
+def test_a_slow_run_api_gets_each_group_once_and_the_record_says_what_was_sent(tmp_path, caplog):
+    # run-api answers after the request timeout: each post was sent again and again (the
+    # trainer got 18 groups five times each) while the record held none and the log said
+    # "dropped".
+    record = tmp_path / "groups.jsonl"
+    ids = [f"g-{n}" for n in range(6)]
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=GROUP_SIZE)
+        trainer.register()
+
+        async def deliver() -> tuple[list[bool], int, dict]:
+            async with SlowAnswer(api.port, delay=2.5) as link:
+                delivery = GroupDelivery(link.url, record, retry_for=30, request_timeout=1.0)
+                sent = await asyncio.gather(*(delivery.send(scored_group(i)) for i in ids))
+                await delivery.drain()
+                return sent, link.connections, dict(delivery.counts)
+
+        with caplog.at_level(logging.WARNING):
+            sent, connections, counts = asyncio.run(asyncio.wait_for(deliver(), 90))
+        received = trainer.drain(GROUP_SIZE)
+    assert connections == len(ids) and counts == {ANSWER_LOST: len(ids)}, (connections, counts)
+    assert not any(sent)
+    received_ids = [g["group_overrides"][GROUP_ID_KEY] for g in received]
+    # what the trainer sees after dropping repeats by group_id is what the record holds
+    assert (
+        sorted(g["group_overrides"][GROUP_ID_KEY] for g in trainer.groups())
+        == sorted(recorded_ids(record))
+        == sorted(ids)
+    )
+    assert sorted(received_ids) == sorted(ids) and trainer.repeats() == 0
+    assert set(recorded_outcomes(record)) == {ANSWER_LOST}
+    assert "g-3 sent to run-api, answer lost" in caplog.text
+    assert "dropped" not in caplog.text
+    assert f"{len(ids)} answer lost" in caplog.text  # the tally at the end
+
+
+@pytest.mark.timeout(120)
+def test_accepted_groups_are_recorded_as_accepted(tmp_path):
+    record = tmp_path / "groups.jsonl"
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        MinimalTrainer(api.url, batch_size=GROUP_SIZE).register()
+
+        async def deliver() -> dict:
+            delivery = GroupDelivery(api.url, record)
+            assert await delivery.send([scored_group("g-a"), scored_group("g-b")])
+            await delivery.drain()
+            return dict(delivery.counts)
+
+        counts = asyncio.run(asyncio.wait_for(deliver(), 60))
+    assert counts == {DELIVERED: 2}
+    assert recorded_ids(record) == ["g-a", "g-b"]
+    assert recorded_outcomes(record) == [DELIVERED, DELIVERED]

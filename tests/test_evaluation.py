@@ -324,14 +324,22 @@ def test_metrics_json_records_what_the_run_was(stub_server, offline_tokenizer, t
     assert general["generation_parameters"]["samples_per_item"] == 1
 
 
-def test_a_fresh_run_moves_the_old_files_aside(stub_server, offline_tokenizer, tmp_path):
+def test_reruns_without_resume_keep_every_earlier_run(stub_server, offline_tokenizer, tmp_path):
+    # Two reruns: the second used to overwrite samples.jsonl.bak, the first run's results.
     server = stub_server(mix_script())
-    evaluate(make_env(server.base_url, offline_tokenizer, tmp_path))
-    first = (tmp_path / "eval" / "samples.jsonl").read_text()
-    evaluate(make_env(server.base_url, offline_tokenizer, tmp_path))
     eval_dir = tmp_path / "eval"
-    assert (eval_dir / "samples.jsonl.bak").read_text() == first
-    assert (eval_dir / "failures.jsonl.bak").exists() and (eval_dir / "metrics.json.bak").exists()
+    runs = []
+    for _ in range(3):
+        evaluate(make_env(server.base_url, offline_tokenizer, tmp_path))
+        runs.append({p.name: p.read_bytes() for p in eval_dir.iterdir() if p.is_file()})
+    earlier = eval_dir / "earlier-runs"
+    assert sorted(p.name for p in earlier.iterdir()) == ["1", "2"]
+    for number, run in ((1, runs[0]), (2, runs[1])):
+        kept = earlier / str(number)
+        for name in ("samples.jsonl", "failures.jsonl", "eval_settings.json"):
+            assert (kept / name).read_bytes() == run[name], (number, name)
+        assert (kept / "metrics.json").exists()
+    assert not list(eval_dir.glob("*.bak"))
     assert (
         len(read_jsonl(eval_dir / "samples.jsonl")) + len(read_jsonl(eval_dir / "failures.jsonl"))
         == len(ITEMS) * K

@@ -29,7 +29,13 @@ def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path, b
     server = stub_server(SCRIPT)
     out = tmp_path / "data" / "groups.jsonl"
     run = OfflineRun(ENV_FILE, server.base_url, offline_tokenizer, tmp_path, health_check=None)
-    groups = run.process(groups=3, output=out, env__sandbox_backend=backend)
+    # local as root only when opted in: these tests run as root in CI's containers
+    groups = run.process(
+        groups=3,
+        output=out,
+        env__sandbox_backend=backend,
+        env__sandbox_allow_unsafe_local=backend == "local",
+    )
     assert len(groups) == 3
     tokenizer = AutoTokenizer.from_pretrained(offline_tokenizer)
     all_scores = []

@@ -113,5 +113,6 @@ def test_processes_left_running_and_a_planted_user_site_score_zero(
         offline_tokenizer,
         tmp_path,
         sandbox_backend=backend,
+        sandbox_allow_unsafe_local=backend == "local",  # as root only when opted in
     )
     assert reward == 0.0

@@ -313,12 +313,8 @@ def new(
     typer.echo(f"  python -m {package} process --help    # offline rollouts to JSONL")
     typer.echo(f"  python -m {package} evaluate --help   # standalone evaluation")
     typer.echo("  README.md has the exact flags for your provider.")
-    if project.chat_mode:
-        typer.echo(
-            "Note: this provider is sampled in chat mode, so the data has no inference logprobs:"
-            "\n  atroposlib's GRPO trainer (atropos-grpo) cannot train on it; for GRPO choose a"
-            "\n  self-hosted vLLM or SGLang in token mode (README: What the training data holds)."
-        )
+    for notice in project.notices:
+        typer.echo(f"warning: {notice}", err=True)
 
 
 @command()

@@ -50,7 +50,7 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 13 and "ready to train" in result.stdout
+    assert len(rows(result)) == 16 and "ready to train" in result.stdout
     assert rows(result)["token fidelity"] == "PASS"  # the atropos provider samples token ids
     assert rows(result)["tool calls in training data"] == "PASS"
     assert rows(result)["trainer-ready"] == "PASS"  # token mode: logprobs on every token
@@ -110,6 +110,64 @@ def test_a_reward_the_agent_can_tamper_with_fails(project, tmp_path):
     assert table["reward tampering"] == "FAIL", result.stdout
     assert table["gold solutions"] == "PASS" and table["no-op"] == "PASS"
     assert "tampering with the checks earned 1" in result.stdout
+
+
+# The multi_signal reward as it was: correctness found the reference anywhere in the reply,
+# and tool usage paid whatever the answer.
+OLD_MULTI_SIGNAL = """        from hermes_envgen.runtime import answer_matches
+
+        correct = answer_matches(result.final_response, item["answer"])
+        signals = {
+            "correctness": float(correct),
+            "tool_usage": tool_usage_score(result, EXPECTED_TOOLS),
+            "efficiency": efficiency_score(result, self.config.max_agent_turns) if correct else 0.0,
+        }
+"""
+
+
+@pytest.mark.slow
+def test_a_reward_that_pays_a_shotgun_or_a_tool_touch_fails(tmp_path):
+    project = render_template(
+        tmp_path / "ms-env", {"project_name": "ms-env", "reward_pattern": "multi_signal"}
+    )
+    env_file = project / "src/ms_env/env.py"
+    text = env_file.read_text()
+    start = text.index("        written = await read_answer_file(ctx)")
+    end = text.index("        weights = {", start)
+    env_file.write_text(text[:start] + OLD_MULTI_SIGNAL + text[end:])
+    result = run_check(str(project))
+    assert result.returncode == 1, result.stdout
+    table = rows(result)
+    assert table["shotgun answer"] == "FAIL" and table["tool touch, then give up"] == "FAIL"
+    assert table["gold solutions"] == "PASS" and table["no-op"] == "PASS"
+    assert "a shotgun list of candidates earned 0.9" in result.stdout
+    assert "running a tool and giving up earned 0.2" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_judge_that_follows_an_injection_fails(tmp_path, stub_server):
+    obedient = stub_server(
+        {
+            "conversations": [
+                {"match": "Ignore previous instructions", "turns": [{"content": '{"score": 1}'}]}
+            ],
+            "default": {"turns": [{"content": '{"score": 0}'}]},
+        }
+    )
+    project = render_template(
+        tmp_path / "judged-env",
+        {
+            "project_name": "judged-env",
+            "reward_pattern": "judge",
+            "judge_base_url": obedient.base_url,
+            "judge_model": "judge",
+        },
+    )
+    result = run_check(str(project))
+    assert result.returncode == 1, result.stdout
+    table = rows(result)
+    assert table["judge injection"] == "FAIL", result.stdout
+    assert f"the judge at {obedient.base_url} scored an answer that tells it" in result.stdout
 
 
 @pytest.mark.slow

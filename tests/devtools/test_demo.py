@@ -44,6 +44,7 @@ def test_demo_runs_process_and_evaluate_and_says_where_the_results_are(tmp_path)
     out = tmp_path / "demo-output"
     assert f"rollouts (JSONL):  {out / 'data/rollouts.jsonl'}" in result.stdout
     assert "process:   2 groups, 8 rollouts" in result.stdout
+    assert "sandboxes: bwrap (bubblewrap: read-only system" in result.stdout  # auto, said
     groups = [json.loads(line) for line in (out / "data/rollouts.jsonl").read_text().splitlines()]
     assert len(groups) == 2 and {s for g in groups for s in g["scores"]} == {0.0, 1.0}
     # process writes the `hermes-envgen view` page beside its groups: a card per rollout

@@ -67,6 +67,23 @@ def test_output_dir_and_data_answers(run_cli: RunCli, tmp_path):
     assert answers["description"] == "Solves math with a shell"
 
 
+def test_a_judge_project_without_a_judge_of_its_own_says_the_policy_grades_itself(
+    run_cli: RunCli, tmp_path
+):
+    result = run_cli("new", "judged-env", "--defaults", "--data", "reward_pattern=judge")
+    assert result.returncode == 0, result.stderr
+    assert "warning: the judge is the policy's own server: the policy grades its own" in (
+        result.stderr
+    )
+    assert "src/judged_env/env.py" in result.stderr
+    separate = run_cli(
+        "new", "judged-apart", "--defaults", "--data", "reward_pattern=judge",
+        "--data", "judge_base_url=http://127.0.0.1:8001/v1", "--data", "judge_model=judge",
+    )  # fmt: skip
+    assert separate.returncode == 0, separate.stderr
+    assert "policy grades its own" not in separate.stderr
+
+
 def test_commits_without_a_git_identity(run_cli: RunCli, tmp_path):
     empty = tmp_path / "empty-gitconfig"
     empty.write_text("")
@@ -337,7 +354,9 @@ def test_new_says_when_a_provider_is_sampled_in_chat_mode(tmp_path):
             [*command, "--defaults", *pairs], capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stderr
-        return done.stdout
+        return done.stderr
 
-    assert "sampled in chat mode" in new("chat-env", "provider=openrouter", "model_name=a/b")
+    assert "warning: this provider is sampled in chat mode" in new(
+        "chat-env", "provider=openrouter", "model_name=a/b"
+    )
     assert "sampled in chat mode" not in new("token-env")

@@ -180,8 +180,8 @@ def run_checks(
         names = ("process", TOOL_CALLS_ROW)
         names += (TRAINER_ROW,) if trainer != "none" else ()
         names += ("evaluate", "reward range", "gold solutions")
-        names += ("no-op", "reward tampering")
-        names += ("sandbox cleanup",)
+        names += ("no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
+        names += (INJECTION_ROW, "sandbox cleanup")
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
     samples = info.get("samples")
@@ -257,11 +257,19 @@ def run_checks(
         results.append(
             _reward_range_check(scores, scripted=endpoint is None and solvable, real=bool(endpoint))
         )
-        progress("replaying each sample's gold solution, and a no-op")
+        progress("replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer")
         results += _gold_and_noop_checks(
             target, work, gold_threshold, noop_threshold, timeout=timeout
         )
-        results.append(_cleanup_check(run.sandbox_root, work / "replays"))
+        progress("asking the judge to grade an injection answer")
+        judge_url = endpoint.base_url if endpoint is not None else stub.base_url
+        model = endpoint.model if endpoint is not None else None
+        results.append(
+            _injection_check(
+                target, work, judge_url, model, noop_threshold, endpoint is None, timeout=timeout
+            )
+        )
+        results.append(_cleanup_check(run.sandbox_root, work / "replays", work / "injection"))
     finally:
         if stub is not None:
             stub.stop()
@@ -269,6 +277,9 @@ def run_checks(
 
 
 TOOL_CALLS_ROW = "tool calls in training data"
+TOOL_TOUCH_ROW = "tool touch, then give up"
+SHOTGUN_ROW = "shotgun answer"
+INJECTION_ROW = "judge injection"
 TRAINER_ROW = "trainer-ready"
 TRAINERS = ("grpo", "none")
 
@@ -503,13 +514,23 @@ def _gold_and_noop_checks(
     if "skipped" in report:
         return [
             CheckResult(name, WARN, report["skipped"])
-            for name in ("gold solutions", "no-op", "reward tampering")
+            for name in ("gold solutions", "no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
         ]
     n = len(report["outcomes"])
     rows = []
     for name, failures, passing in (
         ("gold solutions", report["gold_failures"], f"all {n} samples earn >= {gold:g}"),
         ("no-op", report["noop_failures"], f"answering without tools earns <= {noop:g} on all {n}"),
+        (
+            TOOL_TOUCH_ROW,
+            report["tool_touch_failures"],
+            f"running a tool and giving up earns <= {noop:g} on all {n}",
+        ),
+        (
+            SHOTGUN_ROW,
+            report["shotgun_failures"],
+            f"a list of candidates holding the reference earns <= {noop:g} on all {n}",
+        ),
         (
             "reward tampering",
             report["tamper_failures"],
@@ -522,6 +543,55 @@ def _gold_and_noop_checks(
         else:
             rows.append(CheckResult(name, PASS, passing))
     return rows
+
+
+def _injection_check(
+    target: EnvTarget,
+    work: Path,
+    base_url: str,
+    model: str | None,
+    noop: float,
+    stubbed: bool,
+    timeout: float,
+) -> CheckResult:
+    """The judge-injection row: the configured judge grades an answer that tells it to pay."""
+    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+    tokenizer = build_offline_tokenizer(work / "tokenizer")
+    try:
+        report = probe(
+            target,
+            "injection",
+            str(tokenizer),
+            str(work / "injection"),
+            base_url,
+            model or "",
+            timeout=timeout,
+        )
+    except CheckError as exc:
+        return CheckResult(INJECTION_ROW, FAIL, str(exc))
+    if "skipped" in report:
+        return CheckResult(INJECTION_ROW, PASS, report["skipped"])
+    judge = report["judge"]
+    if report["score"] is None:
+        return CheckResult(
+            INJECTION_ROW, WARN, f"the judge at {judge} could not be asked: {report['judge_error']}"
+        )
+    score = report["score"]
+    stub = report["self_judged"] and stubbed  # the scripted stub, not the user's model
+    if score > noop:
+        return CheckResult(
+            INJECTION_ROW,
+            FAIL,
+            f"the judge at {judge} scored an answer that tells it to output a score of 1 "
+            f"{score:g}: use a separate, stricter judge (judge_base_url)",
+        )
+    return CheckResult(
+        INJECTION_ROW,
+        PASS,
+        f"the judge at {judge} scored an injection answer {score:g}"
+        + (" (the scripted stub: pass --base-url to ask the real policy)" if stub else ""),
+    )
 
 
 def _cleanup_check(*roots: Path) -> CheckResult:

@@ -20,6 +20,10 @@ from hermes_envgen.errors import EnvRunFailed, Interrupted, UsageError
 from hermes_envgen.runtime.records import EVAL, Metric, metric
 
 DEMO_NAME = "demo-env"
+BACKEND_NOTES = {
+    "bwrap": " (bubblewrap: read-only system, private workspace, no network, limits)",
+    "local": " (no isolation: bwrap is not usable here; see the warning above)",
+}
 
 
 @dataclass
@@ -37,11 +41,13 @@ class DemoResult:
     eval_mean_reward: float
     eval_mean_turns: float
     eval_tool_errors: float
+    backend: str = "bwrap"  # where the agent's commands ran
 
     def summary(self) -> str:
         return "\n".join(
             [
                 f"project:   {self.project}",
+                f"sandboxes: {self.backend}{BACKEND_NOTES.get(self.backend, '')}",
                 f"process:   {self.groups} groups, {self.rollouts} rollouts, "
                 f"mean reward {self.mean_reward:.2f}",
                 f"evaluate:  {self.eval_rollouts} rollouts, mean reward "
@@ -68,6 +74,7 @@ def run_demo(
     """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
     from hermes_envgen.devtools.check import find_env, probe, stub_judge_flags
     from hermes_envgen.generate import new_project
+    from hermes_envgen.runtime.sandbox.choice import bwrap_unusable
     from hermes_envgen.runtime.sandbox.runs import reap_stale_runs, runs_directory
     from hermes_envgen.testing import (
         OfflineRun,
@@ -90,6 +97,8 @@ def run_demo(
     outputs = base / "demo-output"  # beside the project, so its git tree stays clean
     groups_file = outputs / "data" / "rollouts.jsonl"
     eval_dir = outputs / "eval"
+    # What the generated env's default (auto) picks here, said in the summary.
+    backend = "bwrap" if bwrap_unusable() is None else "local"
     try:
         with StubServer(scripted_policy(samples, judge=True)) as stub:
             run = OfflineRun.against_stub(
@@ -101,6 +110,7 @@ def run_demo(
                 env_flags=stub_judge_flags(info, stub.base_url),
                 extra_env=target.environment(),
             )
+            run.env_flags["sandbox_backend"] = backend
             progress(f"process: {groups} groups of {group_size} against the stub model")
             written = run.process(groups=groups, group_size=group_size, output=groups_file)
             progress("evaluate: every held-out task once, at temperature 0")
@@ -129,4 +139,5 @@ def run_demo(
         eval_mean_reward=metrics[metric(EVAL, Metric.MEAN_REWARD)],
         eval_mean_turns=metrics[metric(EVAL, Metric.MEAN_TURNS)],
         eval_tool_errors=metrics[metric(EVAL, Metric.TOOL_ERRORS_PER_ROLLOUT)],
+        backend=backend,
     )

@@ -108,11 +108,34 @@ def reward_report(env_cls: type, tokenizer: str, workdir: str, gold: str, noop: 
         "gold_failures": report.gold_failures,
         "noop_failures": report.noop_failures,
         "tamper_failures": report.tamper_failures,
+        "shotgun_failures": report.shotgun_failures,
+        "tool_touch_failures": report.tool_touch_failures,
     }
 
 
+def injection_report(
+    env_cls: type, tokenizer: str, workdir: str, base_url: str, model: str
+) -> dict:
+    """The env's judge asked to grade an injection answer (see testing.reward_checks)."""
+    from dataclasses import asdict
+
+    from hermes_envgen.testing.envs import build_env
+    from hermes_envgen.testing.reward_checks import judge_injection
+
+    samples = builtin_samples(env_cls) or [{"prompt": "What is 2 + 2?", "answer": "4"}]
+    server = {"model_name": model} if model else None
+    env = build_env(env_cls, base_url, tokenizer, workdir, server_overrides=server)
+    outcome = judge_injection(env, samples[0])
+    if outcome is None:
+        return {"skipped": "the reward asks no LLM judge (make_judge returns None)"}
+    report = asdict(outcome)
+    report["judge_error"] = report.pop("error")  # "error" says the probe itself failed
+    return report
+
+
 def main() -> None:
-    """``probe TARGET`` describes the env; ``probe TARGET rewards ...`` replays."""
+    """``probe TARGET`` describes the env; ``probe TARGET rewards ...`` replays;
+    ``probe TARGET injection ...`` asks the env's judge to grade an injection answer."""
     target, *rest = sys.argv[1:]
     try:
         env_cls = find_class(target)
@@ -120,6 +143,8 @@ def main() -> None:
             result = {"error": env_cls}
         elif rest and rest[0] == "rewards":
             result = reward_report(env_cls, *rest[1:5])
+        elif rest and rest[0] == "injection":
+            result = injection_report(env_cls, *rest[1:5])
         else:
             result = describe(env_cls)
     except BaseException as exc:  # report every failure, SystemExit included, as data

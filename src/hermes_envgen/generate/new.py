@@ -28,7 +28,7 @@ class NewProject:
     template_version: str
     hermes_envgen_source: str = ""  # what `pip install` needs to get hermes-envgen; "" = an index
     created_directory: Path | None = None  # the topmost missing --output-dir made for it
-    chat_mode: bool = False  # sampled through a chat API: no inference logprobs in its data
+    notices: tuple[str, ...] = ()  # what the user must know of the project's choices
 
     def setup_commands(self) -> list[str]:
         """The shell lines that set the project up, as its README's "Set up" gives them."""
@@ -112,8 +112,32 @@ def new_project(
         template_version=ref,
         hermes_envgen_source=str(combined.get("hermes_envgen_source") or ""),
         created_directory=created_directory,
-        chat_mode=sampled_in_chat_mode(combined),
+        notices=answer_notices(combined),
     )
+
+
+SELF_JUDGED = (
+    "the judge is the policy's own server: the policy grades its own answers, and an answer "
+    "can try to talk it into a high score; set judge_base_url in src/{package}/env.py (or "
+    "--env.judge_base_url) to a separate judge"
+)
+
+
+CHAT_MODE = (
+    "this provider is sampled in chat mode, so its data has no inference logprobs: atroposlib's "
+    "GRPO trainer (atropos-grpo) cannot train on it; for GRPO choose a self-hosted vLLM or "
+    "SGLang in token mode (README: What the training data holds)"
+)
+
+
+def answer_notices(answers: Mapping[str, Any]) -> tuple[str, ...]:
+    """Warnings about what the answers chose: said at generation, and again at start-up."""
+    notices = []
+    if answers.get("reward_pattern") == "judge" and not answers.get("judge_base_url"):
+        notices.append(SELF_JUDGED.format(package=answers.get("package_name", "<package>")))
+    if sampled_in_chat_mode(answers):
+        notices.append(CHAT_MODE)
+    return tuple(notices)
 
 
 def sampled_in_chat_mode(answers: Mapping[str, Any]) -> bool:

@@ -57,6 +57,7 @@ from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_view
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
+from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.serve_log import EqualScoreSkips, RegistrationWait, lost_rollout_server
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
@@ -220,12 +221,26 @@ class HermesAgentBaseEnv(BaseEnv):
                 template_variables=(config.extra_body or {}).get("chat_template_kwargs"),
             )
             self.judge = self.make_judge()
+            if self.judge is not None and self.judge is self.model:
+                logger.warning(
+                    "warning: the judge is the policy's own server: the policy grades its own "
+                    "answers, and an answer can try to talk it into a high score; set "
+                    "judge_base_url to a separate judge"
+                )
         except EnvConfigError:
             self._discard_empty_output()
             raise
-        self.sandboxes = SandboxManager(
-            config.sandbox_settings(), lifetime=config.sandbox_idle_lifetime
-        )
+        sandbox_settings = config.sandbox_settings()
+        try:  # auto: bwrap where it works; local as root only when opted in (say it, either way)
+            sandbox_settings.backend = choose_backend(
+                sandbox_settings.backend, config.sandbox_allow_unsafe_local
+            )
+        except EnvConfigError:
+            self._discard_empty_output()
+            raise
+        if sandbox_settings.backend == "local":
+            hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
+        self.sandboxes = SandboxManager(sandbox_settings, lifetime=config.sandbox_idle_lifetime)
         set_default_sandbox_manager(self.sandboxes)
         self._sandbox_errors_logged: set[str] = set()
         self._train_stats = RolloutStats()

@@ -75,10 +75,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None, ge=1, description="Most tokens the model may generate per turn."
     )
     sandbox_backend: str = Field(
-        default="local",
-        description="Where tool commands run: 'local' (a directory on the host, no isolation; "
-        "for development), 'bwrap' (bubblewrap: read-only system, private workspace, no "
-        "network, resource limits) or 'docker' (a container per rollout).",
+        default="auto",
+        description="Where tool commands run: 'auto' (bwrap where it works on this host, else "
+        "local with a warning), 'bwrap' (bubblewrap: read-only system, private workspace, no "
+        "network, resource limits), 'docker' (a container per rollout) or 'local' (a "
+        "directory on the host, no isolation; for development; as root only with "
+        "sandbox_allow_unsafe_local).",
+    )
+    sandbox_allow_unsafe_local: bool = Field(
+        default=False,
+        description="Let the local backend run as root, where the agent's commands can read "
+        "and change the whole host, the run's secrets included. Unsafe: only on a machine "
+        "you can lose.",
     )
     sandbox_network: bool = Field(
         default=False, description="Let bwrap/docker sandboxes reach the network."
@@ -173,14 +181,15 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     delivery_retry_seconds: float = Field(
         default=120.0,
         ge=0,
-        description="Serve: seconds a scored group is posted again while run-api refuses the "
-        "connection, times out or answers HTTP 408/429/5xx, before it is logged and dropped.",
+        description="Serve: seconds a scored group is posted again, backing off, while run-api "
+        "refuses the connection or answers HTTP 408/429/5xx, before it is logged and dropped.",
     )
     delivery_request_timeout: float = Field(
         default=60.0,
         gt=0,
         description="Serve: seconds one post of a scored group to run-api may take. A post "
-        "that timed out after run-api took it is sent again: trainers drop repeats by group_id.",
+        "that went out and got no answer in time may have landed: it is recorded as "
+        "answer_lost and never sent again.",
     )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
@@ -216,7 +225,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=False,
         description="Evaluate: continue the run saved in data_dir_to_save_evals, skipping the "
         "rollouts its samples.jsonl and failures.jsonl already hold. Off: start afresh (the "
-        "old files are kept as *.bak).",
+        "earlier run's files are moved to earlier-runs/<n>/, a new n each run).",
     )
 
     @field_validator("system_prompt")

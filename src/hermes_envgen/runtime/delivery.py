@@ -4,9 +4,13 @@ atroposlib's serve mode writes a group to ``data_path_to_save_groups`` before it
 cancels a rollout's worker task whenever run-api's queue is full, at the end of the run and
 after ``worker_timeout``: a worker cancelled mid-post has recorded a group that run-api may
 never have received, and a refused post (HTTP 4xx) is logged without the group's id. Here the
-post runs in a task of its own that cancelling the worker does not stop, transient failures
-are retried, and the record line is written only when run-api answers that it took the group;
-a group that cannot be delivered is logged with its id.
+post runs in a task of its own that cancelling the worker does not stop, failures before the
+request went out (refused connection, connect timeout) and HTTP 408/429/5xx answers are
+retried with back-off, and a record line is written when run-api answers that it took the
+group. A post whose answer was lost after the request went out (a slow or overloaded
+run-api, a broken connection) may have landed: it is recorded as ``answer_lost`` and never
+sent again, since run-api cannot tell a second copy from a new group and would queue both.
+A group that cannot be delivered is logged with its id; ``counts`` keeps the tally.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import asyncio
 import gzip
 import json
 import logging
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import IO, Any
 
 import aiohttp
@@ -27,13 +33,20 @@ ACCEPTED = frozenset({"received", "buffered"})  # run-api's answers when it took
 RETRYABLE_STATUS = frozenset({408, 429})  # besides 5xx: run-api may take it a moment later
 FIRST_DELAY, MAX_DELAY = 0.5, 10.0  # back-off between attempts, doubling
 DISCONNECT_TIMEOUT = 5.0  # seconds a worker that is ending gives run-api to note it
+# Each record line's "delivery": run-api said it took the group, or the request went out and
+# its answer never came (the group may or may not be queued; it is not sent again).
+DELIVERY_KEY = "delivery"
+DELIVERED, ANSWER_LOST = "accepted", "answer_lost"
 
 
 class GroupDelivery:
     """Posts scored groups to run-api from tasks of their own and records the accepted ones.
 
-    ``retry_for``: seconds a group is posted again on transient failures before it is dropped;
-    ``request_timeout``: seconds per post (a timed-out post that did land is sent twice).
+    ``retry_for``: seconds a group is posted again, backing off, while run-api cannot be
+    reached or answers 408/429/5xx, before it is dropped; ``request_timeout``: seconds per
+    post; a post that got no answer in time may have landed and is not sent again.
+    ``counts``: groups accepted, answer_lost, refused and dropped, and retries (posts sent
+    again after a failure that left the group undelivered).
     """
 
     def __init__(
@@ -52,6 +65,7 @@ class GroupDelivery:
         self._record: IO[str] | None = open(record, "a", encoding="utf-8") if record else None  # noqa: SIM115
         self._session: aiohttp.ClientSession | None = None
         self._pending: set[asyncio.Task] = set()
+        self.counts: Counter[str] = Counter()
 
     async def send(self, payload: dict | list[dict]) -> bool:
         """Deliver one group or a list; whether run-api accepted it.
@@ -73,6 +87,8 @@ class GroupDelivery:
         if self._record is not None:
             self._record.close()
             self._record = None
+        if set(self.counts) - {DELIVERED}:
+            logger.warning("delivery to run-api: %s", ", ".join(_tally(self.counts)))
 
     async def abandon(self) -> None:
         """run-api is gone: give up the deliveries under way, close the session and record."""
@@ -93,13 +109,25 @@ class GroupDelivery:
         attempts = 0
         while True:
             attempts += 1
+            sent = SimpleNamespace(out=False)  # set once the request's headers went out
             try:
-                status, answer = await self._post(url, body, headers)
+                status, answer = await self._post(url, body, headers, sent)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
+                if sent.out:
+                    # run-api may have the group: a second copy would be queued as a new one.
+                    logger.warning(
+                        "group(s) %s sent to run-api, answer lost (%s): not sent again, "
+                        "recorded as %s (it may have arrived)",
+                        ids,
+                        problem,
+                        ANSWER_LOST,
+                    )
+                    self._write_record(groups, ANSWER_LOST)
+                    return False
             else:
                 if status == 200 and isinstance(answer, dict) and answer.get("status") in ACCEPTED:
-                    self._write_record(groups)
+                    self._write_record(groups, DELIVERED)
                     return True
                 if status < 500 and status not in RETRYABLE_STATUS:
                     logger.error(
@@ -108,6 +136,7 @@ class GroupDelivery:
                         status,
                         _first_line(answer),
                     )
+                    self.counts["refused"] += len(groups)
                     return False
                 problem = f"HTTP {status}: {_first_line(answer)}"
             if loop.time() + delay > deadline:
@@ -117,28 +146,53 @@ class GroupDelivery:
                     attempts,
                     problem,
                 )
+                self.counts["dropped"] += len(groups)
                 return False
             logger.warning("posting group(s) %s to run-api failed (%s); retrying", ids, problem)
+            self.counts["retries"] += 1
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_DELAY)
 
-    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    async def _post(
+        self, url: str, body: bytes, headers: dict[str, str], sent: SimpleNamespace
+    ) -> tuple[int, Any]:
         if self._session is None or self._session.closed:
+            tracing = aiohttp.TraceConfig()
+            tracing.on_request_headers_sent.append(_mark_sent)
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout)
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                # A fresh connection per post: a kept-alive one run-api closed meanwhile
+                # would fail after the request "went out", and its group be taken as sent.
+                connector=aiohttp.TCPConnector(force_close=True),
+                trace_configs=[tracing],
             )
-        async with self._session.post(url, data=body, headers=headers) as response:
+        async with self._session.post(
+            url, data=body, headers=headers, trace_request_ctx=sent
+        ) as response:
             text = await response.text()
         try:
             return response.status, json.loads(text)
         except ValueError:
             return response.status, text
 
-    def _write_record(self, groups: list[dict]) -> None:
+    def _write_record(self, groups: list[dict], outcome: str) -> None:
+        self.counts[outcome] += len(groups)
         if self._record is None:
             return
-        self._record.writelines(json.dumps(group) + "\n" for group in groups)
+        self._record.writelines(
+            json.dumps(group | {DELIVERY_KEY: outcome}) + "\n" for group in groups
+        )
         self._record.flush()
+
+
+async def _mark_sent(session: Any, context: SimpleNamespace, params: Any) -> None:
+    """Trace hook: the request's headers went out, so run-api may act on it from now on."""
+    context.trace_request_ctx.out = True
+
+
+def _tally(counts: Counter[str]) -> list[str]:
+    order = (DELIVERED, ANSWER_LOST, "refused", "dropped", "retries")
+    return [f"{counts[name]} {name.replace('_', ' ')}" for name in order if counts[name]]
 
 
 async def disconnect_env(api_url: str, env_id: int, timeout: float = DISCONNECT_TIMEOUT) -> bool:

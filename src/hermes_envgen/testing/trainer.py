@@ -175,9 +175,10 @@ class MinimalTrainer:
     def groups(self) -> list[dict]:
         """Every group received so far, in order, each once (without drain's padding).
 
-        A worker posts a group again when run-api's answer to the first post was lost, so a
-        group can arrive twice: repeats of a ``group_id`` are left out (and counted by
-        :meth:`repeats`), as any trainer fed by several workers should do.
+        A worker of this version posts each group at most once (one whose answer was lost is
+        recorded as ``answer_lost``, not sent again), but other senders may repeat one:
+        repeats of a ``group_id`` are left out (and counted by :meth:`repeats`), as any
+        trainer fed by several workers should do.
         """
         return self._unique_groups()[0]
 

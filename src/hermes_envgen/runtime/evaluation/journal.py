@@ -100,7 +100,8 @@ class SampleJournal:
 
     Each line is flushed as soon as its rollout is scored, so a killed run loses only the
     rollouts in flight. With ``resume`` the saved lines are read back and their rollouts are
-    not run again; without it, the files of an earlier run are moved to ``*.bak`` first, so
+    not run again; without it, the files of an earlier run are moved to
+    ``earlier-runs/<n>/`` first (a new n each time: no earlier run is ever overwritten), so
     that a new run never mixes with an old one. ``settings`` (model, temperature, ...) are
     saved beside them, and a resume with other settings is refused. With no ``directory``
     the records are kept in memory only. In memory, ``records`` holds each rollout's
@@ -199,19 +200,46 @@ class SampleJournal:
         logger.info("resuming: %d rollout(s) read from %s", kept, path)
 
     def _move_aside(self) -> None:
-        moved = []
-        for name in (SAMPLES_FILE, FAILURES_FILE, METRICS_FILE):
-            path = self.directory / name
-            if path.exists():
-                path.replace(path.with_name(f"{name}.bak"))
-                moved.append(name)
-        if moved:
-            logger.warning(
-                "starting a fresh evaluation in %s: the earlier run's %s moved to *.bak (pass "
-                "--env.resume true to continue a run instead)",
-                self.directory,
-                ", ".join(moved),
-            )
+        """Move an earlier run's files into ``earlier-runs/<n>/``, a new number every time.
+
+        Never over an earlier copy: each rerun without resume keeps every run before it.
+        """
+        if not any((self.directory / n).exists() for n in EARLIER_RUN_RESULTS):
+            return  # nothing measured yet: settings alone are not a run to keep
+        names = (*EARLIER_RUN_RESULTS, SETTINGS_FILE)
+        present = [n for n in names if (self.directory / n).exists()]
+        target = _next_free(self.directory / EARLIER_RUNS_DIR)
+        for name in present:
+            (self.directory / name).replace(target / name)
+        logger.warning(
+            "starting a fresh evaluation in %s: the earlier run's %s moved to %s (pass "
+            "--env.resume true to continue a run instead)",
+            self.directory,
+            ", ".join(present),
+            target,
+        )
+
+
+# An earlier run's results: a fresh run moves them aside, with the settings they ran with.
+EARLIER_RUN_RESULTS = (SAMPLES_FILE, FAILURES_FILE, METRICS_FILE)
+EARLIER_RUNS_DIR = "earlier-runs"
+
+
+def _next_free(parent: Path) -> Path:
+    """A new, empty directory ``parent/<n>``, n one above the highest there (1 first).
+
+    ``mkdir`` without exist_ok claims the number: two runs starting at once get two.
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    taken = [int(p.name) for p in parent.iterdir() if p.name.isdigit()]
+    number = max(taken, default=0) + 1
+    while True:
+        candidate = parent / str(number)
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            number += 1
 
 
 def _parse(line: bytes) -> dict | None:

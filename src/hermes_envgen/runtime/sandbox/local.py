@@ -11,10 +11,12 @@ checks or the host. Use ``bwrap`` or ``docker`` when an agent under training run
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import tempfile
+from pathlib import Path
 
-from hermes_envgen.runtime.sandbox.base import HostDirectorySandbox
+from hermes_envgen.runtime.sandbox.base import HostDirectorySandbox, check_file_name
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 
@@ -22,6 +24,7 @@ class LocalSandbox(HostDirectorySandbox):
     """Runs commands with ``bash -c`` in the task's workspace directory on the host."""
 
     _home: str | None = None
+    _check_dirs: list[str] | None = None
 
     @property
     def workdir(self) -> str:
@@ -34,6 +37,25 @@ class LocalSandbox(HostDirectorySandbox):
                                           dir=self.workspace.parent)  # fmt: skip
         return self._home
 
+    async def install_checks(self, files: dict[str, bytes]) -> str:
+        """Write the check files into a fresh directory beside the workspace, not inside it.
+
+        Inside, a pytest.ini, pyproject.toml or conftest.py of the agent's in the workspace
+        would apply to checks below it. The agent's processes are stopped by then; nothing
+        stops the agent's user from writing there later (see the module docstring).
+        """
+        directory = await asyncio.to_thread(
+            tempfile.mkdtemp, prefix=f"{self.workspace.name}.verify-", dir=self.workspace.parent
+        )
+        if self._check_dirs is None:
+            self._check_dirs = []
+        self._check_dirs.append(directory)
+        for name, data in files.items():
+            target = Path(directory, check_file_name(name))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(target.write_bytes, data)
+        return directory
+
     def _command_argv(self, command: str) -> list[str]:
         # Entering the workspace in the shell rather than through cwd lets the command start
         # with posix_spawn.
@@ -43,5 +65,6 @@ class LocalSandbox(HostDirectorySandbox):
         try:
             await super().close()
         finally:
-            if self._home is not None:
-                remove_tree(self._home)
+            for directory in [self._home, *(self._check_dirs or [])]:
+                if directory is not None:
+                    remove_tree(Path(directory))

@@ -57,7 +57,8 @@ def check_backend(name: str) -> None:
     """Fail early, naming the valid choices, for an unknown backend."""
     if name not in BACKENDS:
         raise EnvConfigError(
-            f"unknown sandbox_backend {name!r}; valid backends: {', '.join(BACKENDS)}"
+            f"unknown sandbox_backend {name!r}; valid backends: {', '.join(BACKENDS)}, or "
+            "auto (bwrap where it works, else local)"
         )
 
 
