@@ -217,6 +217,7 @@ class HermesAgentBaseEnv(BaseEnv):
             config.sandbox_settings(), lifetime=config.sandbox_idle_lifetime
         )
         set_default_sandbox_manager(self.sandboxes)
+        self.tool_services = config.tool_services()  # the toolsets' settings, per rollout's ctx
         self._sandbox_errors_logged: set[str] = set()
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}
@@ -396,7 +397,7 @@ class HermesAgentBaseEnv(BaseEnv):
         """Run one full rollout with tools in a fresh sandbox, score it, clean up the sandbox."""
         schemas, names = tools or self._resolve_tools_for_group()
         task_id = f"{split}-{uuid.uuid4().hex[:16]}"
-        ctx = ToolContext(task_id, self.sandboxes, self.tool_registry)
+        ctx = ToolContext(task_id, self.sandboxes, self.tool_registry, self.tool_services)
         if temperature is None:
             temperature = (
                 self.config.agent_temperature if split == "train" else self.config.eval_temperature

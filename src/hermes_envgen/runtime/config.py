@@ -52,8 +52,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     enabled_toolsets: list[str] | None = Field(
         default=None,
         description="Toolsets (or single tools) the agent may use; None means every registered "
-        "tool. Built in: 'terminal' (terminal) and 'file' (read_file, write_file, patch, "
-        "search_files).",
+        "tool. Built in: 'terminal' (terminal), 'file' (read_file, write_file, patch, "
+        "search_files) and 'python' (python: a persistent interpreter in the sandbox).",
     )
     disabled_toolsets: list[str] = Field(
         default_factory=list,
@@ -172,6 +172,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         description="Serve: seconds one post of a scored group to run-api may take. A post "
         "that timed out after run-api took it is sent again: trainers drop repeats by group_id.",
     )
+    python_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a python tool call may run before it is interrupted "
+        "(KeyboardInterrupt, state kept); an interpreter that does not stop is killed.",
+    )
+    python_max_output_bytes: int = Field(
+        default=32_000, ge=1000, description="Bytes of stdout, and of stderr, per python call."
+    )
+    python_command: str = Field(
+        default="python3", description="The sandbox's Python that the python tool runs."
+    )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
     )
@@ -251,6 +263,18 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     terminal_lifetime = property(
         lambda self: self.sandbox_idle_lifetime, doc="Old sandbox_idle_lifetime."
     )
+
+    def tool_services(self) -> dict[str, Any]:
+        """The toolsets' settings and shared objects, by toolset name (see ToolContext)."""
+        from hermes_envgen.runtime.tools.interpreter import PythonSettings
+
+        return {
+            "python": PythonSettings(
+                timeout=self.python_timeout,
+                max_output_bytes=self.python_max_output_bytes,
+                command=self.python_command,
+            ),
+        }
 
     def sandbox_settings(self) -> SandboxSettings:
         """The settings of the rollouts' sandboxes (the ``sandbox_*`` fields)."""

@@ -1,6 +1,8 @@
-"""Tools, toolsets and their registry; importing this registers the built-in toolsets."""
+"""Tools, toolsets and their registry; importing this registers the built-in toolsets
+(``terminal``, ``file``, ``python``)."""
 
 from hermes_envgen.runtime.tools import builtin as _builtin  # noqa: F401  (registers tools)
+from hermes_envgen.runtime.tools import interpreter as _interpreter  # noqa: F401  (python)
 from hermes_envgen.runtime.tools.registry import (
     REGISTRY,
     Tool,
