@@ -210,6 +210,10 @@ class HermesAgentBaseEnv(BaseEnv):
                 system_prompt=config.system_prompt,
             )
             self.judge = self.make_judge()
+            # The toolsets' settings and clients, in every rollout's ToolContext; those the
+            # env names in enabled_toolsets are checked now.
+            named = self._resolve_tools_for_group()[1] if config.enabled_toolsets else set()
+            self.tool_services = config.tool_services(named)
         except EnvConfigError:
             self._discard_empty_output()
             raise
@@ -217,7 +221,6 @@ class HermesAgentBaseEnv(BaseEnv):
             config.sandbox_settings(), lifetime=config.sandbox_idle_lifetime
         )
         set_default_sandbox_manager(self.sandboxes)
-        self.tool_services = config.tool_services()  # the toolsets' settings, per rollout's ctx
         self._sandbox_errors_logged: set[str] = set()
         self._train_stats = RolloutStats()
         self._pending_eval_metrics: dict[str, float] = {}

@@ -53,7 +53,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None,
         description="Toolsets (or single tools) the agent may use; None means every registered "
         "tool. Built in: 'terminal' (terminal), 'file' (read_file, write_file, patch, "
-        "search_files) and 'python' (python: a persistent interpreter in the sandbox).",
+        "search_files), 'python' (python: a persistent interpreter in the sandbox) and 'web' "
+        "(web_search, web_fetch: run on the host, see web_backend).",
     )
     disabled_toolsets: list[str] = Field(
         default_factory=list,
@@ -184,6 +185,38 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     python_command: str = Field(
         default="python3", description="The sandbox's Python that the python tool runs."
     )
+    web_backend: Literal["corpus", "tavily"] = Field(
+        default="corpus",
+        description="Where web_search and web_fetch look: 'corpus' (the offline pages of "
+        "web_corpus, ranked with BM25; no network) or 'tavily' (Tavily's search API, key from "
+        "web_api_key_env; pages fetched over HTTP by the host, never from the sandbox).",
+    )
+    web_corpus: str | None = Field(
+        default=None,
+        description="The corpus backend's pages: a folder of .txt/.md/.html files or a JSONL "
+        "file of {url, title, text} lines.",
+    )
+    web_api_key_env: str = Field(
+        default="TAVILY_API_KEY",
+        description="Environment variable that holds the hosted search API's key.",
+    )
+    web_search_url: str = Field(
+        default="https://api.tavily.com/search",
+        description="The hosted search API's endpoint (a Tavily-compatible POST /search).",
+    )
+    web_allow_private: bool = Field(
+        default=False,
+        description="Let web_fetch reach private, loopback and link-local addresses.",
+    )
+    web_max_page_bytes: int = Field(
+        default=2_000_000, ge=1000, description="web_fetch refuses a larger body."
+    )
+    web_max_page_chars: int = Field(
+        default=20_000, ge=100, description="Characters of a page's text; the rest is cut."
+    )
+    web_timeout: float = Field(
+        default=20.0, gt=0, description="Seconds a web search or fetch may take."
+    )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
     )
@@ -264,16 +297,36 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         lambda self: self.sandbox_idle_lifetime, doc="Old sandbox_idle_lifetime."
     )
 
-    def tool_services(self) -> dict[str, Any]:
-        """The toolsets' settings and shared objects, by toolset name (see ToolContext)."""
-        from hermes_envgen.runtime.tools.interpreter import PythonSettings
+    def tool_services(self, tools: set[str] | None = None) -> dict[str, Any]:
+        """The toolsets' settings and shared objects, by toolset name (see ToolContext).
 
+        ``tools``: the names the agent gets; a toolset among them whose settings cannot work
+        fails here, at start-up (EnvConfigError naming the setting).
+        """
+        from hermes_envgen.runtime.tools.interpreter import PythonSettings
+        from hermes_envgen.runtime.tools.web import WebSettings, WebToolset
+
+        web = WebToolset(
+            WebSettings(
+                backend=self.web_backend,
+                corpus=self.web_corpus,
+                api_key_env=self.web_api_key_env,
+                search_url=self.web_search_url,
+                allow_private=self.web_allow_private,
+                max_page_bytes=self.web_max_page_bytes,
+                max_page_chars=self.web_max_page_chars,
+                timeout=self.web_timeout,
+            )
+        )
+        if tools is None or tools & {"web_search", "web_fetch"}:
+            web.check()
         return {
             "python": PythonSettings(
                 timeout=self.python_timeout,
                 max_output_bytes=self.python_max_output_bytes,
                 command=self.python_command,
             ),
+            "web": web,
         }
 
     def sandbox_settings(self) -> SandboxSettings:
