@@ -318,3 +318,37 @@ def test_updating_says_where_hermes_envgen_comes_from_and_ci_installs_it(
     else:
         assert step is None
     assert "pip install -e '.[dev]'" in steps["Install"]
+
+
+TOOLSETS = [
+    {"toolsets": ["terminal", "python"]},
+    {"toolsets": ["terminal", "file", "web"]},
+    {"toolsets": ["terminal", "python", "web"], "web_backend": "tavily"},
+]
+
+
+def toolset_answers(extra: dict) -> dict:
+    name = "-".join(extra["toolsets"][1:]) + ("-tavily" if "web_backend" in extra else "")
+    return answers("atropos", "binary", False, False) | {"project_name": name} | extra
+
+
+@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: "-".join(e["toolsets"][1:]))
+def test_projects_with_the_python_and_web_toolsets_render_clean(tmp_path, extra):
+    project = render(tmp_path, toolset_answers(extra))
+    for args in (["check"], ["format", "--check"]):
+        result = ruff(project, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    package = project / "src" / project.name.replace("-", "_")
+    assert (package / "corpus").is_dir() == ("web" in extra["toolsets"])
+    readme = (project / "README.md").read_text()
+    if "web" in extra["toolsets"]:
+        assert "--env.web_backend" in readme
+    if extra.get("web_backend") == "tavily":
+        assert "export TAVILY_API_KEY=..." in readme
+        assert 'web_api_key_env="TAVILY_API_KEY"' in (package / "env.py").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: "-".join(e["toolsets"][1:]))
+def test_projects_with_the_python_and_web_toolsets_pass_their_own_tests(tmp_path, extra):
+    assert_own_tests_pass(render(tmp_path, toolset_answers(extra)))

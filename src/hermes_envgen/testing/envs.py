@@ -19,7 +19,8 @@ def build_env(
 ) -> Any:
     """An instance of ``env_cls`` with its own defaults, pointed at ``base_url``, offline.
 
-    Sandboxes and evaluation results go below ``workdir``; ``overrides`` replace config fields,
+    Sandboxes and evaluation results go below ``workdir``; web tools search the env's offline
+    corpus (``web_backend`` "corpus"); ``overrides`` replace config fields,
     ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``).
     """
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
@@ -31,6 +32,7 @@ def build_env(
         "sandbox_root": str(workdir / "sandboxes"),
         "data_dir_to_save_evals": str(workdir / "eval"),
         "use_wandb": False,
+        "web_backend": "corpus",  # offline: the env's own pages, never a search API
     }
     values.update(overrides)
     server = APIServerConfig(
