@@ -54,6 +54,7 @@ from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
+from hermes_envgen.runtime.tools.mcp_tools import mcp_registry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,14 @@ class HermesAgentBaseEnv(BaseEnv):
                 + " (offline? pass --env.tokenizer_name with a local directory)"
             ) from None
         self.config: HermesAgentEnvConfig = config
+        if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
+            try:
+                self.tool_registry = mcp_registry(
+                    self.tool_registry, config.mcp_servers, config.sandbox_settings()
+                )
+            except EnvConfigError:
+                self._discard_empty_output()
+                raise
         self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
         # Every request to the model goes through one client: its retries, its errors.
         self.model = ModelClient.of(

@@ -9,6 +9,7 @@ from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, Json, field_validator, model_validator
 
 from hermes_envgen.runtime.sandbox import SandboxSettings
+from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +54,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default=None,
         description="Toolsets (or single tools) the agent may use; None means every registered "
         "tool. Built in: 'terminal' (terminal), 'file' (read_file, write_file, patch, "
-        "search_files), 'python' (python: a persistent interpreter in the sandbox) and 'web' "
-        "(web_search, web_fetch: run on the host, see web_backend).",
+        "search_files), 'python' (python: a persistent interpreter in the sandbox), 'web' "
+        "(web_search, web_fetch: run on the host, see web_backend) and 'mcp' (the tools of "
+        "mcp_servers, named <server>_<tool>).",
     )
     disabled_toolsets: list[str] = Field(
         default_factory=list,
@@ -216,6 +218,14 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     )
     web_timeout: float = Field(
         default=20.0, gt=0, description="Seconds a web search or fetch may take."
+    )
+    # Json: the command line hands over a string.
+    mcp_servers: list[McpServerSettings] | Json[list[McpServerSettings]] = Field(
+        default_factory=list,
+        description="MCP servers whose tools the agent gets (toolset 'mcp'), listed at start-up: "
+        "each {name, command, args, env} for a stdio server run in each rollout's sandbox (it "
+        "needs python3 there), or {name, url} for a shared streamable-HTTP server reached from "
+        "the host; 'tools' names the ones to offer, 'timeout' the seconds per call.",
     )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
