@@ -324,16 +324,21 @@ TOOLSETS = [
     {"toolsets": ["terminal", "python"]},
     {"toolsets": ["terminal", "file", "web"]},
     {"toolsets": ["terminal", "python", "web"], "web_backend": "tavily"},
+    {"toolsets": ["terminal", "mcp"]},
+    {"toolsets": ["terminal", "mcp"], "mcp_server": "npx -y @example/files-server --root ."},
+    {"toolsets": ["terminal", "web", "mcp"], "mcp_server": "https://mcp.example.com/mcp"},
 ]
 
 
 def toolset_answers(extra: dict) -> dict:
     name = "-".join(extra["toolsets"][1:]) + ("-tavily" if "web_backend" in extra else "")
+    name += "-own" if extra.get("mcp_server", "").startswith("npx") else ""
+    name += "-http" if extra.get("mcp_server", "").startswith("http") else ""
     return answers("atropos", "binary", False, False) | {"project_name": name} | extra
 
 
-@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: "-".join(e["toolsets"][1:]))
-def test_projects_with_the_python_and_web_toolsets_render_clean(tmp_path, extra):
+@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: toolset_answers(e)["project_name"])
+def test_projects_with_the_new_toolsets_render_clean(tmp_path, extra):
     project = render(tmp_path, toolset_answers(extra))
     for args in (["check"], ["format", "--check"]):
         result = ruff(project, *args)
@@ -346,9 +351,14 @@ def test_projects_with_the_python_and_web_toolsets_render_clean(tmp_path, extra)
     if extra.get("web_backend") == "tavily":
         assert "export TAVILY_API_KEY=..." in readme
         assert 'web_api_key_env="TAVILY_API_KEY"' in (package / "env.py").read_text()
+    if "mcp" in extra["toolsets"]:
+        assert (
+            "--env.mcp_servers" in readme and "MCP_SERVERS = [" in (package / "env.py").read_text()
+        )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: "-".join(e["toolsets"][1:]))
-def test_projects_with_the_python_and_web_toolsets_pass_their_own_tests(tmp_path, extra):
+@pytest.mark.timeout(900)  # an MCP project lists its server's tools at each env's start
+@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: toolset_answers(e)["project_name"])
+def test_projects_with_the_new_toolsets_pass_their_own_tests(tmp_path, extra):
     assert_own_tests_pass(render(tmp_path, toolset_answers(extra)))

@@ -20,7 +20,8 @@ def build_env(
     """An instance of ``env_cls`` with its own defaults, pointed at ``base_url``, offline.
 
     Sandboxes and evaluation results go below ``workdir``; web tools search the env's offline
-    corpus (``web_backend`` "corpus"); ``overrides`` replace config fields,
+    corpus (``web_backend`` "corpus") and the kit's notes server stands in for each MCP server
+    (under its name); ``overrides`` replace config fields,
     ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``).
     """
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
@@ -34,6 +35,11 @@ def build_env(
         "use_wandb": False,
         "web_backend": "corpus",  # offline: the env's own pages, never a search API
     }
+    if values.get("mcp_servers") and "mcp_servers" not in overrides:
+        # offline: the kit's notes server stands in for each of the env's, under its name
+        from hermes_envgen.testing.mcp_notes import notes_server
+
+        values["mcp_servers"] = [notes_server(server["name"]) for server in values["mcp_servers"]]
     values.update(overrides)
     server = APIServerConfig(
         **(
