@@ -215,3 +215,26 @@ def test_an_env_with_mcp_servers_offers_their_tools_and_stops_when_one_cannot_st
             enabled_toolsets=["mcp"],
             mcp_servers=[notes_server("notes", "--fail-start")],
         )
+
+
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+def test_a_stdio_server_sees_none_of_the_hosts_secrets(tmp_path, backend, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")
+    monkeypatch.setenv("TAVILY_API_KEY", "tvly-host-secret")
+    sandbox_settings = settings(tmp_path, backend)
+    registry = mcp_registry(
+        REGISTRY, [server("--environment", env={"NOTES_MODE": "test"})], sandbox_settings
+    )
+
+    async def scenario():
+        manager = SandboxManager(sandbox_settings)
+        ctx = ToolContext("secrets", manager, registry)
+        try:
+            return await ctx.call_tool("notes_environment")
+        finally:
+            await ctx.cleanup()
+            await manager.close_all()
+
+    names = run(scenario())
+    assert "NOTES_MODE" in names  # the server's own env setting reaches it
+    assert "OPENAI_API_KEY" not in names and "TAVILY_API_KEY" not in names

@@ -13,7 +13,8 @@ outlive the server's process and a reward can read them, or call the server to.
 Faults for tests, by flag: ``--slow SECONDS`` (``read_note`` sleeps), ``--garbage`` (tools/call
 answers a line that is not JSON), ``--malformed`` (a result that is not a CallToolResult),
 ``--die-after N`` (exit during the Nth tools/call), ``--tools N`` (list N extra tools),
-``--fail-start`` (exit before answering anything), ``--silent`` (never answer).
+``--fail-start`` (exit before answering anything), ``--silent`` (never answer); and
+``--environment`` adds a tool ``environment`` that lists the names of the server's variables.
 """
 
 import json
@@ -97,6 +98,8 @@ def run_tool(name, arguments, options):
         return "deleted", False
     if name.startswith("extra_"):
         return name, False
+    if name == "environment" and options.get("environment"):
+        return json.dumps(sorted(os.environ)), False
     return f"unknown tool {name}", True
 
 
@@ -108,6 +111,9 @@ class Server:
             {"name": f"extra_{i}", "description": "filler", "inputSchema": {"type": "object"}}
             for i in range(options.get("tools", 0))
         ]
+        if options.get("environment"):
+            self.tools.append({"name": "environment", "description": "Variable names.",
+                               "inputSchema": {"type": "object"}})  # fmt: skip
 
     def answer(self, message):
         """The JSON-RPC reply to one message (None for a notification), or a raw line."""
@@ -208,7 +214,7 @@ def main(argv):
                 options[flag[2:].replace("-", "_")] = (
                     float(value) if flag == "--slow" else int(value)
                 )
-        elif flag in ("--garbage", "--malformed", "--silent"):
+        elif flag in ("--garbage", "--malformed", "--silent", "--environment"):
             options[flag[2:]] = True
         elif flag == "--fail-start":
             sys.stderr.write("notes server: refusing to start (--fail-start)\n")
