@@ -183,6 +183,11 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
     [
         ({"project_name": "My Env"}, "lowercase letters"),
         ({"project_name": "class"}, "cannot be used"),
+        ({"project_name": "mcp"}, "would clash with Python or a dependency"),
+        (
+            {"project_name": "ok-env", "toolsets": ["terminal", "mcp"], "mcp_server": "a`b"},
+            "no backticks",
+        ),
         ({"project_name": "ok-env", "provider": "openrouter"}, '"model_name" is required'),
         (
             {"project_name": "ok-env", "provider": "openrouter", "model_name": " "},
@@ -331,7 +336,8 @@ TOOLSETS = [
 
 
 def toolset_answers(extra: dict) -> dict:
-    name = "-".join(extra["toolsets"][1:]) + ("-tavily" if "web_backend" in extra else "")
+    # "ts-": a project named "mcp" would shadow the MCP SDK (copier.yml refuses the name).
+    name = "ts-" + "-".join(extra["toolsets"][1:]) + ("-tavily" if "web_backend" in extra else "")
     name += "-own" if extra.get("mcp_server", "").startswith("npx") else ""
     name += "-http" if extra.get("mcp_server", "").startswith("http") else ""
     return answers("atropos", "binary", False, False) | {"project_name": name} | extra
