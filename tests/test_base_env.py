@@ -276,8 +276,8 @@ def test_a_sandbox_that_cannot_start_scores_zero_and_spares_the_group(
 
 
 def test_an_unknown_toolset_fails_at_startup(offline_tokenizer, tmp_path):
-    with pytest.raises(UnknownToolError, match="valid toolsets: file, terminal"):
-        make_env("http://127.0.0.1:9/v1", offline_tokenizer, tmp_path, enabled_toolsets=["web"])
+    with pytest.raises(UnknownToolError, match="valid toolsets: file, python, terminal"):
+        make_env("http://127.0.0.1:9/v1", offline_tokenizer, tmp_path, enabled_toolsets=["webb"])
 
 
 def test_wandb_name_defaults_to_the_env_name(offline_tokenizer, tmp_path):

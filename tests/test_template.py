@@ -347,6 +347,11 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
     [
         ({"project_name": "My Env"}, "lowercase letters"),
         ({"project_name": "class"}, "cannot be used"),
+        ({"project_name": "mcp"}, "would clash with Python or a dependency"),
+        (
+            {"project_name": "ok-env", "toolsets": ["terminal", "mcp"], "mcp_server": "a`b"},
+            "no backticks",
+        ),
         ({"project_name": "ok-env", "provider": "openrouter"}, '"model_name" is required'),
         (
             {"project_name": "ok-env", "provider": "openrouter", "model_name": " "},
@@ -482,3 +487,48 @@ def test_updating_says_where_hermes_envgen_comes_from_and_ci_installs_it(
     else:
         assert step is None
     assert "pip install -e '.[dev]'" in steps["Install"]
+
+
+TOOLSETS = [
+    {"toolsets": ["terminal", "python"]},
+    {"toolsets": ["terminal", "file", "web"]},
+    {"toolsets": ["terminal", "python", "web"], "web_backend": "tavily"},
+    {"toolsets": ["terminal", "mcp"]},
+    {"toolsets": ["terminal", "mcp"], "mcp_server": "npx -y @example/files-server --root ."},
+    {"toolsets": ["terminal", "web", "mcp"], "mcp_server": "https://mcp.example.com/mcp"},
+]
+
+
+def toolset_answers(extra: dict) -> dict:
+    # "ts-": a project named "mcp" would shadow the MCP SDK (copier.yml refuses the name).
+    name = "ts-" + "-".join(extra["toolsets"][1:]) + ("-tavily" if "web_backend" in extra else "")
+    name += "-own" if extra.get("mcp_server", "").startswith("npx") else ""
+    name += "-http" if extra.get("mcp_server", "").startswith("http") else ""
+    return answers("atropos", "binary", False, False) | {"project_name": name} | extra
+
+
+@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: toolset_answers(e)["project_name"])
+def test_projects_with_the_new_toolsets_render_clean(tmp_path, extra):
+    project = render(tmp_path, toolset_answers(extra))
+    for args in (["check"], ["format", "--check"]):
+        result = ruff(project, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    package = project / "src" / project.name.replace("-", "_")
+    assert (package / "corpus").is_dir() == ("web" in extra["toolsets"])
+    readme = (project / "README.md").read_text()
+    if "web" in extra["toolsets"]:
+        assert "--env.web_backend" in readme
+    if extra.get("web_backend") == "tavily":
+        assert "export TAVILY_API_KEY=..." in readme
+        assert 'web_api_key_env="TAVILY_API_KEY"' in (package / "env.py").read_text()
+    if "mcp" in extra["toolsets"]:
+        assert (
+            "--env.mcp_servers" in readme and "MCP_SERVERS = [" in (package / "env.py").read_text()
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # an MCP project lists its server's tools at each env's start
+@pytest.mark.parametrize("extra", TOOLSETS, ids=lambda e: toolset_answers(e)["project_name"])
+def test_projects_with_the_new_toolsets_pass_their_own_tests(tmp_path, extra):
+    assert_own_tests_pass(render(tmp_path, toolset_answers(extra)))

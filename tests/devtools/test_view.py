@@ -168,6 +168,27 @@ def test_the_page_is_self_contained_and_escapes_the_conversation(tmp_path):
     assert html.count("<details") >= 2 * 4  # tool calls and results are folded
 
 
+def test_calls_of_the_python_web_and_mcp_toolsets_show_like_terminal_calls(tmp_path):
+    code = "import math\nprint(math.pi)"
+    record = sample(
+        "Research and compute.",
+        [
+            (call("python", {"code": code}, "p1"), '{"stdout": "3.14159\\n"}'),
+            (call("web_search", {"query": "bm25 <b>"}, "w1"), '[{"url": "corpus://a"}]'),
+            (call("notes_add", {"title": "t", "body": "b"}, "m1"), "Error: mcp server died"),
+        ],
+        "Done.",
+        1.0,
+    )
+    cards = load_rollouts(write_jsonl(tmp_path / "s.jsonl", [record]))
+    assert cards[0].tool_calls == 3 and cards[0].tool_errors == 1
+    html = render_html(cards, "s.jsonl")
+    # Code is shown as written, with its line breaks, not as an escaped JSON string.
+    assert "<pre>import math\nprint(math.pi)</pre>" in html
+    assert "web_search(" in html and "bm25 &lt;b&gt;" in html
+    assert "notes_add(" in html and "Error: mcp server died" in html
+
+
 def test_view_command_writes_path_html_and_prints_it(tmp_path):
     path = write_jsonl(tmp_path / "samples.jsonl", SAMPLES)
     result = CliRunner().invoke(app, ["view", str(path)])

@@ -62,6 +62,7 @@ from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.serve_log import EqualScoreSkips, RegistrationWait, lost_rollout_server
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
+from hermes_envgen.runtime.tools.mcp_tools import mcp_registry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
@@ -197,6 +198,14 @@ class HermesAgentBaseEnv(BaseEnv):
                 + " (offline? pass --env.tokenizer_name with a local directory)"
             ) from None
         self.config: HermesAgentEnvConfig = config
+        if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
+            try:
+                self.tool_registry = mcp_registry(
+                    self.tool_registry, config.mcp_servers, config.sandbox_settings()
+                )
+            except EnvConfigError:
+                self._discard_empty_output()
+                raise
         self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
         # Every request to the model goes through one client: its retries, its errors.
         self.model = ModelClient.of(
@@ -227,6 +236,10 @@ class HermesAgentBaseEnv(BaseEnv):
                     "answers, and an answer can try to talk it into a high score; set "
                     "judge_base_url to a separate judge"
                 )
+            # The toolsets' settings and clients, in every rollout's ToolContext; those the
+            # env names in enabled_toolsets are checked now.
+            named = self._resolve_tools_for_group()[1] if config.enabled_toolsets else set()
+            self.tool_services = config.tool_services(named)
         except EnvConfigError:
             self._discard_empty_output()
             raise
@@ -474,7 +487,7 @@ class HermesAgentBaseEnv(BaseEnv):
         """Run one full rollout with tools in a fresh sandbox, score it, clean up the sandbox."""
         schemas, names = tools or self._resolve_tools_for_group()
         task_id = f"{split}-{uuid.uuid4().hex[:16]}"
-        ctx = ToolContext(task_id, self.sandboxes, self.tool_registry)
+        ctx = ToolContext(task_id, self.sandboxes, self.tool_registry, self.tool_services)
         if temperature is None:
             temperature = (
                 self.config.agent_temperature if split == "train" else self.config.eval_temperature

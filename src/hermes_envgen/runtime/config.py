@@ -9,6 +9,7 @@ from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, Json, field_validator, model_validator
 
 from hermes_envgen.runtime.sandbox import SandboxSettings
+from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     enabled_toolsets: list[str] | None = Field(
         default=None,
         description="Toolsets (or single tools) the agent may use; None means every registered "
-        "tool. Built in: 'terminal' (terminal) and 'file' (read_file, write_file, patch, "
-        "search_files).",
+        "tool. Built in: 'terminal' (terminal), 'file' (read_file, write_file, patch, "
+        "search_files), 'python' (python: a persistent interpreter in the sandbox), 'web' "
+        "(web_search, web_fetch: run on the host, see web_backend) and 'mcp' (the tools of "
+        "mcp_servers, named <server>_<tool>).",
     )
     disabled_toolsets: list[str] = Field(
         default_factory=list,
@@ -191,6 +194,58 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "that went out and got no answer in time may have landed: it is recorded as "
         "answer_lost and never sent again.",
     )
+    python_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a python tool call may run before it is interrupted "
+        "(KeyboardInterrupt, state kept); an interpreter that does not stop is killed.",
+    )
+    python_max_output_bytes: int = Field(
+        default=32_000, ge=1000, description="Bytes of stdout, and of stderr, per python call."
+    )
+    python_command: str = Field(
+        default="python3", description="The sandbox's Python that the python tool runs."
+    )
+    web_backend: Literal["corpus", "tavily"] = Field(
+        default="corpus",
+        description="Where web_search and web_fetch look: 'corpus' (the offline pages of "
+        "web_corpus, ranked with BM25; no network) or 'tavily' (Tavily's search API, key from "
+        "web_api_key_env; pages fetched over HTTP by the host, never from the sandbox).",
+    )
+    web_corpus: str | None = Field(
+        default=None,
+        description="The corpus backend's pages: a folder of .txt/.md/.html files or a JSONL "
+        "file of {url, title, text} lines.",
+    )
+    web_api_key_env: str = Field(
+        default="TAVILY_API_KEY",
+        description="Environment variable that holds the hosted search API's key.",
+    )
+    web_search_url: str = Field(
+        default="https://api.tavily.com/search",
+        description="The hosted search API's endpoint (a Tavily-compatible POST /search).",
+    )
+    web_allow_private: bool = Field(
+        default=False,
+        description="Let web_fetch reach private, loopback and link-local addresses.",
+    )
+    web_max_page_bytes: int = Field(
+        default=2_000_000, ge=1000, description="web_fetch refuses a larger body."
+    )
+    web_max_page_chars: int = Field(
+        default=20_000, ge=100, description="Characters of a page's text; the rest is cut."
+    )
+    web_timeout: float = Field(
+        default=20.0, gt=0, description="Seconds a web search or fetch may take."
+    )
+    # Json: the command line hands over a string.
+    mcp_servers: list[McpServerSettings] | Json[list[McpServerSettings]] = Field(
+        default_factory=list,
+        description="MCP servers whose tools the agent gets (toolset 'mcp'), listed at start-up: "
+        "each {name, command, args, env} for a stdio server run in each rollout's sandbox (it "
+        "needs python3 there), or {name, url} for a shared streamable-HTTP server reached from "
+        "the host; 'tools' names the ones to offer, 'timeout' the seconds per call.",
+    )
     max_tool_output_chars: int = Field(
         default=20_000, ge=100, description="Longer tool output is cut, with a notice."
     )
@@ -270,6 +325,38 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     terminal_lifetime = property(
         lambda self: self.sandbox_idle_lifetime, doc="Old sandbox_idle_lifetime."
     )
+
+    def tool_services(self, tools: set[str] | None = None) -> dict[str, Any]:
+        """The toolsets' settings and shared objects, by toolset name (see ToolContext).
+
+        ``tools``: the names the agent gets; a toolset among them whose settings cannot work
+        fails here, at start-up (EnvConfigError naming the setting).
+        """
+        from hermes_envgen.runtime.tools.interpreter import PythonSettings
+        from hermes_envgen.runtime.tools.web import WebSettings, WebToolset
+
+        web = WebToolset(
+            WebSettings(
+                backend=self.web_backend,
+                corpus=self.web_corpus,
+                api_key_env=self.web_api_key_env,
+                search_url=self.web_search_url,
+                allow_private=self.web_allow_private,
+                max_page_bytes=self.web_max_page_bytes,
+                max_page_chars=self.web_max_page_chars,
+                timeout=self.web_timeout,
+            )
+        )
+        if tools is None or tools & {"web_search", "web_fetch"}:
+            web.check()
+        return {
+            "python": PythonSettings(
+                timeout=self.python_timeout,
+                max_output_bytes=self.python_max_output_bytes,
+                command=self.python_command,
+            ),
+            "web": web,
+        }
 
     def sandbox_settings(self) -> SandboxSettings:
         """The settings of the rollouts' sandboxes (the ``sandbox_*`` fields)."""

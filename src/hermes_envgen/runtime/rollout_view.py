@@ -259,6 +259,10 @@ def _pretty_arguments(arguments: Any) -> str:
             arguments = json.loads(arguments)
         except ValueError:
             return arguments  # shown as the model wrote it
+    if isinstance(arguments, dict) and len(arguments) == 1:
+        (value,) = arguments.values()
+        if isinstance(value, str) and "\n" in value:  # python's code, a script: as written
+            return value
     return json.dumps(arguments, indent=2, ensure_ascii=False)
 
 

@@ -8,14 +8,20 @@ the files it wrote, or put fresh check files in place after the rollout.
 from __future__ import annotations
 
 import asyncio
+import logging
 import posixpath
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager
 from hermes_envgen.runtime.sandbox.base import MAX_HOST_READ_BYTES
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 
+logger = logging.getLogger(__name__)
+
 _default_manager: SandboxManager | None = None
+T = TypeVar("T")
 
 
 def default_sandbox_manager() -> SandboxManager:
@@ -47,10 +53,30 @@ class ToolContext:
         task_id: str,
         sandboxes: SandboxManager | None = None,
         registry: ToolRegistry | None = None,
+        services: Mapping[str, Any] | None = None,
     ) -> None:
         self.task_id = task_id
         self.sandboxes = sandboxes if sandboxes is not None else default_sandbox_manager()
         self.registry = registry if registry is not None else REGISTRY
+        # The env's toolset objects (their settings, shared clients), by toolset name.
+        self.services: Mapping[str, Any] = services or {}
+        # What toolsets keep for this rollout (pages fetched, sessions), by toolset name.
+        self.state: dict[str, Any] = {}
+        self._cleanups: list[Callable[[], Awaitable[Any]]] = []
+
+    def service(self, name: str, default: Callable[[], T]) -> T:
+        """The env's object of toolset ``name``, or ``default()`` when the env set none."""
+        found = self.services.get(name)
+        return found if found is not None else default()
+
+    def add_cleanup(self, callback: Callable[[], Awaitable[Any]]) -> None:
+        """Have ``cleanup`` await ``callback()`` before the sandbox goes (a toolset's sessions)."""
+        self._cleanups.append(callback)
+
+    @property
+    def fetched_pages(self) -> list[dict]:
+        """The pages the agent fetched with ``web_fetch``: url, status, content type, text."""
+        return list(self.state.get("web", {}).get("fetched", []))
 
     @property
     def sandbox(self) -> Sandbox:
@@ -126,8 +152,16 @@ class ToolContext:
         # A tool that takes no sandbox never makes one: a rollout of pure Python tools
         # creates, scans and removes nothing.
         sandbox = self.sandbox if "sandbox" in tool.injected else None
-        return await tool.call(arguments or {}, sandbox=sandbox)
+        return await tool.call(arguments or {}, sandbox=sandbox, context=self)
 
     async def cleanup(self) -> None:
-        """Kill everything the task started and remove its workspace."""
-        await self.sandboxes.release(self.task_id)
+        """End the toolsets' sessions, kill everything the task started, remove its workspace."""
+        try:
+            while self._cleanups:
+                callback = self._cleanups.pop()
+                try:
+                    await callback()
+                except Exception as exc:  # one toolset's failure must not keep the sandbox
+                    logger.warning("task %s: a toolset's clean-up failed: %s", self.task_id, exc)
+        finally:
+            await self.sandboxes.release(self.task_id)

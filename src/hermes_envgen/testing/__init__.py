@@ -1,7 +1,8 @@
 """The offline test kit: its one declared API, for this repository and generated projects.
 
 A scripted OpenAI-compatible stub server over real HTTP, a tokenizer that needs no download, an
-env's CLI modes run offline as subprocesses, and checks of what they wrote. The pytest fixtures
+env's CLI modes run offline as subprocesses, checks of what they wrote, and a small stateful
+MCP server (``notes_server()``: the ``mcp_servers`` entry that runs it). The pytest fixtures
 (``stub_server``, ``offline_tokenizer``, ``offline_env``, ``reward_checks``) come from the
 plugin that is installed with hermes-envgen. Names are loaded on first use.
 """
@@ -29,6 +30,7 @@ _EXPORTS = {
     "check_rewards": "reward_checks",
     "MinimalTrainer": "trainer",
     "RunApi": "trainer",
+    "notes_server": "mcp_notes",
 }
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "build_env",
     "build_offline_tokenizer",
     "check_rewards",
+    "notes_server",
     "offline_environment",
     "read_eval_results",
     "run_env_mode",
@@ -56,6 +59,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from hermes_envgen.testing.envs import build_env, read_eval_results, validate_groups
+    from hermes_envgen.testing.mcp_notes import notes_server
     from hermes_envgen.testing.offline_run import OfflineRun
     from hermes_envgen.testing.policy import scripted_policy
     from hermes_envgen.testing.reward_checks import RewardCheckReport, check_rewards

@@ -22,10 +22,11 @@ def build_env(
 ) -> Any:
     """An instance of ``env_cls`` with its own defaults, pointed at ``base_url``, offline.
 
-    Sandboxes and evaluation results go below ``workdir``; ``overrides`` replace config fields,
-    ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``). An env with a judge
-    of its own (``judge_base_url`` set) has it pointed at ``base_url`` too: offline, the stub
-    plays the judge.
+    Sandboxes and evaluation results go below ``workdir``; web tools search the env's offline
+    corpus (``web_backend`` "corpus") and the kit's notes server stands in for each MCP server
+    (under its name); an env with a judge of its own (``judge_base_url`` set) has it pointed at
+    ``base_url`` too: offline, the stub plays the judge. ``overrides`` replace config fields,
+    ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``).
     """
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
@@ -36,9 +37,15 @@ def build_env(
         "sandbox_root": str(workdir / "sandboxes"),
         "data_dir_to_save_evals": str(workdir / "eval"),
         "use_wandb": False,
+        "web_backend": "corpus",  # offline: the env's own pages, never a search API
     }
     if values.get(JUDGE_URL_FIELD):
         values[JUDGE_URL_FIELD] = base_url
+    if values.get("mcp_servers") and "mcp_servers" not in overrides:
+        # offline: the kit's notes server stands in for each of the env's, under its name
+        from hermes_envgen.testing.mcp_notes import notes_server
+
+        values["mcp_servers"] = [notes_server(server["name"]) for server in values["mcp_servers"]]
     values.update(overrides)
     server = APIServerConfig(
         **(

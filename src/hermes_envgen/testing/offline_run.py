@@ -59,6 +59,7 @@ class OfflineRun:
         flags |= {f"openai.{name}": value for name, value in self.server_flags.items()}
         if self.tokenizer is not None:
             flags["env.tokenizer_name"] = self.tokenizer
+        flags["env.web_backend"] = "corpus"  # offline: the env's own pages, no search API
         flags |= {f"env.{name}": value for name, value in self.env_flags.items()}
         flags["env.sandbox_root"] = self.sandbox_root
         return flags

@@ -13,7 +13,9 @@ An env author adds a tool with one decorator::
         return a + b
 
 A parameter named ``sandbox`` is not shown to the model: the runtime passes the rollout's
-sandbox in, so a tool can run commands or touch files where the agent works.
+sandbox in, so a tool can run commands or touch files where the agent works. Nor is one named
+``context``: the rollout's ``ToolContext`` (its settings of the toolsets, its per-rollout
+state, its clean-up).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any, Literal
 
 from hermes_envgen.runtime.errors import ToolExecutionError, UnknownToolError
 
-INJECTED_PARAMETERS = frozenset({"sandbox"})
+INJECTED_PARAMETERS = frozenset({"sandbox", "context"})
 
 
 @dataclass
@@ -72,12 +74,14 @@ class Tool:
         if problems:
             raise ToolExecutionError(f"{self.name}: " + "; ".join(problems))
 
-    async def call(self, arguments: dict, sandbox: Any = None) -> str:
+    async def call(self, arguments: dict, sandbox: Any = None, context: Any = None) -> str:
         """Run the tool; sync functions run in a thread so the event loop never blocks."""
         self.check_arguments(arguments)
         kwargs = dict(arguments)
         if "sandbox" in self.injected:
             kwargs["sandbox"] = sandbox
+        if "context" in self.injected:
+            kwargs["context"] = context
         if inspect.iscoroutinefunction(self.function):
             result = await self.function(**kwargs)
         else:

@@ -1,0 +1,132 @@
+"""Tool-call latency of the ``python`` and ``mcp`` toolsets against raw subprocesses, in one run.
+
+- python: ``x += 1`` through the ``python`` tool (the rollout's persistent interpreter in its
+  sandbox) against the raw baseline of a fresh ``python3 -c 'x = 1'`` per call, which keeps no
+  state. The ratio is what persistence inside a sandbox costs (or saves).
+- mcp: ``notes_list_notes`` through the ``mcp`` toolset (the SDK's ClientSession, the relay,
+  the kit's notes server in the sandbox) against the raw baseline of one JSON-RPC
+  ``tools/call`` line written to the same server run as a plain subprocess on the host, its
+  answer read back: the floor of any stdio MCP call.
+
+Each round alternates the two and yields time(tool) / time(raw); the median over rounds is
+reported, with ms per call. Backends: local, and bwrap when installed. The sandboxes and the
+baselines should run the same ``python3``: put the system's first on PATH (a pyenv shim there
+costs the local backend and the baselines some 100 ms per start; bwrap sees /usr's only).
+
+    PATH=/usr/bin:/bin .venv/bin/python benchmarks/bench_toolsets.py [--rounds 5] [--calls 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import tempfile
+import time
+
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools import REGISTRY
+from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings, mcp_registry
+from hermes_envgen.testing.mcp_notes import notes_server
+
+PYTHON = shutil.which("python3") or "python3"
+
+
+async def raw_python() -> None:
+    process = await asyncio.create_subprocess_exec(
+        PYTHON, "-c", "x = 1", stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    await process.communicate()
+
+
+class RawMcp:
+    """The notes server as a plain subprocess, spoken to directly over its pipes."""
+
+    async def start(self, workdir: str) -> None:
+        entry = notes_server()
+        self.process = await asyncio.create_subprocess_exec(
+            entry["command"], *entry["args"], cwd=workdir,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        self.number = 0
+
+    async def call(self) -> None:
+        self.number += 1
+        request = {"jsonrpc": "2.0", "id": self.number, "method": "tools/call",
+                   "params": {"name": "list_notes", "arguments": {}}}  # fmt: skip
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        await self.process.stdin.drain()
+        json.loads(await self.process.stdout.readline())
+
+    async def stop(self) -> None:
+        self.process.kill()
+        await self.process.wait()
+
+
+async def per_call(run, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        await run()
+    return (time.perf_counter() - start) / calls
+
+
+async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str, list[float]]:
+    settings = SandboxSettings(backend=backend, root=root)
+    registry = mcp_registry(REGISTRY, [McpServerSettings(**notes_server())], settings)
+    manager = SandboxManager(settings)
+    ctx = ToolContext(f"bench-{backend}", manager, registry)
+    raw_mcp = RawMcp()
+    await raw_mcp.start(root)
+    times: dict[str, list[float]] = {
+        name: [] for name in ("python", "raw python", "mcp", "raw mcp")
+    }
+    try:
+        await ctx.call_tool("python", {"code": "x = 0"})  # started: calls measure the steady state
+        await ctx.call_tool("notes_list_notes")
+
+        async def python_call() -> None:
+            await ctx.call_tool("python", {"code": "x += 1"})
+
+        async def mcp_call() -> None:
+            await ctx.call_tool("notes_list_notes")
+
+        for _ in range(rounds):
+            times["python"].append(await per_call(python_call, calls))
+            times["raw python"].append(await per_call(raw_python, calls))
+            times["mcp"].append(await per_call(mcp_call, calls))
+            times["raw mcp"].append(await per_call(raw_mcp.call, calls))
+    finally:
+        await raw_mcp.stop()
+        await ctx.cleanup()
+        await manager.close_all()
+    return times
+
+
+def report(backend: str, times: dict[str, list[float]]) -> None:
+    for tool in ("python", "mcp"):
+        ratios = [t / r for t, r in zip(times[tool], times[f"raw {tool}"])]
+        print(
+            f"{backend:6} {tool:6}: {statistics.median(times[tool]) * 1000:7.1f} ms/call, raw "
+            f"{statistics.median(times[f'raw {tool}']) * 1000:6.1f} ms/call, "
+            f"ratio {statistics.median(ratios):.2f} (median of {len(ratios)} rounds)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20)
+    args = parser.parse_args()
+    backends = ["local"] + (["bwrap"] if shutil.which("bwrap") else [])
+    print(f"python3: {PYTHON}")
+    with tempfile.TemporaryDirectory() as root:
+        for backend in backends:
+            report(backend, asyncio.run(measure(backend, args.rounds, args.calls, root)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""The ``python`` toolset's program inside a sandbox: a persistent interpreter and its client.
+
+Never imported by the host: ``interpreter.py`` sends this file's text, base64-encoded, as
+part of each ``python`` call's sandbox command, so it runs wherever commands run (the local
+host, a bwrap sandbox, a container) with the sandbox's own ``python3``. Written for any
+python3 from 3.8, standard library only.
+
+- ``client DIR TIMEOUT MAX_OUTPUT CODE``: one call. Connects to the interpreter listening
+  at ``DIR/socket`` (starting one if none answers), sends the code, prints the reply as one
+  JSON line. At ``TIMEOUT`` seconds it interrupts the code (SIGINT: a ``KeyboardInterrupt``
+  that keeps the interpreter's state); if the interpreter does not answer within
+  ``INTERRUPT_GRACE`` seconds more, it kills the interpreter's process group.
+- ``serve DIR MAX_OUTPUT``: the interpreter. One call at a time; the agent's code runs in
+  its main thread in one namespace kept across calls; the file descriptors 1 and 2 (so also
+  what subprocesses print) go to pipes whose readers keep at most ``MAX_OUTPUT`` bytes each.
+
+The interpreter starts in its own session with a run tag of its own (``HERMES_SANDBOX_RUN``
+ending in ``python``): killing the command of one call leaves it alive, closing the sandbox
+(or ending the agent's processes) kills it.
+"""
+
+# ruff: noqa: SIM105  (try/except/pass: contextlib would cost every call its import)
+# The client's imports only (each call pays them, a few ms of the call's time); the
+# interpreter imports the rest in serve().
+import _socket
+import os
+import sys
+
+RUN_TAG = "HERMES_SANDBOX_RUN"
+START_TIMEOUT = 20.0  # for a new interpreter to listen
+INTERRUPT_GRACE = 2.0  # after SIGINT, for the interpreter to answer before it is killed
+MAX_REPR = 4000  # characters of the last expression's repr
+FIONREAD = 0x541B  # ioctl: bytes waiting in a pipe (Linux)
+
+
+SIGINT, SIGKILL = 2, 9
+
+
+def send_message(sock, data):
+    """Send bytes, their length first."""
+    sock.sendall(len(data).to_bytes(4, "big") + data)
+
+
+def receive_message(sock):
+    """The bytes of one message, or None at the end of the connection."""
+    header = receive_exactly(sock, 4)
+    if header is None:
+        return None
+    return receive_exactly(sock, int.from_bytes(header, "big"))
+
+
+def receive_exactly(sock, size):
+    chunks, remaining = [], size
+    while remaining:
+        chunk = sock.recv(min(remaining, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- the client: one call -------------------------------------------------------------------
+
+
+def read_pid(directory):
+    try:
+        with open(os.path.join(directory, "pid")) as file:
+            return int(file.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def kill_interpreter(directory):
+    pid = read_pid(directory)
+    if pid is not None:
+        try:
+            os.killpg(pid, SIGKILL)
+        except OSError:
+            pass
+    for name in ("socket", "pid"):
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
+
+
+def connect(directory):
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.connect(os.path.join(directory, "socket"))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def start_interpreter(directory, max_output, source):
+    """Start a fresh interpreter; its socket, or an error message."""
+    import subprocess
+    import time
+
+    kill_interpreter(directory)  # a stale one (it stopped answering, or its socket is left)
+    env = dict(os.environ)
+    tag = env.get(RUN_TAG, "")
+    env[RUN_TAG] = tag.rsplit(".", 1)[0] + ".python" if "." in tag else "python"
+    log_path = os.path.join(directory, "log")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-c", BOOT, source, "serve", directory, str(max_output)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        sock = connect(directory)
+        if sock is not None:
+            return sock, None
+        if process.poll() is not None:
+            break
+        time.sleep(0.005)
+    try:
+        with open(log_path, "rb") as log:
+            message = log.read(4000).decode("utf-8", "replace").strip()
+    except OSError:
+        message = ""
+    kill_interpreter(directory)
+    code = process.poll()
+    why = f"exited with {code}" if code is not None else "did not start in time"
+    return None, "the Python interpreter {}: {}".format(why, message or "no message")
+
+
+def client(directory, timeout, max_output, code_b64, source):
+    """One call: print the interpreter's reply, with what happened to it, as one JSON line."""
+    import binascii
+
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    code = binascii.a2b_base64(code_b64)
+    new = "false"
+    sock = connect(directory)
+    if sock is None:
+        sock, error = start_interpreter(directory, max_output, source)
+        if sock is None:
+            import json
+
+            print(json.dumps({"failed": error}))
+            return
+        new = "true"
+    timed_out = "false"
+    try:
+        send_message(sock, code)
+        sock.settimeout(timeout)
+        answer = receive_message(sock)
+    except _socket.timeout:
+        answer = interrupt(sock, directory)
+        timed_out = "true"
+    except OSError:
+        answer = None
+    finally:
+        sock.close()
+    if answer is None:  # it died under the call, or had to be killed
+        kill_interpreter(directory)
+    reply = answer.decode("ascii") if answer is not None else "null"
+    line = f'{{"new_interpreter": {new}, "timed_out": {timed_out}, "reply": {reply}}}\n'
+    sys.stdout.write(line)
+
+
+def interrupt(sock, directory):
+    """SIGINT the running code; its answer, or None once the interpreter had to be killed."""
+    pid = read_pid(directory)
+    if pid is not None:
+        try:
+            os.kill(pid, SIGINT)
+        except OSError:
+            return None
+    sock.settimeout(INTERRUPT_GRACE)
+    try:
+        return receive_message(sock)
+    except OSError:
+        return None
+
+
+# -- the interpreter ------------------------------------------------------------------------
+
+
+class CappedPipe:
+    """A pipe over descriptor ``fd`` of which at most ``limit`` bytes per call are kept.
+
+    A thread reads it between calls; at a call's end ``collect`` drains what is left in
+    the pipe itself (FIONREAD), so all the code wrote before it returned is in the reply.
+    """
+
+    def __init__(self, fd, limit):
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        os.set_blocking(read_end, False)
+        self.read_end = read_end
+        self.limit = limit
+        self.kept = bytearray()
+        self.dropped = 0
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        while True:
+            select.select([self.read_end], [], [])
+            with self.lock:
+                if not self._read_once():
+                    return
+
+    def _read_once(self):
+        """Read one chunk (under the lock); False at the end of the pipe."""
+        try:
+            chunk = os.read(self.read_end, 65536)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+        self.dropped += max(0, len(chunk) - max(room, 0))
+        return True
+
+    def _waiting(self):
+        size = fcntl.ioctl(self.read_end, FIONREAD, bytes(4))
+        return int.from_bytes(size, sys.byteorder)
+
+    def collect(self):
+        """What was written since the last collect, with a notice of what was cut."""
+        with self.lock:
+            while self._waiting() > 0 and self._read_once():
+                pass
+            text = bytes(self.kept).decode("utf-8", "replace")
+            dropped = self.dropped
+            self.kept = bytearray()
+            self.dropped = 0
+        if dropped:
+            text += f"\n[output truncated: {dropped} more bytes not shown]"
+        return text
+
+
+def run_code(code, namespace):
+    """Run ``code`` as a cell: the repr of a last expression statement is its result."""
+    import ast
+    import traceback
+
+    result = None
+    try:
+        tree = ast.parse(code, "<python>", "exec")
+        last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        if last is not None:
+            tree.body.pop()
+        exec(compile(tree, "<python>", "exec"), namespace)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), "<python>", "eval"), namespace)
+            if value is not None:
+                result = repr(value)
+                if len(result) > MAX_REPR:
+                    result = result[:MAX_REPR] + f"... [{len(result)} characters]"
+    except SystemExit as exc:
+        return result, f"SystemExit: {exc.code} (the interpreter keeps running)"
+    except BaseException:
+        kind, value, trace = sys.exc_info()
+        while trace is not None and trace.tb_frame.f_code.co_filename != "<python>":
+            trace = trace.tb_next  # the agent's frames only, not the interpreter's
+        lines = traceback.format_exception(kind, value, trace)
+        error = "".join(lines)
+        if len(error) > MAX_REPR:
+            error = error[: MAX_REPR // 2] + "\n...\n" + error[-MAX_REPR // 2 :]
+        return result, error
+    return result, None
+
+
+def serve(directory, max_output):
+    global fcntl, select, threading
+    import fcntl
+    import json
+    import select
+    import signal
+    import threading
+
+    os.chdir(os.environ.get("PWD") or ".")
+    path = os.path.join(directory, "socket")
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(8)
+    os.set_inheritable(listener.fileno(), False)
+    stdout, stderr = CappedPipe(1, max_output), CappedPipe(2, max_output)
+    sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with open(os.path.join(directory, "pid"), "w") as file:
+        file.write(str(os.getpid()))
+    os.rename(path + ".new", path)  # listening, and its pid known: clients may come
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    sys.argv = [""]
+    while True:
+        try:
+            fd, _ = listener._accept()
+        except (OSError, KeyboardInterrupt):
+            continue
+        connection = _socket.socket(fileno=fd)
+        try:
+            answer(connection, namespace, stdout, stderr, json)
+        except (OSError, KeyboardInterrupt):  # a late interrupt lands here, not in the code
+            pass
+        finally:
+            connection.close()
+
+
+def answer(connection, namespace, stdout, stderr, json):
+    """Run the code a client sent and send it the reply."""
+    request = receive_message(connection)
+    if request is None:
+        return
+    try:
+        result, error = run_code(request.decode("utf-8", "surrogateescape"), namespace)
+    except KeyboardInterrupt:  # arrived between the code's end and here
+        result, error = None, "KeyboardInterrupt"
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    reply = {"stdout": stdout.collect(), "stderr": stderr.collect()}
+    if result is not None:
+        reply["result"] = result
+    if error is not None:
+        reply["error"] = error
+    send_message(connection, json.dumps(reply).encode("ascii"))  # the client passes it on
+
+
+# The bootstrap both halves run with ``python3 -c BOOT SOURCE_B64 ...``.
+BOOT = "import binascii,sys;exec(binascii.a2b_base64(sys.argv[1]))"
+
+
+def main():
+    source, mode, directory = sys.argv[1], sys.argv[2], sys.argv[3]
+    if mode == "serve":
+        serve(directory, int(sys.argv[4]))
+    else:
+        client(directory, float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], source)
+
+
+if __name__ == "__main__":  # exec'd by BOOT, never imported by the host
+    main()

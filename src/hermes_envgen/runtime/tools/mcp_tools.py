@@ -1,0 +1,439 @@
+"""The ``mcp`` toolset: the tools of MCP servers as agent tools, through the official SDK.
+
+Servers come from ``mcp_servers`` (``McpServerSettings``): a stdio server (``command`` and
+``args``) runs inside each rollout's sandbox, started at the rollout's first call to it, so its
+side effects are the rollout's and a reward sees them through ``ToolContext``; a
+streamable-HTTP server (``url``) is shared and reached from the host. Each server's tools are
+listed once at start-up (in a sandbox of their own for stdio servers) and registered as
+``<server>_<tool>`` with the server's JSON schemas, in the ``mcp`` toolset.
+
+The SDK's ``ClientSession`` speaks to a stdio server in a sandbox over a transport of ours:
+each message is one sandbox command of a small relay (``mcp_relay_program``) that keeps the
+server's pipes, so the sandbox's user, limits and network rules apply to the server on every
+backend. Bounded everywhere: a server that fails to start, dies, answers late or answers
+garbage is an ``EnvConfigError`` naming the setting at start-up and a tool error in a rollout;
+a listing is cut at ``MAX_PAGES`` pages and refused past ``MAX_TOOLS`` tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import contextlib
+import functools
+import json
+import logging
+import re
+import shlex
+import tempfile
+import uuid
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager, SandboxSettings
+from hermes_envgen.runtime.tools.registry import Tool, ToolExecutionError, ToolRegistry
+
+logger = logging.getLogger(__name__)
+
+SERVICE = "mcp"
+MAX_TOOLS = 512  # per server, after its allowed tools are picked
+MAX_PAGES = 50  # of a tools/list
+MAX_DESCRIPTION = 1024
+RELAY_SLACK = 15.0  # a relay command's timeout above the message's
+BOOT = "import binascii,sys;exec(binascii.a2b_base64(sys.argv[1]))"
+
+
+class McpServerSettings(BaseModel):
+    """One entry of ``mcp_servers``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="Prefix of its tools' names.")
+    command: str | None = Field(default=None, description="A stdio server's executable.")
+    args: list[str] = Field(default_factory=list, description="Its arguments.")
+    url: str | None = Field(default=None, description="A streamable-HTTP server's URL.")
+    env: dict[str, str] = Field(default_factory=dict, description="Variables the server gets.")
+    tools: list[str] | None = Field(default=None, description="The tools to offer (None: all).")
+    timeout: float = Field(default=30.0, gt=0, description="Seconds per call.")
+    startup_timeout: float = Field(default=60.0, gt=0, description="Seconds to list its tools.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name!r}: give a command (stdio) or a url, not both")
+        return self
+
+
+# -- the transport to a stdio server in a sandbox ------------------------------------------------
+
+
+@functools.cache
+def relay_source() -> str:
+    text = Path(__file__).with_name("mcp_relay_program.py").read_bytes()
+    return base64.b64encode(text).decode("ascii")
+
+
+@dataclass
+class _Relay:
+    """The host's memory of one server's relay in one sandbox."""
+
+    directory: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+_relays: weakref.WeakKeyDictionary[Sandbox, dict[str, _Relay]] = weakref.WeakKeyDictionary()
+
+
+def _relay(sandbox: Sandbox, name: str) -> _Relay:
+    relays = _relays.setdefault(sandbox, {})
+    if name not in relays:
+        local = sandbox.workdir != "/workspace"  # the local backend: the host's /tmp
+        base = tempfile.gettempdir() if local else "/tmp"
+        relays[name] = _Relay(f"{base}/.hermes-mcp-{uuid.uuid4().hex}")
+    return relays[name]
+
+
+class ServerGone(ToolExecutionError):
+    """The relay said the server is dead, or did not answer in time."""
+
+
+async def relay_message(
+    sandbox: Sandbox, server: McpServerSettings, message: str, timeout: float
+) -> list[str]:
+    """Send one JSON-RPC message to the server in ``sandbox``; the lines it wrote back."""
+    relay = _relay(sandbox, server.name)
+    spec = json.dumps({"argv": [server.command, *server.args], "env": server.env})
+    argv = ["python3", "-I", "-S", "-c", BOOT, relay_source(), "client", relay.directory,
+            f"{timeout:g}", base64.b64encode(message.encode()).decode(),
+            base64.b64encode(spec.encode()).decode()]  # fmt: skip
+    async with relay.lock:
+        try:
+            result = await sandbox.run(shlex.join(argv), timeout=timeout + RELAY_SLACK)
+        except SandboxError as exc:
+            raise ServerGone(f"the sandbox failed: {exc}") from None
+    lines = result.output.strip().splitlines()
+    try:
+        reply = json.loads(lines[-1])
+        if "file" in reply:
+            reply = json.loads(await sandbox.read_head(reply["file"], 64 << 20))
+    except (ValueError, IndexError, TypeError, SandboxError):
+        detail = result.output.strip()[-500:] or "no output"
+        raise ServerGone(f"the relay failed (exit {result.exit_code}): {detail}") from None
+    if "dead" in reply:
+        code = reply["dead"]
+        stderr = " ".join(str(reply.get("stderr") or "").split())[-600:]
+        how = f"exited with {code}" if code is not None else "is not running"
+        raise ServerGone(f"the server {how}{': ' + stderr if stderr else ''}")
+    if reply.get("timeout"):
+        raise ServerGone(f"the server did not answer within {timeout:g} s")
+    return [str(line) for line in reply.get("lines", [])]
+
+
+@contextlib.asynccontextmanager
+async def sandbox_transport(
+    sandbox: Sandbox, server: McpServerSettings
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's read and write streams to a stdio server in ``sandbox``, through the relay."""
+    import anyio
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    read_send, read_receive = anyio.create_memory_object_stream(64)
+    write_send, write_receive = anyio.create_memory_object_stream(64)
+
+    async def deliver(line: str) -> None:
+        try:
+            message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            await read_send.send(exc)
+            return
+        await read_send.send(SessionMessage(message))
+
+    async def pump() -> None:
+        async for outgoing in write_receive:
+            message = outgoing.message
+            data = message.model_dump_json(by_alias=True, exclude_unset=True)
+            ident = getattr(message, "id", None) if hasattr(message, "method") else None
+            try:
+                for line in await relay_message(sandbox, server, data, server.timeout):
+                    await deliver(line)
+            except ServerGone as exc:
+                if ident is not None:  # the waiting request gets the reason as its error
+                    error = mcp_types.JSONRPCError(
+                        jsonrpc="2.0",
+                        id=ident,
+                        error=mcp_types.ErrorData(code=-32000, message=str(exc)),
+                    )
+                    await read_send.send(SessionMessage(error))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(pump)
+        try:
+            yield read_receive, write_send
+        finally:
+            group.cancel_scope.cancel()
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+class McpSession:
+    """An initialized ``ClientSession``, owned by a task of its own (anyio's scopes must be left
+    by the task that entered them); calls come from any task."""
+
+    def __init__(self, server: McpServerSettings, sandbox: Sandbox | None) -> None:
+        self.server = server
+        self.sandbox = sandbox
+        self.session: Any = None
+        self._ready: asyncio.Future | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def _transport(self) -> Any:
+        if self.server.url is not None:
+            from mcp.client.streamable_http import streamable_http_client
+
+            return streamable_http_client(self.server.url)
+        assert self.sandbox is not None
+        return sandbox_transport(self.sandbox, self.server)
+
+    async def start(self) -> None:
+        """Connect and initialize; a ``ToolExecutionError``-ready reason when it cannot."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._task = loop.create_task(self._own())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), self.server.startup_timeout)
+        except asyncio.TimeoutError:
+            await self.close()
+            raise ServerGone(
+                f"the server did not initialize within {self.server.startup_timeout:g} s"
+            ) from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _own(self) -> None:
+        from mcp import ClientSession
+
+        ready = self._ready
+        assert ready is not None
+        try:
+            async with self._transport() as streams:
+                read, write = streams[0], streams[1]
+                async with ClientSession(
+                    read, write, read_timeout_seconds=self.server.timeout
+                ) as s:
+                    await s.initialize()
+                    self.session = s
+                    ready.set_result(None)
+                    await self._stop.wait()
+        except BaseException as exc:  # told to the caller, whatever it is
+            if not ready.done():
+                ready.set_exception(ServerGone(_reason(exc)))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    async def list_tools(self) -> list[Any]:
+        from mcp_types import PaginatedRequestParams
+
+        tools: list[Any] = []
+        cursor = None
+        for _ in range(MAX_PAGES):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self.session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 10)
+            except (asyncio.TimeoutError, Exception):
+                self._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._task
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost message of an exception (anyio wraps them in groups)."""
+    while getattr(exc, "exceptions", None):  # an exception group (3.11+, and anyio's)
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:600] if text else type(exc).__name__
+
+
+# -- the toolset ----------------------------------------------------------------------------------
+
+
+def tool_name(server: str, name: str) -> str:
+    """``<server>_<tool>`` as OpenAI function names allow: [A-Za-z0-9_-], at most 64."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}_{name}")[:64]
+
+
+@dataclass
+class McpToolset:
+    """The env's MCP servers, their tools as listed at start-up, and per-rollout sessions."""
+
+    servers: list[McpServerSettings]
+    sandbox_settings: SandboxSettings = field(default_factory=SandboxSettings)
+    listed: dict[str, list[Any]] = field(default_factory=dict)  # server name -> its MCP tools
+
+    def start(self) -> None:
+        """List every server's tools now (a thread with its own event loop: __init__ is sync)."""
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, self._list_all()).result()
+
+    async def _list_all(self) -> None:
+        for server in self.servers:
+            manager = None
+            sandbox = None
+            if server.command is not None:
+                manager = SandboxManager(self.sandbox_settings, lifetime=3600)
+                sandbox = manager.get(f"mcp-startup-{server.name}")
+            session = McpSession(server, sandbox)
+            try:
+                try:
+                    if sandbox is not None:
+                        await sandbox.start()
+                    await session.start()
+                    tools = await asyncio.wait_for(session.list_tools(), server.startup_timeout)
+                except (ServerGone, SandboxError, asyncio.TimeoutError, Exception) as exc:
+                    reason = str(exc) if isinstance(exc, ServerGone) else _reason(exc)
+                    raise EnvConfigError(
+                        f"mcp_servers[{server.name}]: cannot list its tools: {reason}"
+                    ) from None
+            finally:
+                await session.close()
+                if manager is not None:
+                    await manager.close_all()
+            self.listed[server.name] = self._pick(server, tools)
+
+    @staticmethod
+    def _pick(server: McpServerSettings, tools: list[Any]) -> list[Any]:
+        names = {tool.name for tool in tools}
+        if server.tools is not None:
+            missing = sorted(set(server.tools) - names)
+            if missing:
+                raise EnvConfigError(
+                    f"mcp_servers[{server.name}].tools names tools the server does not have: "
+                    f"{', '.join(missing[:10])}"
+                )
+            tools = [tool for tool in tools if tool.name in set(server.tools)]
+        if len(tools) > MAX_TOOLS:
+            raise EnvConfigError(
+                f"mcp_servers[{server.name}] lists {len(tools)} tools, more than {MAX_TOOLS}: "
+                "name the ones the agent may use in its 'tools'"
+            )
+        return tools
+
+    def register(self, base: ToolRegistry) -> ToolRegistry:
+        """A registry with ``base``'s tools and the servers' (refusing a name twice)."""
+        registry = ToolRegistry()
+        for name in base.names():
+            registry.add(base.get(name))
+        for server in self.servers:
+            for mcp_tool in self.listed.get(server.name, []):
+                name = tool_name(server.name, mcp_tool.name)
+                if name in registry.names():
+                    raise EnvConfigError(
+                        f"mcp_servers[{server.name}]: its tool {mcp_tool.name!r} would be "
+                        f"named {name}, which another tool has"
+                    )
+                registry.add(self._tool(server, mcp_tool, name))
+        return registry
+
+    def _tool(self, server: McpServerSettings, mcp_tool: Any, name: str) -> Tool:
+        schema = dict(mcp_tool.input_schema or {})
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        remote = mcp_tool.name
+
+        async def run(sandbox: Any = None, context: Any = None, **arguments: Any) -> str:
+            return await self.call(context, sandbox, server, remote, arguments)
+
+        description = (mcp_tool.description or remote).strip()[:MAX_DESCRIPTION]
+        injected = {"context"} if server.url is not None else {"context", "sandbox"}
+        return Tool(name, description, schema, run, "mcp", frozenset(injected))
+
+    async def session(self, context: Any, sandbox: Any, server: McpServerSettings) -> McpSession:
+        """The rollout's session with ``server``: started at its first call, ended at cleanup."""
+        sessions = context.state.setdefault(SERVICE, {})
+        found = sessions.get(server.name)
+        if found is None:
+            found = sessions[server.name] = asyncio.ensure_future(self._open(server, sandbox))
+            context.add_cleanup(lambda: _close(found))
+        return await asyncio.shield(found)
+
+    async def _open(self, server: McpServerSettings, sandbox: Any) -> McpSession:
+        session = McpSession(server, sandbox)
+        await session.start()
+        return session
+
+    async def call(
+        self, context: Any, sandbox: Any, server: McpServerSettings, name: str, arguments: dict
+    ) -> str:
+        label = tool_name(server.name, name)
+        if context is None:
+            raise ToolExecutionError(f"{label}: MCP tools run within a rollout's ToolContext")
+        try:
+            session = await self.session(context, sandbox, server)
+            result = await asyncio.wait_for(
+                session.session.call_tool(name, arguments), server.timeout + RELAY_SLACK
+            )
+        except asyncio.TimeoutError:
+            raise ToolExecutionError(
+                f"{label}: the MCP server did not answer within {server.timeout:g} s"
+            ) from None
+        except ServerGone as exc:
+            raise ToolExecutionError(f"{label}: {exc}") from None
+        except Exception as exc:
+            reason = _reason(exc)
+            if "timed out" in reason:  # the SDK's read timeout: said as ours is
+                reason = f"the server did not answer within {server.timeout:g} s"
+            raise ToolExecutionError(f"{label}: the MCP server failed: {reason}") from None
+        return result_text(label, result)
+
+
+async def _close(found: asyncio.Future) -> None:
+    if not found.done():
+        found.cancel()
+    with contextlib.suppress(BaseException):
+        session = await found
+        await session.close()
+
+
+def result_text(label: str, result: Any) -> str:
+    """A CallToolResult as the model reads it; an error result is a tool error."""
+    parts = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "?")
+        if kind == "text":
+            parts.append(block.text)
+        else:
+            mime = getattr(block, "mime_type", None) or getattr(block, "uri", "") or ""
+            parts.append(f"[{kind} content{' ' + str(mime) if mime else ''}]")
+    if not parts and getattr(result, "structured_content", None) is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    text = "\n".join(parts)
+    if result.is_error:
+        raise ToolExecutionError(f"{label}: {text or 'the server reported an error'}")
+    return text or "(no content)"
+
+
+def mcp_registry(
+    base: ToolRegistry, servers: list[McpServerSettings], sandbox_settings: SandboxSettings
+) -> ToolRegistry:
+    """``base`` plus the tools of ``servers``, listed now (EnvConfigError when one cannot be)."""
+    toolset = McpToolset(servers, sandbox_settings)
+    toolset.start()
+    return toolset.register(base)

@@ -1,0 +1,240 @@
+"""The ``mcp`` toolset through the official SDK: the kit's notes server over stdio in each
+rollout's sandbox (local, bwrap, docker) and over streamable HTTP from the host, and the
+hostile servers of issue #28 (fails to start, dies, answers late, answers garbage, answers
+malformed results, lists 10,000 tools, never answers), each bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, docker_test_image
+
+from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tools import REGISTRY
+from hermes_envgen.runtime.tools.mcp_tools import MAX_TOOLS, McpServerSettings, mcp_registry
+from hermes_envgen.testing import mcp_notes
+from hermes_envgen.testing.mcp_notes import notes_server
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def settings(tmp_path, backend: str) -> SandboxSettings:
+    image = {"docker_image": docker_test_image()} if backend == "docker" else {}
+    return SandboxSettings(backend=backend, root=str(tmp_path / backend), **image)
+
+
+def server(*flags: str, **options) -> McpServerSettings:
+    entry = notes_server("notes", *flags)
+    return McpServerSettings(**(entry | {"timeout": 10, "startup_timeout": 60} | options))
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
+def test_a_stdio_server_runs_in_each_rollouts_sandbox_with_its_own_state(tmp_path, backend):
+    sandbox_settings = settings(tmp_path, backend)
+    registry = mcp_registry(REGISTRY, [server()], sandbox_settings)
+    names = [n for n in registry.names() if n.startswith("notes_")]
+    assert names == ["notes_add_note", "notes_delete_note", "notes_list_notes", "notes_read_note"]
+    tool = registry.get("notes_add_note")
+    assert tool.toolset == "mcp" and tool.parameters["required"] == ["title", "body"]
+    assert "python" in registry.names() and "python" in REGISTRY.names()  # base tools kept
+    assert "notes_add_note" not in REGISTRY.names()  # the env's own registry, not the global
+
+    async def scenario():
+        manager = SandboxManager(sandbox_settings)
+        first, second = (ToolContext(f"r{i}", manager, registry) for i in (1, 2))
+        try:
+            assert "saved" in await first.call_tool("notes_add_note", {"title": "a", "body": "x"})
+            assert await first.call_tool("notes_read_note", {"title": "a"}) == "x"
+            assert await second.call_tool("notes_list_notes") == "[]"  # a server per rollout
+            with pytest.raises(ToolExecutionError, match="no note titled 'b'"):
+                await first.call_tool("notes_read_note", {"title": "b"})
+            # The reward sees the server's side effects in the rollout's workspace...
+            assert '"a": "x"' in await first.read_file("notes.json")
+            # ... and, after the agent's processes are gone, through a call.
+            await manager.stop_agent_processes("r1")
+            assert await first.call_tool("notes_list_notes") == '["a"]'
+        finally:
+            await first.cleanup()
+            await second.cleanup()
+            await manager.close_all()
+
+    run(scenario())
+
+
+def test_allowed_tools_are_the_only_ones_offered(tmp_path):
+    registry = mcp_registry(REGISTRY, [server(tools=["read_note"])], settings(tmp_path, "local"))
+    assert [n for n in registry.names() if n.startswith("notes_")] == ["notes_read_note"]
+    with pytest.raises(EnvConfigError, match=r"tools names tools the server does not have: nope"):
+        mcp_registry(REGISTRY, [server(tools=["nope"])], settings(tmp_path, "local"))
+
+
+def test_a_server_that_fails_to_start_is_a_start_up_error_naming_it(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(EnvConfigError) as failed:
+        mcp_registry(REGISTRY, [server("--fail-start")], settings(tmp_path, "local"))
+    message = str(failed.value)
+    assert message.startswith("mcp_servers[notes]: cannot list its tools: the server exited")
+    assert "refusing to start (--fail-start)" in message
+    assert time.monotonic() - started < 60
+    with pytest.raises(EnvConfigError, match=r"is not running|exited with 127"):
+        mcp_registry(
+            REGISTRY,
+            [McpServerSettings(name="ghost", command="no-such-mcp-server")],
+            settings(tmp_path, "local"),
+        )
+
+
+def test_a_server_that_never_answers_is_a_bounded_start_up_error(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(EnvConfigError, match="mcp_servers\\[notes\\]: cannot list its tools"):
+        mcp_registry(
+            REGISTRY,
+            [server("--silent", timeout=1, startup_timeout=5)],
+            settings(tmp_path, "local"),
+        )
+    assert time.monotonic() - started < 60
+
+
+def test_ten_thousand_tools_are_refused_unless_the_allowed_ones_are_named(tmp_path):
+    with pytest.raises(EnvConfigError, match=f"lists 10004 tools, more than {MAX_TOOLS}"):
+        mcp_registry(REGISTRY, [server("--tools", "10000")], settings(tmp_path, "local"))
+    picked = mcp_registry(
+        REGISTRY, [server("--tools", "10000", tools=["extra_9999"])], settings(tmp_path, "local")
+    )
+    assert "notes_extra_9999" in picked.names()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--die-after", "2"), "the server exited with 3"),
+        (("--slow", "30"), "did not answer within 2 s"),
+        (("--garbage",), "did not answer within 2 s"),
+        (("--malformed",), "the MCP server failed"),
+    ],
+    ids=["dies", "slow", "garbage", "malformed"],
+)
+def test_a_failing_server_is_a_bounded_tool_error_in_the_rollout(tmp_path, flags, message):
+    sandbox_settings = settings(tmp_path, "local")
+    registry = mcp_registry(REGISTRY, [server(*flags, timeout=2)], sandbox_settings)
+
+    async def scenario():
+        manager = SandboxManager(sandbox_settings)
+        ctx = ToolContext("hostile", manager, registry)
+        try:
+            if flags[0] == "--die-after":
+                await ctx.call_tool("notes_add_note", {"title": "t", "body": "b"})
+            started = time.monotonic()
+            with pytest.raises(ToolExecutionError, match=message):
+                await ctx.call_tool("notes_read_note", {"title": "t"})
+            assert time.monotonic() - started < 40
+            if flags[0] == "--die-after":  # and every call after it, at once
+                with pytest.raises(ToolExecutionError, match="the server"):
+                    await ctx.call_tool("notes_list_notes")
+        finally:
+            await ctx.cleanup()
+            await manager.close_all()
+
+    run(scenario())
+
+
+def test_a_shared_http_server_is_reached_from_the_host(tmp_path):
+    workdir = tmp_path / "http-server"
+    workdir.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, mcp_notes.__file__, "--http", "0"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = int(process.stdout.readline().split()[-1])
+        shared = McpServerSettings(name="shared", url=f"http://127.0.0.1:{port}/mcp", timeout=10)
+        registry = mcp_registry(REGISTRY, [shared], settings(tmp_path, "local"))
+        tool = registry.get("shared_add_note")
+        assert tool.injected == {"context"}  # no sandbox is made for it
+
+        async def scenario():
+            manager = SandboxManager(settings(tmp_path, "local"))
+            one, two = ToolContext("h1", manager, registry), ToolContext("h2", manager, registry)
+            try:
+                await one.call_tool("shared_add_note", {"title": "k", "body": "v"})
+                assert await two.call_tool("shared_read_note", {"title": "k"}) == "v"  # shared
+                assert len(manager) == 0
+            finally:
+                await one.cleanup()
+                await two.cleanup()
+                await manager.close_all()
+
+        run(scenario())
+        assert '"k": "v"' in (workdir / "notes.json").read_text()
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_a_server_setting_needs_exactly_one_transport():
+    with pytest.raises(ValueError, match="give a command \\(stdio\\) or a url"):
+        McpServerSettings(name="x")
+    with pytest.raises(ValueError, match="give a command"):
+        McpServerSettings(name="x", command="a", url="http://b")
+    assert os.path.exists(mcp_notes.__file__)
+
+
+def test_an_env_with_mcp_servers_offers_their_tools_and_stops_when_one_cannot_start(
+    offline_tokenizer, tmp_path
+):
+    from test_base_env import make_env
+
+    env = make_env(
+        "http://127.0.0.1:9/v1",
+        offline_tokenizer,
+        tmp_path,
+        enabled_toolsets=["terminal", "mcp"],
+        mcp_servers=[notes_server()],
+    )
+    _, names = env._resolve_tools_for_group()
+    assert {"terminal", "notes_add_note", "notes_read_note"} <= names
+    assert "read_file" not in names
+    with pytest.raises(EnvConfigError, match="mcp_servers\\[notes\\]: cannot list its tools"):
+        make_env(
+            "http://127.0.0.1:9/v1",
+            offline_tokenizer,
+            tmp_path,
+            enabled_toolsets=["mcp"],
+            mcp_servers=[notes_server("notes", "--fail-start")],
+        )
+
+
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+def test_a_stdio_server_sees_none_of_the_hosts_secrets(tmp_path, backend, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")
+    monkeypatch.setenv("TAVILY_API_KEY", "tvly-host-secret")
+    sandbox_settings = settings(tmp_path, backend)
+    registry = mcp_registry(
+        REGISTRY, [server("--environment", env={"NOTES_MODE": "test"})], sandbox_settings
+    )
+
+    async def scenario():
+        manager = SandboxManager(sandbox_settings)
+        ctx = ToolContext("secrets", manager, registry)
+        try:
+            return await ctx.call_tool("notes_environment")
+        finally:
+            await ctx.cleanup()
+            await manager.close_all()
+
+    names = run(scenario())
+    assert "NOTES_MODE" in names  # the server's own env setting reaches it
+    assert "OPENAI_API_KEY" not in names and "TAVILY_API_KEY" not in names
