@@ -131,7 +131,22 @@ _FIX = (
     "Fix: --env.chat_template hermes (or qwen, chatml-tools, or a Jinja file in the model's "
     "tool-call format)"
 )
-_OR_EXACT_TOKENS = ", or exact tokens (server_type vllm or sglang)"
+
+
+def _or_exact_tokens(server_type: str) -> str:
+    """The other way out: exact tokens, named by the setting that switches to them.
+
+    It is the inference API that decides, not the server type: a vLLM server sampled through
+    its chat API trains on the rendered conversation too.
+    """
+    if server_type == "vllm":
+        return ", or exact tokens: --env.inference_api completions (stock vLLM's /v1/completions)"
+    if server_type == "sglang":
+        return ", or exact tokens: --env.inference_api generate (SGLang's /generate)"
+    return (
+        ", or exact tokens from a self-hosted vLLM or SGLang server (--openai.server_type vllm "
+        "with --env.inference_api completions, or sglang with generate)"
+    )
 
 
 class ChatTemplateDropsToolCalls(EnvConfigError):
@@ -308,7 +323,12 @@ def _assistant_turn(tokenizer: Any, messages: list[dict]) -> str:
 
 
 def check_tool_calls_rendered(
-    tokenizer: Any, name: str, *, exact_tokens: bool, system_prompt: str | None = None
+    tokenizer: Any,
+    name: str,
+    *,
+    exact_tokens: bool,
+    system_prompt: str | None = None,
+    server_type: str = "openai",
 ) -> None:
     """Refuse, in one line, a chat template that drops tool calls or tool results.
 
@@ -364,22 +384,23 @@ def check_tool_calls_rendered(
         )
     if exact_tokens:
         return
+    or_exact_tokens = _or_exact_tokens(server_type)
     if trained is None or untrained_tool_calls(probe, trained):
         if untrained_tool_calls(probe[: len(system) + 2], turn):
             raise ChatTemplateDropsToolCalls(
                 f"{where} drops tool calls: tool-call turns would train as empty turns, "
-                f"teaching the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
+                f"teaching the model to stop calling tools. {_FIX}{or_exact_tokens}"
             )
         raise ChatTemplateDropsToolCalls(
             f"{where} re-renders earlier turns (e.g. moves the system prompt to the last user "
             "turn): their tool calls could not be trained, so every tool-using rollout would "
-            f"be left out. {_FIX}{_OR_EXACT_TOKENS}"
+            f"be left out. {_FIX}{or_exact_tokens}"
         )
     if trained_thinking is None or untrained_tool_calls(thinking, trained_thinking):
         raise ChatTemplateDropsToolCalls(
             f"{where} re-renders earlier turns that carry reasoning (e.g. shows reasoning only "
             "on the last turn): the tool calls of rollouts whose replies carry reasoning could "
-            f"not be trained, and those rollouts would be left out. {_FIX}{_OR_EXACT_TOKENS}"
+            f"not be trained, and those rollouts would be left out. {_FIX}{or_exact_tokens}"
         )
 
 
@@ -400,6 +421,7 @@ def prepare_chat_template(
     *,
     exact_tokens: bool,
     system_prompt: str | None = None,
+    server_type: str = "openai",
 ) -> None:
     """Apply the ``chat_template`` setting to ``tokenizer``, then probe the template."""
     if setting:
@@ -411,5 +433,9 @@ def prepare_chat_template(
             + _FIX
         )
     check_tool_calls_rendered(
-        tokenizer, name, exact_tokens=exact_tokens, system_prompt=system_prompt
+        tokenizer,
+        name,
+        exact_tokens=exact_tokens,
+        system_prompt=system_prompt,
+        server_type=server_type,
     )
