@@ -428,9 +428,7 @@ def test_the_refusal_names_the_switch_to_exact_tokens_for_the_server_in_use(
     # A vLLM server sampled through its chat API is vllm already: the switch is the API.
     tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
     with pytest.raises(ChatTemplateDropsToolCalls) as caught:
-        check_tool_calls_rendered(
-            tokenizer, "smollm2", exact_tokens=False, server_type=server_type
-        )
+        check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=False, server_type=server_type)
     message = str(caught.value)
     assert "drops tool calls" in message and switch in message
     assert "\n" not in message
