@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -47,12 +48,53 @@ MAX_TOKENS = 48
 # A cold machine installs and converts first (minutes), then vLLM loads (minutes on 2 busy cores).
 READY_TIMEOUT = float(os.environ.get("HERMES_ENVGEN_VLLM_TIMEOUT", 2400))
 MODE_TIMEOUT = 1200
-# One example of the Hermes call format: SmolLM2-135M calls tools with it, not without.
-SYSTEM_PROMPT = (
-    "You are an agent in a Linux sandbox. To run a shell command, answer with exactly one "
-    "tool call and nothing else, for example:\n"
-    '<tool_call>\n{"name": "terminal", "arguments": {"command": "ls"}}\n</tool_call>'
-)
+# SmolLM2-135M makes a Hermes tool call after one example turn, not from instructions alone:
+# the env under test gets the example before each task (a subclass of the generated env).
+SYSTEM_PROMPT = "You are an agent in a Linux sandbox."
+EXAMPLE = [
+    {
+        "role": "user",
+        "content": "How many lines does a.txt have?\n\nWrite the answer into answer.txt, then "
+        "reply with it.",
+    },
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call0",
+                "type": "function",
+                "function": {
+                    "name": "terminal",
+                    "arguments": '{"command": "wc -l < a.txt | tee answer.txt"}',
+                },
+            }
+        ],
+    },
+]
+FEW_SHOT = """\
+import json
+
+from {package}.env import {cls} as Generated
+
+EXAMPLE = json.loads({example!r})
+
+
+class FewShot(Generated):
+    def format_prompt(self, item):
+        return [*EXAMPLE, {{"role": "user", "content": super().format_prompt(item)}}]
+
+    async def get_next_item(self):
+        # Not the date arithmetic: on it the 135M model's call runs past the token limit.
+        item = await super().get_next_item()
+        while "dates.txt" in item["prompt"]:
+            item = await super().get_next_item()
+        return item
+
+
+if __name__ == "__main__":
+    FewShot.cli()
+"""
 
 pytestmark = [
     pytest.mark.vllm_server,
@@ -206,13 +248,14 @@ def tokenizer(vllm_server):
     return loaded
 
 
-def project(tmp_path_factory, proxy, api: str) -> Path:
+def project(tmp_path_factory, proxy, api: str, name: str = "") -> Path:
     """A generated provider=vllm project for ``api``, pointed at the recording proxy."""
-    root = tmp_path_factory.mktemp(f"vllm-{api}")
+    name = name or f"vllm-{api}"
+    root = tmp_path_factory.mktemp(name)
     return render_template(
-        root / f"vllm-{api}",
+        root / name,
         {
-            "project_name": f"vllm-{api}",
+            "project_name": name,
             "provider": "vllm",
             "vllm_server": api,
             "model_name": SERVED,
@@ -224,10 +267,14 @@ def project(tmp_path_factory, proxy, api: str) -> Path:
 
 
 def run_mode(root: Path, model: Path, mode: str, flags: dict) -> None:
-    """A mode of the generated env, bounded: at most two turns of MAX_TOKENS tokens."""
+    """A mode of the generated env (with the example turn), bounded: two turns, short replies."""
     package = root.name.replace("-", "_")
+    main = (root / "src" / package / "__main__.py").read_text()
+    cls = re.search(r"^(\w+)\.cli\(\)", main, re.MULTILINE).group(1)
+    entry = root / "few_shot.py"
+    entry.write_text(FEW_SHOT.format(package=package, cls=cls, example=json.dumps(EXAMPLE)))
     run_env_mode(
-        package,
+        entry,
         mode,
         flags={
             "env.tokenizer_name": model,
@@ -237,6 +284,7 @@ def run_mode(root: Path, model: Path, mode: str, flags: dict) -> None:
             "env.system_prompt": SYSTEM_PROMPT,
             "env.max_agent_turns": 2,
             "env.max_tokens_per_turn": MAX_TOKENS,
+            "env.agent_temperature": 0.0,  # greedy: the example's call format, every time
             "env.sandbox_root": root / "sandboxes",
             "env.startup_wait": 120,
             "openai.timeout": 600,
@@ -259,17 +307,19 @@ def output_ids(exchange: dict) -> list[int]:
     return choice["token_ids"]
 
 
-def chain(tokens: list[int], exchanges: list[dict]) -> list[dict]:
-    """The exchanges of the sequence ``tokens``: prompt and output are its prefix, in order."""
-    found = []
+def chain(tokens: list[int], exchanges: list[dict]) -> list[list[dict]]:
+    """The turns of the sequence ``tokens``: per turn, the exchanges whose prompt and output are
+    its prefix (greedy rollouts of a group ask alike; their logprobs may differ in the last
+    digits, as vLLM batched them differently), in order."""
+    turns: dict[tuple, list[dict]] = {}
     for exchange in exchanges:
         prompt, output = exchange["request"]["prompt"], output_ids(exchange)
-        if tokens[: len(prompt)] == prompt and tokens[len(prompt) : len(prompt) + len(output)] == (
-            output
+        if (
+            tokens[: len(prompt)] == prompt
+            and tokens[len(prompt) : len(prompt) + len(output)] == output
         ):
-            found.append(exchange)
-    found.sort(key=lambda e: len(e["request"]["prompt"]))
-    return found
+            turns.setdefault((tuple(prompt), tuple(output)), []).append(exchange)
+    return [turns[key] for key in sorted(turns, key=lambda key: len(key[0]))]
 
 
 def test_completions_trains_exactly_the_ids_and_logprobs_vllm_returned(
@@ -299,28 +349,29 @@ def test_completions_trains_exactly_the_ids_and_logprobs_vllm_returned(
         mine = chain(tokens, exchanges)
         assert mine, "no request of vLLM's is a prefix of this sequence"
         # The trained runs are vLLM's outputs, nothing else: every other token is masked.
-        outputs = [output_ids(e) for e in mine]
+        outputs = [output_ids(alike[0]) for alike in mine]
         assert trained_runs(tokens, masks) == outputs
         # Each prompt is the previous prompt + its output + what the env inserted (masked).
         position = 0
-        for exchange, output in zip(mine, outputs):
-            prompt = exchange["request"]["prompt"]
+        for alike, output in zip(mine, outputs):
+            prompt = alike[0]["request"]["prompt"]
             assert len(prompt) >= position
             assert all(m == MASKED for m in masks[position : len(prompt)])
-            served = exchange["response"]["choices"][0]["logprobs"]["token_logprobs"]
-            assert logprobs[len(prompt) : len(prompt) + len(output)] == served
             assert all(v == MASKED_LOGPROB for v in logprobs[position : len(prompt)])
+            kept = logprobs[len(prompt) : len(prompt) + len(output)]
+            served = [e["response"]["choices"][0]["logprobs"]["token_logprobs"] for e in alike]
+            assert kept in served  # the very logprobs of one of the replies, to the last digit
             position = len(prompt) + len(output)
         assert position == len(tokens)  # the sequence ends with vLLM's last output
         turns += len(mine)
-    assert turns >= 3, "no rollout reached a second turn: the prompt chaining went untested"
+    assert turns >= 2 * len(group["tokens"]), "a rollout ended after one turn: chaining untested"
 
 
 def test_evaluate_counts_a_reply_cut_at_the_limit_as_unfinished(
     tmp_path_factory, vllm_server, proxy
 ):
     _, model, _ = vllm_server
-    root = project(tmp_path_factory, proxy, "completions-eval")
+    root = project(tmp_path_factory, proxy, "completions", "vllm-eval")
     eval_dir = root / "eval"
     start = len(proxy.exchanges)
     run_mode(
@@ -335,7 +386,7 @@ def test_evaluate_counts_a_reply_cut_at_the_limit_as_unfinished(
     reasons = [e["response"]["choices"][0]["finish_reason"] for e in exchanges]
     assert reasons and set(reasons) == {"length"}, reasons
     assert all(len(output_ids(e)) == 4 for e in exchanges)
-    assert len(samples) == 1 and samples[0]["finished_naturally"] is False
+    assert samples and all(sample["finished_naturally"] is False for sample in samples)
     assert metrics["eval/finished_naturally_rate"] == 0.0
     recorded = json.loads((eval_dir / "metrics.json").read_text())["config_general"]
     assert recorded["generation_parameters"]["max_new_tokens"] == 4
@@ -396,21 +447,19 @@ def test_chat_sees_the_prompt_the_training_data_encodes_and_parses_calls_server_
         spans = [tokenizer.decode(run) for run in runs]
         assert spans == [hermes_turn(reply) for reply in replies]
         assert untrained_tool_calls(messages, spans) == []
-        # Before each reply, the training data holds the prompt vLLM saw for it.
-        starts = [
-            i
-            for i in range(len(masks))
-            if masks[i] != MASKED and (i == 0 or masks[i - 1] == MASKED)
+        # Before each reply vLLM generated, the training data holds the prompt vLLM saw for it.
+        asked = [
+            e
+            for e in exchanges
+            if messages[: len(e["request"]["messages"])] == (e["request"]["messages"])
         ]
-        for index, at in enumerate(starts):
-            asked = [
-                e
-                for e in exchanges
-                if e["request"]["messages"] == messages[: messages.index(replies[index])]
-            ]
-            assert asked, f"no request of reply {index}"
-            assert tokens[:at] == asked[0]["response"]["prompt_token_ids"]
-    assert calls >= 1, "vLLM's hermes parser returned no tool call: the chat mode went untested"
+        assert len({len(e["request"]["messages"]) for e in asked}) == len(replies) - 1
+        for exchange in asked:
+            served = exchange["response"]["prompt_token_ids"]
+            assert tokens[: len(served)] == served
+            assert masks[len(served) - 1] == MASKED and masks[len(served)] != MASKED
+    replies = [e["response"]["choices"][0]["message"] for e in exchanges]
+    assert calls >= 1, f"vLLM's hermes parser returned no tool call: {json.dumps(replies)[:1500]}"
 
 
 # -- bad input, as vLLM answers it ---------------------------------------------------------------
@@ -435,7 +484,7 @@ def test_a_prompt_over_the_context_ends_the_rollout_with_its_reason_asked_once(
     tmp_path_factory, vllm_server, proxy
 ):
     _, model, _ = vllm_server
-    root = project(tmp_path_factory, proxy, "overflow")
+    root = project(tmp_path_factory, proxy, "completions", "vllm-overflow")
     eval_dir = root / "eval"
     start = len(proxy.exchanges)
     with pytest.raises(AssertionError):  # every rollout failed: evaluate exits 2
@@ -450,14 +499,17 @@ def test_a_prompt_over_the_context_ends_the_rollout_with_its_reason_asked_once(
             },
         )
     failures = [json.loads(line) for line in (eval_dir / "failures.jsonl").read_text().splitlines()]
-    assert len(failures) == 1
-    assert "context" in failures[0]["failure"], failures[0]["failure"]
+    assert failures
+    for failure in failures:  # vLLM's own words, recorded as the reason the rollout ended
+        assert "HTTP 400 from " in failure["failure"], failure["failure"]
+        assert "maximum context length is 2048 tokens" in failure["failure"]
     asked = [
         e
         for e in proxy.exchanges[start:]
         if e["path"] == "/v1/completions" and (e["request"] or {}).get("max_tokens") != 1
     ]
-    assert len(asked) == 1 and asked[0]["status"] == 400, [e["status"] for e in asked]
+    # One request per rollout: a prompt that cannot fit is not asked again.
+    assert [e["status"] for e in asked] == [400] * len(failures)
 
 
 # -- stopped when told ----------------------------------------------------------------------------

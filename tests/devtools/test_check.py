@@ -172,7 +172,9 @@ def row_reason(result, name: str) -> str:
 
 
 @pytest.mark.slow
-def test_the_process_and_evaluate_budgets_are_bounded_by_flags(project, stub_server):
+def test_the_process_and_evaluate_budgets_are_bounded_by_flags(
+    project, stub_server, offline_tokenizer
+):
     """A slow real server: --group-size, --max-turns and --eval-size bound what check asks of it."""
     import importlib
 
@@ -184,7 +186,7 @@ def test_the_process_and_evaluate_budgets_are_bounded_by_flags(project, stub_ser
     from hermes_envgen.testing.policy import scripted_policy
 
     endpoint = stub_server(scripted_policy(samples))
-    flags = ["--base-url", endpoint.base_url, "--model", "m", "--server-type", "openai"]
+    flags = ["--base-url", endpoint.base_url, "--model", "m", "--tokenizer", str(offline_tokenizer)]
     bounded = ["--group-size", "2", "--max-turns", "2", "--eval-size", "2"]
     result = run_check(str(project), *flags, *bounded)
     assert row_reason(result, "process") == "2 sequences, valid", result.stdout + result.stderr
@@ -195,15 +197,17 @@ def test_the_process_and_evaluate_budgets_are_bounded_by_flags(project, stub_ser
 
 
 @pytest.mark.slow
-def test_a_mode_past_its_budget_says_which_budget_ran_out(project, stub_server):
+def test_a_mode_past_its_budget_says_which_budget_ran_out(project, stub_server, offline_tokenizer):
     from hermes_envgen.testing.stub_server import Faults
 
-    slow = stub_server({"conversations": [{"turns": [{"content": "x"}]}]}, Faults(latency=4))
-    flags = ["--base-url", slow.base_url, "--model", "m", "--server-type", "openai"]
-    result = run_check(str(project), *flags, "--timeout", "25", "--max-turns", "3")
+    # A model that calls a tool every turn, 3 s a reply: 40 turns cannot fit in 60 s.
+    forever = {"turns": [{"tool_calls": [{"name": "terminal", "arguments": {"command": "true"}}]}]}
+    slow = stub_server({"conversations": [forever]}, Faults(latency=3))
+    flags = ["--base-url", slow.base_url, "--model", "m", "--tokenizer", str(offline_tokenizer)]
+    result = run_check(str(project), *flags, "--timeout", "60", "--max-turns", "40")
     process = row_reason(result, "process")
-    assert process.startswith("ran past its 25 s budget (--timeout) with one group of 8 "), process
-    assert "of up to 3 turns: bound it with --group-size and --max-turns" in process
+    assert process.startswith("ran past its 60 s budget (--timeout) with one group of 8 "), process
+    assert "of up to 40 turns: bound it with --group-size and --max-turns" in process
     evaluate = row_reason(result, "evaluate")
-    assert "ran past its 25 s budget (--timeout) with " in evaluate, evaluate
+    assert "ran past its 60 s budget (--timeout) with " in evaluate, evaluate
     assert "bound it with --eval-size and --max-turns" in evaluate
