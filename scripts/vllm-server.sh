@@ -146,11 +146,14 @@ stop() {
   [ -f "$state/pid" ] || return 0
   group=$(cat "$state/pid")
   kill -TERM -- "-$group" 2>/dev/null || true
-  for _ in $(seq 1 30); do
+  for second in $(seq 1 30); do
     kill -0 -- "-$group" 2>/dev/null || { rm -f "$state/pid"; return 0; }
+    # After SIGTERM the engine stops at once, but the HTTP server waits for open connections
+    # (a long generation); a second signal, SIGINT, makes it close them.
+    [ "$second" -eq 3 ] && kill -INT -- "-$group" 2>/dev/null
     sleep 1
   done
-  log "the server did not stop on SIGTERM within 30 s: killed"
+  log "the server did not stop on SIGTERM and SIGINT within 30 s: killed"
   kill -KILL -- "-$group" 2>/dev/null || true
   rm -f "$state/pid"
 }

@@ -535,7 +535,7 @@ def test_stop_ends_the_server_and_its_engine_even_mid_generation(vllm_server, pr
     stopped = stop(state)
     assert stopped.returncode == 0, stopped.stderr
     assert time.monotonic() - started < 40
-    assert "did not stop on SIGTERM" not in stopped.stderr
+    assert "killed" not in stopped.stderr  # it stopped when told, not by SIGKILL
     with pytest.raises(ProcessLookupError):
         os.killpg(group, 0)  # no process of the server's group is left
     thread.join(130)
