@@ -534,8 +534,9 @@ def test_stop_ends_the_server_and_its_engine_even_mid_generation(vllm_server, pr
     started = time.monotonic()
     stopped = stop(state)
     assert stopped.returncode == 0, stopped.stderr
-    assert time.monotonic() - started < 40
-    assert "killed" not in stopped.stderr  # it stopped when told, not by SIGKILL
+    # Within the script's bound; past SIGTERM, vLLM's HTTP server waits for the open
+    # connection for ever (its engine has stopped), so the rest of the group is killed.
+    assert time.monotonic() - started < 25
     with pytest.raises(ProcessLookupError):
         os.killpg(group, 0)  # no process of the server's group is left
     thread.join(130)
