@@ -367,7 +367,7 @@ def check(
     ] = None,
     eval_size: Annotated[
         int | None,
-        typer.Option(min=1, help="Rollouts evaluate runs (default: the env's eval_size)."),
+        typer.Option(min=1, help="Items evaluate holds out (default: the env's eval_size)."),
     ] = None,
     gold_threshold: Annotated[
         float, typer.Option(help="Least reward a sample's gold solution must earn.")
