@@ -156,6 +156,10 @@ stop() {
   # end that wait either): what is left of the group is killed.
   log "the HTTP server still waited for open connections 15 s after SIGTERM: killed"
   kill -KILL -- "-$group" 2>/dev/null || true
+  for _ in $(seq 1 10); do  # until they are reaped: gone, not zombies
+    kill -0 -- "-$group" 2>/dev/null || break
+    sleep 1
+  done
   rm -f "$state/pid"
 }
 
