@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -145,7 +146,9 @@ def vllm_server(tmp_path_factory):
         url = wait_for(state, time.monotonic() + READY_TIMEOUT)
         yield url, Path((state / "model").read_text().strip().removeprefix("model=")), state
     finally:
-        starter.kill()
+        with contextlib.suppress(ProcessLookupError):  # a preparation still under way
+            os.killpg(starter.pid, signal.SIGTERM)
+        starter.wait(30)
         stop(state)
 
 
