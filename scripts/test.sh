@@ -4,25 +4,32 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Whatever this script started is stopped when it exits, however the tests ended.
-llama_group=""
+vllm_group=""
 docker_started=""
 cleanup() {
     if [ -n "$docker_started" ]; then bash scripts/docker-engine.sh down || true; fi
-    if [ -n "$llama_group" ]; then kill -- -"$llama_group" 2>/dev/null || true; fi
-    rm -rf "${llama_state:-}"
+    # --- vLLM (scripts/vllm-server.sh): the preparation's group, then the server's own.
+    if [ -n "$vllm_group" ]; then kill -- -"$vllm_group" 2>/dev/null || true; fi
+    if [ -n "${vllm_state:-}" ]; then bash scripts/vllm-server.sh stop "$vllm_state" || true; fi
+    rm -rf "${vllm_state:-}"
+    # --- end vLLM
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# llama.cpp's server for the end-to-end test of a real third-party server: built from source
-# on the first run only (cached under ~/.cache/hermes-envgen/llama-cpp/) and started now, beside
-# setup and the suite; its test waits for it and runs last. Its own process group, so that
-# everything it started (a build, the server) is stopped when the tests end.
-llama_state=$(mktemp -d)
-setsid bash scripts/llama-server.sh start "$llama_state" >"$llama_state/start.log" 2>&1 &
-llama_group=$!
-export HERMES_ENVGEN_LLAMA_STATE="$llama_state"
+# --- vLLM: a stock vLLM (the prebuilt CPU wheel) for the end-to-end tests of the vllm provider
+# (tests/test_vllm_server.py): installed on the first run only (a few minutes, cached under
+# ~/.cache/hermes-envgen/vllm/) and started now, beside setup and the suite; its tests wait for
+# it and run last. The preparation runs in a process group of its own and the server in
+# another (its pid file in the state directory): both are stopped when the tests end.
+# llama.cpp's server (scripts/llama-server.sh, an 18-60 minute build) is not started here any
+# more; its test is opt-in: HERMES_ENVGEN_LLAMA=1 with a state directory from that script.
+vllm_state=$(mktemp -d)
+setsid bash scripts/vllm-server.sh start "$vllm_state" >"$vllm_state/start.log" 2>&1 &
+vllm_group=$!
+export HERMES_ENVGEN_VLLM_STATE="$vllm_state"
+# --- end vLLM
 
 bash scripts/setup.sh
 bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer on served groups

@@ -43,9 +43,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(unavailable)
 
 
+REAL_SERVER_MARKERS = ("vllm_server", "llama_server")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests of a real model server run last: CI builds and starts it beside the suite."""
-    items.sort(key=lambda item: item.get_closest_marker("llama_server") is not None)
+    """Tests of a real model server run last: CI prepares and starts it beside the suite."""
+    items.sort(key=lambda item: any(item.get_closest_marker(m) for m in REAL_SERVER_MARKERS))
 
 
 @pytest.fixture

@@ -271,3 +271,13 @@ def test_request_carries_tools_temperature_and_extra_body(stub_server, sandboxes
     sent = server.requests[-1]
     assert sent["temperature"] == 0.0 and sent["max_tokens"] == 64 and sent["top_k"] == 5
     assert {t["function"]["name"] for t in sent["tools"]} == NAMES
+
+
+def test_a_reply_cut_at_the_token_limit_did_not_finish_naturally(stub_server, sandboxes):
+    # As vLLM answers when max_tokens runs out: text, finish_reason "length", no call.
+    server = stub_server(
+        {"conversations": [{"turns": [{"content": "The answer is", "finish_reason": "length"}]}]}
+    )
+    result, _ = run_loop(server, sandboxes)
+    assert result.turns_used == 1 and result.final_response == "The answer is"
+    assert not result.finished_naturally

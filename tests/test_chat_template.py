@@ -412,3 +412,25 @@ def test_encode_adds_no_special_tokens_and_reads_encoding_objects(tmp_path):
             return {"input_ids": tokenizer.encode(text, add_special_tokens=add_special_tokens)}
 
     assert encode(EncodingTokenizer(), text) == encode(tokenizer, text)
+
+
+@pytest.mark.parametrize(
+    ("server_type", "switch", "not_said"),
+    [
+        ("vllm", "--env.inference_api completions", "server_type vllm"),
+        ("sglang", "--env.inference_api generate", "server_type sglang"),
+        ("openai", "--openai.server_type vllm", None),
+    ],
+)
+def test_the_refusal_names_the_switch_to_exact_tokens_for_the_server_in_use(
+    tmp_path, server_type, switch, not_said
+):
+    # A vLLM server sampled through its chat API is vllm already: the switch is the API.
+    tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
+    with pytest.raises(ChatTemplateDropsToolCalls) as caught:
+        check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=False, server_type=server_type)
+    message = str(caught.value)
+    assert "drops tool calls" in message and switch in message
+    assert "\n" not in message
+    if not_said:
+        assert not_said not in message

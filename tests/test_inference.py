@@ -224,6 +224,73 @@ def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
     assert leftovers == []
 
 
+def test_a_server_that_is_still_starting_is_waited_for_with_a_progress_line(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # As vLLM loading its model: the port refuses connections for a while, then answers.
+    port = free_port()
+    args = [sys.executable, str(EXAMPLES / "terminal_env.py"), "evaluate"]
+    flags = {
+        "openai.base_url": f"http://127.0.0.1:{port}/v1",
+        "env.startup_wait": 60,
+        "env.eval_size": 1,
+        "env.tokenizer_name": offline_tokenizer,
+        "env.data_dir_to_save_evals": tmp_path / "eval",
+        "env.sandbox_root": tmp_path / "sandboxes",
+    }
+    for name, value in flags.items():
+        args += [f"--{name}", str(value)]
+    process = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        env=offline_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        # The server comes up only once the env has said that it waits for it.
+        for line in process.stderr:
+            seen.append(line.rstrip("\n"))
+            if line.startswith("waiting for the model server"):
+                break
+        stub_server(SCRIPT, port=port)
+        _, rest = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, ("\n".join(seen) + rest)[-3000:]
+    waiting = [line for line in seen if line.startswith("waiting for the model server")]
+    assert waiting, "\n".join(seen)[-3000:]
+    assert (
+        f"http://127.0.0.1:{port}/v1" in waiting[0] and "of 60 (--env.startup_wait)" in waiting[0]
+    )
+    assert "connection refused" in waiting[0]
+    assert (tmp_path / "eval" / "metrics.json").exists()
+
+
+def test_a_server_that_never_comes_up_is_named_after_the_bounded_wait(offline_tokenizer, tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    started = time.monotonic()
+    completed = run_example(
+        "evaluate",
+        {
+            "openai.base_url": url,
+            "env.startup_wait": 5,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    assert time.monotonic() - started < 60
+    lines = completed.stderr.strip().splitlines()
+    assert any(line.startswith(f"waiting for the model server at {url}: ") for line in lines)
+    assert lines[-1].startswith(f"error: the model server does not answer: {url}/")
+    assert lines[-1].endswith("s: --env.startup_wait)"), lines[-1]
+
+
 def test_serve_refuses_a_model_url_that_is_the_rollout_server(offline_tokenizer, tmp_path):
     completed = run_example(
         "serve",

@@ -4,9 +4,8 @@ llama-cpp-python's server (built from source by ``scripts/llama-server.sh``, cac
 first build) serves SmolLM2-135M-Instruct on CPU; the tokenizer comes from the same GGUF file.
 ``process`` and ``evaluate`` run for real against it, bounded (two rollouts of two turns, short
 turns); the groups must be valid and their trained spans decode exactly to what the server
-returned, tool calls included (name and arguments; the test fails when no call was made). In
-CI, ``scripts/test.sh`` starts the server in the background before the suite and this test runs
-last (see conftest), so the first build overlaps the other tests.
+returned, tool calls included (name and arguments; the test fails when no call was made).
+Opt-in (``HERMES_ENVGEN_LLAMA=1``): ``scripts/test.sh`` no longer starts this server.
 """
 
 from __future__ import annotations
@@ -31,7 +30,16 @@ END = "<|im_end|>"  # SmolLM2's end of turn
 READY_TIMEOUT = float(os.environ.get("HERMES_ENVGEN_LLAMA_TIMEOUT", 3600))
 MODE_TIMEOUT = 1800  # one process or evaluate run: a few short turns of a 135M model on CPU
 
-pytestmark = [pytest.mark.llama_server, pytest.mark.timeout(READY_TIMEOUT + MODE_TIMEOUT)]
+# Off the test command's path: building llama-cpp-python takes 18-60 minutes on a fresh
+# machine, and its chatml-function-calling format prompts calls unlike the Hermes format the
+# training data uses. The real-server tests are tests/test_vllm_server.py (a prebuilt wheel).
+OPT_IN = os.environ.get("HERMES_ENVGEN_LLAMA") == "1" or "HERMES_ENVGEN_LLAMA_STATE" in os.environ
+
+pytestmark = [
+    pytest.mark.llama_server,
+    pytest.mark.timeout(READY_TIMEOUT + MODE_TIMEOUT),
+    pytest.mark.skipif(not OPT_IN, reason="llama.cpp's server is opt-in: HERMES_ENVGEN_LLAMA=1"),
+]
 
 
 def wait_for(state: Path, deadline: float) -> str:

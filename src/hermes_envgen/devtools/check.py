@@ -144,10 +144,46 @@ class Endpoint:
         return flags
 
 
+@dataclass
+class Budget:
+    """How much work ``process`` and ``evaluate`` do in a check; None keeps the env's own.
+
+    Against a slow real server the env's defaults (a group of 8, many turns) can run past the
+    timeout: these bound them.
+    """
+
+    group_size: int | None = None
+    max_turns: int | None = None
+    eval_size: int | None = None
+
+    def env_flags(self) -> dict[str, object]:
+        values = {
+            "group_size": self.group_size,
+            "max_agent_turns": self.max_turns,
+            "eval_size": self.eval_size,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+    def ran_out(self, mode: str, timeout: float, info: dict) -> str:
+        """The row's reason when ``mode`` ran past ``timeout``: which budget, and what bounds it."""
+        turns = self.max_turns or info.get("max_agent_turns")
+        if mode == "process":
+            size, size_flag = self.group_size or info.get("group_size"), "--group-size"
+            what = f"one group of {size}"
+        else:
+            size, size_flag = self.eval_size or info.get("eval_size"), "--eval-size"
+            what = f"{size} eval rollouts"
+        return (
+            f"ran past its {timeout:g} s budget (--timeout) with {what} of up to {turns} turns: "
+            f"bound it with {size_flag} and --max-turns, or raise --timeout"
+        )
+
+
 def run_checks(
     path: str | Path,
     *,
     endpoint: Endpoint | None = None,
+    budget: Budget | None = None,
     port: int = 0,
     timeout: float = 300,
     workdir: Path | None = None,
@@ -168,6 +204,7 @@ def run_checks(
         scripted_policy,
     )
 
+    budget = budget or Budget()
     target = find_env(path)
     progress("importing the env")
     info = probe(target)
@@ -197,8 +234,8 @@ def run_checks(
                 stub.base_url,
                 work,
                 timeout=timeout,
-                env_flags=stub_judge_flags(info, stub.base_url),
                 extra_env=target.environment(),
+                env_flags=stub_judge_flags(info, stub.base_url) | budget.env_flags(),
             )
         else:
             run = OfflineRun(
@@ -209,7 +246,7 @@ def run_checks(
                 timeout=timeout,
                 health_check=None,
                 server_flags=endpoint.server_flags(),
-                env_flags=endpoint.env_flags(),
+                env_flags=endpoint.env_flags() | budget.env_flags(),
                 extra_env=target.environment(),
             )
 
@@ -235,7 +272,8 @@ def run_checks(
             if trainer != "none":
                 results.append(trainer_ready_check(groups))
         except (EnvRunFailed, AssertionError, OSError) as exc:
-            results.append(CheckResult("process", FAIL, _first_line(exc)))
+            why = budget.ran_out("process", timeout, info) if _timed_out(exc) else _first_line(exc)
+            results.append(CheckResult("process", FAIL, why))
             results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
             if trainer != "none":
                 results.append(CheckResult(TRAINER_ROW, FAIL, "not run: process failed"))
@@ -246,7 +284,9 @@ def run_checks(
             run.run("evaluate", env__data_dir_to_save_evals=eval_dir)
             eval_failure = None
         except EnvRunFailed as exc:
-            eval_failure = _first_line(exc)
+            eval_failure = (
+                budget.ran_out("evaluate", timeout, info) if _timed_out(exc) else _first_line(exc)
+            )
         try:
             row, eval_scores = _evaluate_row(eval_dir, eval_failure)
         except (OSError, KeyError, ValueError) as exc:
@@ -618,6 +658,11 @@ def _processes_under(directory: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """True when a mode was stopped for running past its timeout (run_env_mode's message)."""
+    return " ran past " in (str(exc).splitlines() or [""])[0]
 
 
 def _first_line(exc: BaseException) -> str:

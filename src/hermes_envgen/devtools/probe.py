@@ -83,6 +83,8 @@ def describe(env_cls: type) -> dict:
             getattr(s, "api_key", "") not in ("", None, "EMPTY") for s in server_list
         ),
         "group_size": config.group_size,
+        "max_agent_turns": getattr(config, "max_agent_turns", None),
+        "eval_size": getattr(config, "eval_size", None),
         "tokenizer_name": config.tokenizer_name,
         "judge_base_url": getattr(config, "judge_base_url", None),
         "samples": builtin_samples(env_cls),

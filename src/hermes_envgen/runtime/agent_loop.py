@@ -333,7 +333,8 @@ class HermesAgentLoop:
                 result.messages.append({"role": "user", "content": message})
                 continue
             if not reply.tool_calls:
-                result.finished_naturally = True
+                # A reply cut at the token limit did not finish: the model was stopped.
+                result.finished_naturally = reply.finish_reason != "length"
                 break
             if len(reply.tool_calls) == 1:  # the common case: no task per call
                 outputs = [await self._execute(reply.tool_calls[0], turn, result)]

@@ -228,6 +228,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 exact_tokens=self._token_server,
                 system_prompt=config.system_prompt,
                 template_variables=(config.extra_body or {}).get("chat_template_kwargs"),
+                server_type=self.model.endpoints[0].server_type,
             )
             self.judge = self.make_judge()
             if self.judge is not None and self.judge is self.model:
@@ -476,6 +477,13 @@ class HermesAgentBaseEnv(BaseEnv):
             messages = [{"role": "system", "content": self.config.system_prompt}, *messages]
         return messages
 
+    def _max_tokens_per_request(self) -> int | None:
+        """The token limit each model request carries: the per-turn one, else for token-level
+        requests the context's (ExactTokensBackend's default); None: the server's own."""
+        if self.config.max_tokens_per_turn is not None:
+            return self.config.max_tokens_per_turn
+        return self.config.max_token_length if self._token_server else None
+
     async def run_agent(
         self,
         item: Any,
@@ -695,6 +703,8 @@ class HermesAgentBaseEnv(BaseEnv):
             end_time=time.time(),
             generation_parameters={
                 "temperature": config.eval_temperature,
+                # What each request asked for (atroposlib would record max_token_length).
+                "max_new_tokens": self._max_tokens_per_request(),
                 "max_agent_turns": config.max_agent_turns,
                 "samples_per_item": config.eval_samples_per_item,
             },

@@ -137,7 +137,22 @@ _FIX = (
     "Fix: --env.chat_template hermes (or qwen, chatml-tools, or a Jinja file in the model's "
     "tool-call format)"
 )
-_OR_EXACT_TOKENS = ", or exact tokens (server_type vllm or sglang)"
+
+
+def _or_exact_tokens(server_type: str) -> str:
+    """The other way out: exact tokens, named by the setting that switches to them.
+
+    It is the inference API that decides, not the server type: a vLLM server sampled through
+    its chat API trains on the rendered conversation too.
+    """
+    if server_type == "vllm":
+        return ", or exact tokens: --env.inference_api completions (stock vLLM's /v1/completions)"
+    if server_type == "sglang":
+        return ", or exact tokens: --env.inference_api generate (SGLang's /generate)"
+    return (
+        ", or exact tokens from a self-hosted vLLM or SGLang server (--openai.server_type vllm "
+        "with --env.inference_api completions, or sglang with generate)"
+    )
 
 
 class ChatTemplateDropsToolCalls(EnvConfigError):
@@ -453,7 +468,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def check_tool_calls_rendered(
-    tokenizer: Any, name: str, *, exact_tokens: bool, system_prompt: str | None = None
+    tokenizer: Any,
+    name: str,
+    *,
+    exact_tokens: bool,
+    system_prompt: str | None = None,
+    server_type: str = "openai",
 ) -> None:
     """Refuse, in one line, a chat template whose training data would be wrong.
 
@@ -505,21 +525,22 @@ def check_tool_calls_rendered(
     if exact_tokens:
         _check_continuation(tokenizer, where, probe)
         return
+    or_exact_tokens = _or_exact_tokens(server_type)
     try:
         tokenize_conversation(tokenizer, probe, _PROBE_TOOLS)
     except GenerationPromptNotContinued as exc:
-        raise ChatTemplateDropsToolCalls(f"{where}: {exc}. {_FIX}{_OR_EXACT_TOKENS}") from None
+        raise ChatTemplateDropsToolCalls(f"{where}: {exc}. {_FIX}{or_exact_tokens}") from None
     except ChatTemplateError as exc:
         replies = [m for m in probe if m["role"] == "assistant"]
         turns = _rendered_turns(tokenizer, probe)
         if turns is not None and untrained_tool_calls(replies, turns):
             raise ChatTemplateDropsToolCalls(
                 f"{where} drops tool calls: tool-call turns would train as empty turns, "
-                f"teaching the model to stop calling tools. {_FIX}{_OR_EXACT_TOKENS}"
+                f"teaching the model to stop calling tools. {_FIX}{or_exact_tokens}"
             ) from None
         raise ChatTemplateDropsToolCalls(
             f"{where} cannot give tool-call turns as generated ({_first_line(exc)}). "
-            f"{_FIX}{_OR_EXACT_TOKENS}"
+            f"{_FIX}{or_exact_tokens}"
         ) from None
     for what, conversation in (
         ("two tool calls in one turn", _PARALLEL),
@@ -536,7 +557,7 @@ def check_tool_calls_rendered(
                 what,
                 _first_line(exc),
                 _FIX,
-                _OR_EXACT_TOKENS,
+                or_exact_tokens,
             )
 
 
@@ -592,6 +613,7 @@ def prepare_chat_template(
     exact_tokens: bool,
     system_prompt: str | None = None,
     template_variables: dict[str, Any] | None = None,
+    server_type: str = "openai",
 ) -> None:
     """Apply the ``chat_template`` setting to ``tokenizer``, then probe the template.
 
@@ -608,5 +630,9 @@ def prepare_chat_template(
             + _FIX
         )
     check_tool_calls_rendered(
-        tokenizer, name, exact_tokens=exact_tokens, system_prompt=system_prompt
+        tokenizer,
+        name,
+        exact_tokens=exact_tokens,
+        system_prompt=system_prompt,
+        server_type=server_type,
     )

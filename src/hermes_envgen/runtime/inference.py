@@ -32,6 +32,7 @@ import logging
 import os
 import random
 import socket
+import sys
 import time
 import weakref
 from dataclasses import dataclass
@@ -462,20 +463,79 @@ async def check_model_server(
     judge's, and the error names the judge's settings.
     """
     for endpoint in client.endpoints:
-        deadline = time.monotonic() + startup_wait
+        started = time.monotonic()
+        deadline = started + startup_wait
+        progress = _WaitProgress(endpoint.base_url, startup_wait, "judge" if judge else "model")
         while True:
             try:
                 await _probe(client, endpoint, tools, tool_choice, extra_body, deadline)
+                progress.done()
                 break
             except InferenceError as exc:
                 if exc.retryable and time.monotonic() + 2 < deadline:
+                    progress.waiting(exc, time.monotonic() - started)
                     await asyncio.sleep(2)
                     continue
+                progress.done()
+                waited = time.monotonic() - started
+                after = f" (waited {waited:.0f} s: --env.startup_wait)" if waited >= 2 else ""
+                served = await served_models(endpoint) if exc.status == 404 else None
                 if judge:
-                    fix = likely_judge_fix(exc, endpoint)
-                    raise ModelServerError(f"the judge does not answer: {exc}; {fix}") from None
-                fix = likely_fix(exc, endpoint, rollout_server_url)
-                raise ModelServerError(f"the model server does not answer: {exc}; {fix}") from None
+                    fix = likely_judge_fix(exc, endpoint, served)
+                    message = f"the judge does not answer: {exc}; {fix}{after}"
+                    raise ModelServerError(message) from None
+                fix = likely_fix(exc, endpoint, rollout_server_url, served)
+                raise ModelServerError(
+                    f"the model server does not answer: {exc}; {fix}{after}"
+                ) from None
+
+
+class _WaitProgress:
+    """The line that says the start-up check is waiting (a server may take minutes to load).
+
+    On a terminal one line, rewritten in place; elsewhere a line when the wait starts and one
+    every 30 s, so that a log shows the run is waiting and for what.
+    """
+
+    EVERY = 30.0
+
+    def __init__(self, url: str, limit: float, what: str) -> None:
+        self.url, self.limit, self.what = url, limit, what
+        self.tty = sys.stderr.isatty()
+        self.shown_at: float | None = None
+
+    def waiting(self, error: InferenceError, elapsed: float) -> None:
+        if not self.tty and self.shown_at is not None and elapsed - self.shown_at < self.EVERY:
+            return
+        reason = str(error).removeprefix(f"{error.url}: ") if error.url else str(error)
+        line = (
+            f"waiting for the {self.what} server at {self.url}: {elapsed:.0f} s of "
+            f"{self.limit:g} (--env.startup_wait); {reason}"
+        )
+        sys.stderr.write(f"\r\033[K{line}" if self.tty else f"{line}\n")
+        sys.stderr.flush()
+        self.shown_at = elapsed
+
+    def done(self) -> None:
+        if self.tty and self.shown_at is not None:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+async def served_models(endpoint: Endpoint) -> list[str] | None:
+    """The model names the server lists at ``/v1/models`` (None when it lists none)."""
+    url = f"{endpoint.base_url}/models"
+    try:
+        timeout = aiohttp.ClientTimeout(total=min(endpoint.timeout, 10.0))
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, headers=endpoint.headers()) as response,
+        ):
+            data = await response.json(content_type=None)
+        names = [str(m["id"]) for m in data["data"]]
+    except Exception:  # a server without the list: the fix says what it can
+        return None
+    return names or None
 
 
 async def _probe(
@@ -510,13 +570,20 @@ async def _probe(
     await probe.chat_completion(**kwargs)
 
 
-def likely_fix(error: InferenceError, endpoint: Endpoint, rollout_server_url: str | None) -> str:
-    """What to change, judging by what came back."""
+def likely_fix(
+    error: InferenceError,
+    endpoint: Endpoint,
+    rollout_server_url: str | None,
+    served: list[str] | None = None,
+) -> str:
+    """What to change, judging by what came back (and the names the server serves, if known)."""
     if error.status in (401, 403):
         return "check the API key (the env reads it from the environment; see .env.example)"
     if error.status == 404:
         if rollout_server_url and same_server(endpoint.base_url, rollout_server_url):
             return "that is the rollout server (run-api), not a model server: set --openai.base_url"
+        if served and endpoint.model not in served:
+            return f"it serves {_names(served)}, not {endpoint.model!r} (--openai.model_name)"
         if "model" in str(error).lower():
             return f"is {endpoint.model!r} the model the server serves? (--openai.model_name)"
         return (
@@ -534,11 +601,15 @@ def likely_fix(error: InferenceError, endpoint: Endpoint, rollout_server_url: st
     return "see the server's log"
 
 
-def likely_judge_fix(error: InferenceError, endpoint: Endpoint) -> str:
+def likely_judge_fix(
+    error: InferenceError, endpoint: Endpoint, served: list[str] | None = None
+) -> str:
     """What to change in the judge's settings, judging by what came back."""
     if error.status in (401, 403):
         return "check the judge's API key (the variable --env.judge_api_key_env names)"
     if error.status == 404:
+        if served and endpoint.model not in served:
+            return f"it serves {_names(served)}, not {endpoint.model!r} (--env.judge_model)"
         if "model" in str(error).lower():
             return f"is {endpoint.model!r} the judge's model there? (--env.judge_model)"
         return (
@@ -550,6 +621,12 @@ def likely_judge_fix(error: InferenceError, endpoint: Endpoint) -> str:
     if "cannot connect" in str(error):
         return "is the judge's server running, and is --env.judge_base_url its address?"
     return "see the judge server's log"
+
+
+def _names(served: list[str]) -> str:
+    """The served model names for one line: the first few, and how many more."""
+    shown = ", ".join(repr(name) for name in served[:5])
+    return shown + (f" and {len(served) - 5} more" if len(served) > 5 else "")
 
 
 def same_server(url: str, other: str) -> bool:
