@@ -43,7 +43,9 @@ find_uv() {
 }
 
 install_with_uv() {
-    "$UV" sync --quiet --locked --extra dev --group test-model --python "$PYTHON" >"$log" 2>&1 ||
+    # Compiled now, as pip does, not at each import while PYTHONDONTWRITEBYTECODE is set
+    # (UV_COMPILE_BYTECODE=0 skips it).
+    UV_COMPILE_BYTECODE="${UV_COMPILE_BYTECODE:-1}" "$UV" sync --quiet --locked --extra dev --group test-model --python "$PYTHON" >"$log" 2>&1 ||
         fail "uv could not install uv.lock's packages ($(first_error)); is the package index reachable? Rerun scripts/setup.sh once it is"
 }
 
