@@ -314,7 +314,8 @@ def test_updating_says_where_hermes_envgen_comes_from_and_ci_installs_it(
     if ci_installs is None:  # a local path, and no release to fetch (rendered from a commit)
         assert "::error::" in step and "exit 1" in step and "tests.yml" in step
     elif ci_installs:
-        assert f"pip install {install_source}" in step
+        assert f"uv pip install --system -c constraints.txt {install_source}" in step
     else:
         assert step is None
-    assert "pip install -e '.[dev]'" in steps["Install"]
+    assert "uv pip install --system -c constraints.txt -e '.[dev]'" in steps["Install"]
+    assert steps["Install uv"] == "pip install uv==0.13.8"
