@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,22 @@ def render(tmp_path: Path, data: dict) -> Path:
     return render_template(tmp_path / data["project_name"], data)
 
 
+@pytest.fixture(scope="session")
+def combination(tmp_path_factory: pytest.TempPathFactory):
+    """The project of one combination of answers, rendered once per session: for tests that
+    only read it (a test that runs it works on a copy)."""
+    rendered: dict[tuple, Path] = {}
+
+    def project(provider: str, pattern: str, ci: bool, use_dataset: bool) -> Path:
+        key = (provider, pattern, ci, use_dataset)
+        if key not in rendered:
+            target = tmp_path_factory.mktemp("combination")
+            rendered[key] = render(target, answers(*key))
+        return rendered[key]
+
+    return project
+
+
 def ruff(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "ruff", *args, "--no-cache", "."],
@@ -67,8 +84,8 @@ ALL = [
 
 
 @pytest.mark.parametrize(("provider", "pattern", "ci", "use_dataset"), ALL)
-def test_every_combination_is_ruff_clean(tmp_path, provider, pattern, ci, use_dataset):
-    project = render(tmp_path, answers(provider, pattern, ci, use_dataset))
+def test_every_combination_is_ruff_clean(combination, provider, pattern, ci, use_dataset):
+    project = combination(provider, pattern, ci, use_dataset)
     for args in (["check"], ["format", "--check"]):
         result = ruff(project, *args)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -106,8 +123,12 @@ TESTED = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("provider", "pattern", "ci", "use_dataset"), TESTED)
-def test_generated_project_passes_its_own_tests(tmp_path, provider, pattern, ci, use_dataset):
-    assert_own_tests_pass(render(tmp_path, answers(provider, pattern, ci, use_dataset)))
+def test_generated_project_passes_its_own_tests(
+    combination, tmp_path, provider, pattern, ci, use_dataset
+):
+    project = tmp_path / "project"  # its tests may write into it: a copy of the shared render
+    shutil.copytree(combination(provider, pattern, ci, use_dataset), project, symlinks=True)
+    assert_own_tests_pass(project)
 
 
 def assert_own_tests_pass(project: Path) -> None:
