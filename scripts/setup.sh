@@ -43,9 +43,12 @@ find_uv() {
 }
 
 install_with_uv() {
-    # Compiled now, as pip does, not at each import while PYTHONDONTWRITEBYTECODE is set
-    # (UV_COMPILE_BYTECODE=0 skips it).
-    UV_COMPILE_BYTECODE="${UV_COMPILE_BYTECODE:-1}" "$UV" sync --quiet --locked --extra dev --group test-model --python "$PYTHON" >"$log" 2>&1 ||
+    # Bytecode: Python writes it at the first import, except under PYTHONDONTWRITEBYTECODE,
+    # when every import would compile again: then compile it now, as pip always does (a
+    # minute of CPU). UV_COMPILE_BYTECODE=0/1 decides otherwise.
+    local compile=0
+    if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then compile=1; fi
+    UV_COMPILE_BYTECODE="${UV_COMPILE_BYTECODE:-$compile}" "$UV" sync --quiet --locked --extra dev --group test-model --python "$PYTHON" >"$log" 2>&1 ||
         fail "uv could not install uv.lock's packages ($(first_error)); is the package index reachable? Rerun scripts/setup.sh once it is"
 }
 
