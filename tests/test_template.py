@@ -238,6 +238,7 @@ def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     assert not (tmp_path / data["project_name"]).exists()
 
 
+@pytest.mark.slow  # runs the project's own tests, as test_generated_project_passes_its_own_tests
 @pytest.mark.parametrize("sglang_api", ["generate", "chat"])
 def test_an_sglang_project_says_how_to_start_sglang_and_passes_its_own_tests(tmp_path, sglang_api):
     data = {
