@@ -3,6 +3,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The suite runs on every core (pytest-xdist; tests/conftest.py groups those that cannot share
+# the machine) and ends with its 20 slowest tests.
+PYTEST=(.venv/bin/python -m pytest -n auto --dist loadgroup --durations=20)
+
+# --fast: the development loop (under 3 minutes on 2 cores): no slow, docker or model-server
+# tests, so neither an engine nor a model server is started.
+if [ "${1:-}" = --fast ]; then
+    shift
+    bash scripts/setup.sh
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
+    .venv/bin/ruff check src hooks tests examples benchmarks
+    .venv/bin/ruff format --check src hooks tests examples benchmarks
+    exec "${PYTEST[@]}" -m "not slow and not docker and not llama_server and not vllm_server" "$@"
+fi
+
 # Whatever this script started is stopped when it exits, however the tests ended.
 vllm_group=""
 docker_started=""
@@ -55,4 +70,4 @@ if engine="$(bash scripts/docker-engine.sh up)"; then
 else
     echo "warning: no Docker engine; the docker backend's tests will be skipped" >&2
 fi
-.venv/bin/python -m pytest "$@"
+"${PYTEST[@]}" "$@"

@@ -43,12 +43,44 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(unavailable)
 
 
-REAL_SERVER_MARKERS = ("vllm_server", "llama_server")
+# scripts/test.sh runs the suite on every core (pytest-xdist, --dist loadgroup). The tests that
+# cannot share the machine with each other run one after another on a single worker, as the
+# group "machine": they assert on host-wide state (the mount table, every process, every
+# container of the engine), start engines, or hold a time limit. The tests of a real model
+# server are a group of their own, scheduled last: CI starts that server beside the suite.
+MACHINE_FILES = {
+    "devtools/test_demo.py",  # mounts and processes below its run, the whole demo
+    "sandbox/test_crash_cleanup.py",  # kills runs, then asserts no process or mount is left
+    "sandbox/test_docker_engine_script.py",  # starts and stops dockerd
+    "sandbox/test_leaks.py",  # every container with the sandboxes' label; a time limit
+    "test_scale_out.py",  # many env workers at once
+}
+MACHINE_TESTS = {
+    # counts the lines of the host's mount table
+    "test_open_workspaces_stay_out_of_the_hosts_mount_table_and_last_the_sandbox",
+}
+MACHINE_MARKERS = {"docker"}  # one shared engine
+MODEL_SERVER_MARKERS = {"llama_server", "vllm_server"}
+
+
+def serial_group(item: pytest.Item) -> str | None:
+    """The xdist group a test must run in, or None when it may run beside any other."""
+    markers = {marker.name for marker in item.iter_markers()}
+    if markers & MODEL_SERVER_MARKERS:
+        return "model_server"
+    path = item.path.relative_to(Path(__file__).parent).as_posix()
+    if path in MACHINE_FILES or item.originalname in MACHINE_TESTS or markers & MACHINE_MARKERS:
+        return "machine"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests of a real model server run last: CI prepares and starts it beside the suite."""
-    items.sort(key=lambda item: any(item.get_closest_marker(m) for m in REAL_SERVER_MARKERS))
+    """Group what cannot run in parallel; tests of a real model server run last."""
+    for item in items:
+        group = serial_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: serial_group(item) == "model_server")
 
 
 @pytest.fixture

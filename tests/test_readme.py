@@ -33,3 +33,12 @@ def test_every_command_in_the_readme_exists():
     used = set(re.findall(r"^(?:\.venv/bin/)?hermes-envgen ([a-z-]+)", blocks, re.MULTILINE))
     assert used and used <= commands, used - commands
     assert "trainer" in used
+
+
+def test_every_script_and_benchmark_the_readme_names_exists():
+    named = set(re.findall(r"\b((?:scripts|benchmarks)/[\w-]+\.(?:sh|py))\b", README))
+    assert {"scripts/setup.sh", "scripts/lock.sh", "benchmarks/bench_setup.py"} <= named
+    assert [path for path in sorted(named) if not (REPO / path).is_file()] == []
+    # The fast loop the README offers is one scripts/test.sh knows.
+    assert "bash scripts/test.sh --fast" in README
+    assert '"${1:-}" = --fast' in (REPO / "scripts" / "test.sh").read_text()

@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,22 @@ def render(tmp_path: Path, data: dict) -> Path:
     return render_template(tmp_path / data["project_name"], data)
 
 
+@pytest.fixture(scope="session")
+def combination(tmp_path_factory: pytest.TempPathFactory):
+    """The project of one combination of answers, rendered once per session: for tests that
+    only read it (a test that runs it works on a copy)."""
+    rendered: dict[tuple, Path] = {}
+
+    def project(provider: str, pattern: str, ci: bool, use_dataset: bool) -> Path:
+        key = (provider, pattern, ci, use_dataset)
+        if key not in rendered:
+            target = tmp_path_factory.mktemp("combination")
+            rendered[key] = render(target, answers(*key))
+        return rendered[key]
+
+    return project
+
+
 def ruff(project: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "ruff", *args, "--no-cache", "."],
@@ -75,8 +92,8 @@ ALL = [
 
 
 @pytest.mark.parametrize(("provider", "pattern", "ci", "use_dataset"), ALL)
-def test_every_combination_is_ruff_clean(tmp_path, provider, pattern, ci, use_dataset):
-    project = render(tmp_path, answers(provider, pattern, ci, use_dataset))
+def test_every_combination_is_ruff_clean(combination, provider, pattern, ci, use_dataset):
+    project = combination(provider, pattern, ci, use_dataset)
     for args in (["check"], ["format", "--check"]):
         result = ruff(project, *args)
         assert result.returncode == 0, result.stdout + result.stderr
@@ -114,8 +131,12 @@ TESTED = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("provider", "pattern", "ci", "use_dataset"), TESTED)
-def test_generated_project_passes_its_own_tests(tmp_path, provider, pattern, ci, use_dataset):
-    assert_own_tests_pass(render(tmp_path, answers(provider, pattern, ci, use_dataset)))
+def test_generated_project_passes_its_own_tests(
+    combination, tmp_path, provider, pattern, ci, use_dataset
+):
+    project = tmp_path / "project"  # its tests may write into it: a copy of the shared render
+    shutil.copytree(combination(provider, pattern, ci, use_dataset), project, symlinks=True)
+    assert_own_tests_pass(project)
 
 
 # A judge at an endpoint of its own, as a user answers it: nothing listens there offline.
@@ -386,6 +407,7 @@ def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     assert not (tmp_path / data["project_name"]).exists()
 
 
+@pytest.mark.slow  # runs the project's own tests, as test_generated_project_passes_its_own_tests
 @pytest.mark.parametrize("sglang_api", ["generate", "chat"])
 def test_an_sglang_project_says_how_to_start_sglang_and_passes_its_own_tests(tmp_path, sglang_api):
     data = {
@@ -489,10 +511,11 @@ def test_updating_says_where_hermes_envgen_comes_from_and_ci_installs_it(
     if ci_installs is None:  # a local path, and no release to fetch (rendered from a commit)
         assert "::error::" in step and "exit 1" in step and "tests.yml" in step
     elif ci_installs:
-        assert f"pip install {install_source}" in step
+        assert f"uv pip install --system -c constraints.txt {install_source}" in step
     else:
         assert step is None
-    assert "pip install -e '.[dev]'" in steps["Install"]
+    assert "uv pip install --system -c constraints.txt -e '.[dev]'" in steps["Install"]
+    assert steps["Install uv"] == "pip install uv==0.13.8"
 
 
 TOOLSETS = [

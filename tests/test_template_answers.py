@@ -99,6 +99,7 @@ FIXED = {
     "reward_pattern": "judge",
 }
 INSTALL_STEP = "Install hermes-envgen (on no package index)"
+CONSTRAINED = ["uv", "pip", "install", "-c", "constraints.txt"]  # at the tested versions
 
 # Prints, as JSON, every answer value as the generated packages see it.
 PROBE = """
@@ -180,17 +181,19 @@ def check_install_source(project: Path, readme: str, source: str) -> None:
         for token in MarkdownIt("commonmark").parse(readme)
         if token.type == "fence" and token.info == "bash"
     ]
-    (setup,) = [block for block in blocks if block.startswith("python -m venv")]
+    (setup,) = [block for block in blocks if block.startswith("uv venv")]
     (upgrade,) = [block for block in blocks if "--no-deps" in block]
     if source:
-        assert shell_words(setup, "pip install ")[0] == ["pip", "install", source]
-        assert shell_words(upgrade, "pip install ")[0][-1] == source
+        assert shell_words(setup, "uv pip install ")[0] == [*CONSTRAINED, source]
+        assert shell_words(upgrade, "uv pip install ")[0][-1] == source
     else:
-        assert shell_words(setup, "pip install ")[0] == ["pip", "install", "-e", ".[dev]"]
+        assert shell_words(setup, "uv pip install ")[0] == [*CONSTRAINED, "-e", ".[dev]"]
     workflow = yaml.safe_load((project / ".github" / "workflows" / "tests.yml").read_text())
     steps = {step.get("name"): step.get("run", "") for step in workflow["jobs"]["test"]["steps"]}
     if source.startswith(("git+", "https://")):
-        assert shell_words(steps[INSTALL_STEP], "pip install ") == [["pip", "install", source]]
+        assert shell_words(steps[INSTALL_STEP], "uv pip install ") == [
+            ["uv", "pip", "install", "--system", "-c", "constraints.txt", source]
+        ]
     elif source:  # a local path, and no release to fetch from the public repository
         assert "exit 1" in steps[INSTALL_STEP]
     else:

@@ -48,7 +48,9 @@ def test_new_with_defaults_renders_a_committed_updatable_project(
     readme = (project / "README.md").read_text()
     setup = readme.split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [line.split("  #")[0].strip() for line in setup.splitlines()]
-    assert commands[1] == f"pip install {REPO}" and answers["hermes_envgen_source"] == str(REPO)
+    assert commands[1] == f"uv pip install -c constraints.txt {REPO}" and answers[
+        "hermes_envgen_source"
+    ] == str(REPO)
     printed = [line.strip() for line in result.stdout.splitlines()]
     assert printed[printed.index("cd demo-env") + 1 :][: len(commands)] == commands
     assert not (project / ".ruff_cache").exists()

@@ -283,8 +283,8 @@ def test_update_fills_the_install_source_of_a_project_made_before_it_was_asked(
     result = run_cli("update", str(project), "--vcs-ref", NEW_TAG)
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(answers.read_text())["hermes_envgen_source"] == str(REPO)
-    assert f"pip install {REPO}    {install_line}" in readme.read_text()
-    assert f"pip install git+{PUBLIC_URL}@{NEW_TAG}" in workflow.read_text()
+    assert f"-c constraints.txt {REPO}    {install_line}" in readme.read_text()
+    assert f"-c constraints.txt git+{PUBLIC_URL}@{NEW_TAG}" in workflow.read_text()
 
 
 def test_the_ci_of_a_project_from_a_release_installs_hermes_envgen_from_its_repository(
@@ -294,7 +294,7 @@ def test_the_ci_of_a_project_from_a_release_installs_hermes_envgen_from_its_repo
     # has that tag.
     workflow = yaml.safe_load((project / ".github" / "workflows" / "tests.yml").read_text())
     runs = [step.get("run", "") for step in workflow["jobs"]["test"]["steps"]]
-    assert any(f"pip install git+{PUBLIC_URL}@{VERSION_TAG} ||" in run for run in runs), runs
+    assert any(f"constraints.txt git+{PUBLIC_URL}@{VERSION_TAG} ||" in run for run in runs), runs
 
 
 def test_update_can_change_answers_and_checks_them(run_cli: RunCli, project: Path):

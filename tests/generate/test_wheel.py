@@ -2,11 +2,14 @@
 generates a project offline, and the project's README set-up, followed verbatim in a fresh venv,
 installs it (hermes-envgen from that wheel) and passes its own tests.
 
-Slow: the fresh venv installs atroposlib and friends from the package index (2-3 minutes).
+uv installs offline (UV_OFFLINE=1) from the cache that scripts/setup.sh filled: the project's
+constraints.txt pins the versions uv.lock has, so every package is there (about a minute; pip
+from the index took 2-3 minutes per venv).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from hermes_envgen.generate import bundle as template_bundle
 from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
@@ -23,6 +27,9 @@ from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
 from .envgen_helpers import NOT_SOURCE, PUBLIC_URL, REPO, VERSION_TAG
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+# On PATH, or the one the lock pins inside this venv (scripts/setup.sh).
+UV = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
 
 BUNDLE = "hermes_envgen/_template/template.bundle"
 
@@ -36,23 +43,40 @@ def run(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedPro
     return result
 
 
-def _online_env() -> dict[str, str]:
-    """The environment for pip: this process's, with the network allowed, no source on the path."""
+def _install_env(uv_dir: Path) -> dict[str, str]:
+    """The environment for uv: this process's, uv on PATH, no source on the path."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
     for key in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_NO_INDEX"):
         env.pop(key, None)  # the installed wheel is under test, not a checkout
+    env.update(UV_OFFLINE="1", UV_COMPILE_BYTECODE="0", PATH=f"{uv_dir}:{env['PATH']}")
     return env
 
 
+def _pins(constraints: str) -> dict[str, str]:
+    """``{name: version}`` of constraints.txt's lines that apply to this interpreter."""
+    pins = {}
+    for line in constraints.splitlines():
+        if line and not line.startswith("#"):
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate():
+                (pin,) = requirement.specifier
+                pins[requirement.name.lower()] = pin.version
+    return pins
+
+
+@pytest.mark.skipif(UV is None, reason="needs uv (scripts/setup.sh installs it)")
 def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
     tmp_path: Path, cli_env: dict[str, str]
 ):
+    uv_dir = tmp_path / "uv-bin"  # uv alone on PATH, not this venv's other tools
+    uv_dir.mkdir()
+    (uv_dir / "uv").symlink_to(UV)
+    install_env = _install_env(uv_dir)
     source = tmp_path / "source"
     shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
     assert not (source / ".git").exists()
     dist = tmp_path / "dist"
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(source)], 900,
-        env=_online_env())  # fmt: skip
+    run([UV, "build", "--wheel", "--out-dir", str(dist), str(source)], 900, env=install_env)
     (wheel,) = dist.glob("hermes_envgen-*.whl")
 
     with zipfile.ZipFile(wheel) as archive:
@@ -64,9 +88,10 @@ def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
     assert tag.startswith(f"{VERSION_TAG}+tree."), tag
 
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", str(venv)], 300)
-    python = str(venv / "bin" / "python")
-    run([python, "-m", "pip", "install", "--quiet", str(wheel)], 900, env=_online_env())
+    run([UV, "venv", "--quiet", "--python", sys.executable, str(venv)], 300, env=install_env)
+    constraints_file = str(REPO / "template" / "constraints.txt")
+    run([UV, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+         "-c", constraints_file, str(wheel)], 900, env=install_env)  # fmt: skip
 
     # Generation with the network cut: git may only open local paths, HTTP goes nowhere.
     work = tmp_path / "work"
@@ -84,15 +109,26 @@ def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
     # hermes-envgen from the wheel `new` ran from (on no index), the project, then runs pytest.
     readme = (project / "README.md").read_text()
     setup = readme.split("## Set up", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    assert f"pip install {wheel}" in setup
+    assert f"uv pip install -c constraints.txt {wheel}" in setup
     followed = run(
         ["bash", "-euo", "pipefail", "-c", setup],
         1800,
         cwd=project,
-        env={**_online_env(), **OFFLINE_ENVIRONMENT, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        env={**install_env, **OFFLINE_ENVIRONMENT},
     )
     assert " passed" in followed.stdout
     python = str(project / ".venv" / "bin" / "python")
-    installed = run([python, "-c", "import hermes_envgen; print(hermes_envgen.__file__)"], 60,
-                    env=_online_env())  # fmt: skip
-    assert str(project / ".venv") in installed.stdout  # the wheel under test, not another copy
+    probe = (
+        "import hermes_envgen, importlib.metadata as m, json;"
+        "print(hermes_envgen.__file__);"
+        "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))"
+    )
+    installed = run([python, "-c", probe], 60, env=install_env).stdout.splitlines()
+    assert str(project / ".venv") in installed[0]  # the wheel under test, not another copy
+    # The project installed at the versions it was made with: its constraints.txt, which are
+    # this checkout's uv.lock (tests/test_setup_script.py checks that they agree).
+    versions = json.loads(installed[1])
+    pinned = _pins((project / "constraints.txt").read_text())
+    checked = {name: versions[name] for name in pinned if name in versions}
+    assert {"atroposlib", "transformers", "pytest", "ruff"} <= checked.keys()
+    assert checked == {name: pinned[name] for name in checked}

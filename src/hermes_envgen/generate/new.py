@@ -32,10 +32,11 @@ class NewProject:
 
     def setup_commands(self) -> list[str]:
         """The shell lines that set the project up, as its README's "Set up" gives them."""
-        lines = ["python -m venv .venv && . .venv/bin/activate"]
+        lines = ["uv venv && . .venv/bin/activate"]
         if self.hermes_envgen_source:
-            lines.append(f"pip install {shlex.quote(self.hermes_envgen_source)}")
-        return [*lines, "pip install -e '.[dev]'", "pytest"]
+            source = shlex.quote(self.hermes_envgen_source)
+            lines.append(f"uv pip install -c constraints.txt {source}")
+        return [*lines, "uv pip install -c constraints.txt -e '.[dev]'", "pytest"]
 
 
 def new_project(
