@@ -50,7 +50,8 @@ def start_model(rig: netns_rig.Rig, host: str, tmp: Path, *flags: str) -> str:
     log = tmp / f"{host}.log"
     command = [sys.executable, "-m", "hermes_envgen", "stub-server",
                "--script", str(EXAMPLES / "stub_script.yaml"),
-               "--host", address, "--port", str(MODEL_PORT), "--latency", "0.05", *flags]  # fmt: skip
+               "--host", address, "--port", str(MODEL_PORT),
+               "--latency", "0.05", *flags]  # fmt: skip
     process = rig.start(host, command, log, env=offline_environment())
     deadline = time.monotonic() + 60
     while "listening on" not in log.read_text():
