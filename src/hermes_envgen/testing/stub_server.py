@@ -155,8 +155,9 @@ class StubServer:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and self._stopping is not None:  # once
+            loop.call_soon_threadsafe(self._stopping.set)
         if self._thread is not None:
             self._thread.join(10)
         self._thread = None
