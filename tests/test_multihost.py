@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import netns_rig
@@ -167,3 +168,79 @@ def test_two_workers_on_two_hosts_feed_one_trainer_and_one_is_cut_off(
     # w1's groups that reached the trainer but are not in its record: accepted in the instant
     # its link went down, the answer lost; at most the posts then under way.
     assert len(by_host["w1"] - set(recorded(tmp_path / "w1.jsonl"))) <= 4
+
+
+def model_list_config(path: Path, urls: list[str], timeout: float) -> Path:
+    """A ``--config`` YAML with the ``openai:`` list of several model servers (Atropos's form)."""
+    servers = [
+        {"base_url": url, "model_name": "stub-model", "api_key": "EMPTY",
+         "health_check": False, "timeout": timeout}
+        for url in urls
+    ]  # fmt: skip
+    path.write_text(json.dumps({"openai": servers}))  # JSON is YAML
+    return path
+
+
+def served(rig: netns_rig.Rig, pool, host: str) -> int:
+    """How many model requests the stub on ``host`` has answered, asked from ``pool``'s host."""
+    url = f"http://{rig.addresses[host]}:{MODEL_PORT}/health"
+
+    def get() -> int:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())["requests"]
+
+    return pool.submit(get).result(20)
+
+
+@pytest.mark.timeout(600)
+def test_workers_spread_requests_over_two_model_hosts_and_one_going_dark_is_out_then_back(
+    rig, offline_tokenizer, tmp_path
+):
+    models = [start_model(rig, host, tmp_path) for host in ("m0", "m1")]
+    api_host = rig.thread("api")
+    api = RunApi(port=API_PORT, log=tmp_path / "run-api.log", host=rig.addresses["api"])
+    api_host.submit(api.__enter__).result(90)
+    try:
+        trainer = MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=STEPS)
+        api_host.submit(trainer.register).result(30)
+
+        def next_batch() -> list[dict]:
+            return api_host.submit(trainer.next_batch, 180).result(200)
+
+        config = model_list_config(tmp_path / "models.yaml", models, timeout=20)
+        workers = {
+            host: rig.start(host, [*worker_command(offline_tokenizer, api.url, host, tmp_path),
+                                   "--config", str(config)],
+                            tmp_path / f"{host}.log", env=offline_environment())
+            for host in ("w0", "w1")
+        }  # fmt: skip
+        logs = {h: tmp_path / f"{h}.log" for h in workers}
+        for _ in range(3):
+            next_batch()
+        spread = {host: served(rig, api_host, host) for host in ("m0", "m1")}
+        assert all(count > 10 for count in spread.values()), spread
+
+        rig.cut("m1")  # the model host goes dark: no refusal, its packets dropped
+        cut_at = len(trainer.batches)
+        for _ in range(4):
+            next_batch()
+        rig.mend("m1")
+        mended = served(rig, api_host, "m1")
+        while len(trainer.batches) < STEPS:
+            next_batch()
+        for host, process in workers.items():
+            assert process.wait(120) == 0, logs[host].read_text()[-3000:]
+        back = served(rig, api_host, "m1")
+        api_host.submit(trainer.drain, GROUP_SIZE).result(120)
+    finally:
+        api_host.submit(api.__exit__).result(30)
+
+    assert len(trainer.batches) >= STEPS and cut_at < STEPS - 4
+    assert trainer.repeats() == 0
+    text = {h: log.read_text() for h, log in logs.items()}
+    assert any(f"{models[1]} is out for" in t for t in text.values()), text["w0"][-3000:]
+    assert any(f"{models[1]} is back in" in t for t in text.values()), text["w0"][-3000:]
+    assert back > mended, "the model host that came back got no requests"
+    for host in workers:
+        accepted = recorded(tmp_path / f"{host}.jsonl")
+        assert set(accepted) <= {g["group_overrides"][GROUP_ID_KEY] for g in trainer.groups()}

@@ -49,6 +49,10 @@ INFERENCE_APIS = ("auto", "chat", "completions", "generate")
 # The one message of the start-up check's chat request (a real request, answered in a token).
 STARTUP_PROMPT = "Say OK."
 
+# Seconds to set up a connection to a model server, whatever the request's timeout: a host
+# gone dark (no refusal, packets dropped) then fails fast and another server is asked.
+CONNECT_TIMEOUT = 10.0
+
 # HTTP statuses that may succeed when asked again.
 _RETRYABLE_STATUS = {408, 429}
 
@@ -255,6 +259,7 @@ class ModelClient:
 
     def _openai(self, endpoint: Endpoint) -> Any:
         """The SDK client of ``endpoint`` for the running event loop (clients are loop-bound)."""
+        import httpx
         import openai
 
         loop = asyncio.get_running_loop()
@@ -264,7 +269,9 @@ class ModelClient:
             clients[key] = openai.AsyncOpenAI(
                 base_url=endpoint.base_url,
                 api_key=endpoint.api_key or "EMPTY",
-                timeout=endpoint.timeout,
+                timeout=httpx.Timeout(
+                    endpoint.timeout, connect=min(CONNECT_TIMEOUT, endpoint.timeout)
+                ),
                 max_retries=0,  # retried here, by kind of failure
             )
         return clients[key]
@@ -276,7 +283,9 @@ class ModelClient:
         return response
 
     async def _post_once(self, endpoint: Endpoint, url: str, body: dict) -> Any:
-        timeout = aiohttp.ClientTimeout(total=endpoint.timeout)
+        timeout = aiohttp.ClientTimeout(
+            total=endpoint.timeout, sock_connect=min(CONNECT_TIMEOUT, endpoint.timeout)
+        )
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
             session.post(url, json=body, headers=endpoint.headers()) as response,

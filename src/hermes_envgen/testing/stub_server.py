@@ -217,7 +217,8 @@ class StubServer:
     # -- handlers --------------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        # requests: how many chat/completion requests came, for tests in another process
+        return web.json_response({"status": "ok", "requests": len(self.requests)})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
