@@ -67,3 +67,36 @@ def test_with_every_server_failing_the_request_fails_with_the_last_cause(stub_se
         raise AssertionError("a request answered 503 everywhere succeeded")
     # four tries in all, spread over both servers rather than all on one
     assert [len(s.requests) for s in stubs] == [2, 2]
+
+
+def test_serve_with_run_api_unreachable_says_so_in_one_line_and_exits_2(
+    stub_server, offline_tokenizer, tmp_path
+):
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLES
+
+    from hermes_envgen.testing.runner import offline_environment
+    from hermes_envgen.testing.trainer import free_port
+
+    stub = stub_server(EXAMPLES / "stub_script.yaml")
+    api_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    command = [sys.executable, str(EXAMPLES / "terminal_env.py"), "serve",
+               "--openai.base_url", stub.base_url, "--env.tokenizer_name", str(offline_tokenizer),
+               "--env.rollout_server_url", api_url, "--env.startup_wait", "2",
+               "--env.sandbox_root", str(tmp_path / "sandboxes")]  # fmt: skip
+    completed = subprocess.run(
+        command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        env=offline_environment(), timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"error: run-api (--env.rollout_server_url) at {api_url} cannot be reached from "
+        f"{socket.gethostname()}: connection refused; is it running, listening on an address "
+        "this host reaches (not 127.0.0.1 for workers on other machines)?"
+    ), last
+    assert "Traceback" not in completed.stderr
+    assert stub.requests == []  # nothing asked of the model before run-api is known to be there

@@ -244,3 +244,40 @@ def test_workers_spread_requests_over_two_model_hosts_and_one_going_dark_is_out_
     for host in workers:
         accepted = recorded(tmp_path / f"{host}.jsonl")
         assert set(accepted) <= {g["group_overrides"][GROUP_ID_KEY] for g in trainer.groups()}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("unreachable", ["run-api refuses", "run-api host dark", "model host dark"])
+def test_an_unreachable_service_at_start_up_is_named_with_the_host_in_one_line(
+    unreachable, rig, offline_tokenizer, tmp_path
+):
+    api_url = f"http://{rig.addresses['api']}:{API_PORT}"  # nothing listens there yet
+    model_url = start_model(rig, "m0", tmp_path)
+    api = None
+    if unreachable == "run-api host dark":
+        api_url = f"http://{netns_rig.SUBNET}.99:{API_PORT}"  # no host has that address
+    elif unreachable == "model host dark":
+        api = RunApi(port=API_PORT, log=tmp_path / "run-api.log", host=rig.addresses["api"])
+        rig.thread("api").submit(api.__enter__).result(90)
+        model_url = f"http://{netns_rig.SUBNET}.98:{MODEL_PORT}/v1"
+    command = worker_command(offline_tokenizer, api_url, "w0", tmp_path,
+                             *openai_flags(model_url), "--env.startup_wait", "3")  # fmt: skip
+    log = tmp_path / "w0.log"
+    try:
+        started = time.monotonic()
+        process = rig.start("w0", command, log, env=offline_environment())
+        code = process.wait(120)
+        took = time.monotonic() - started
+    finally:
+        if api is not None:
+            api.__exit__()
+    last = log.read_text().strip().splitlines()[-1]
+    assert code == 2, log.read_text()[-3000:]
+    if unreachable.startswith("run-api"):
+        assert last.startswith(f"error: run-api (--env.rollout_server_url) at {api_url} "), last
+        reason = "connection refused" if unreachable == "run-api refuses" else "no route to host"
+        assert "cannot be reached from " in last and reason in last, last
+    else:
+        assert last.startswith(f"error: the model server does not answer: {model_url}"), last
+        assert "(asked from " in last, last
+    assert took < 90, f"{took:.0f} s to fail"

@@ -74,6 +74,10 @@ class ModelServerError(EnvConfigError):
     """The model server cannot serve the run (down, wrong URL, key or model); exit 2."""
 
 
+class RolloutServerError(EnvConfigError):
+    """Serve mode's run-api (the rollout server) cannot be reached at start-up; exit 2."""
+
+
 class NothingMeasured(HermesEnvgenError):
     """An evaluation in which every rollout failed: there is no score to report."""
 

@@ -518,7 +518,10 @@ async def check_model_server(
                     fix = likely_judge_fix(exc, endpoint)
                     raise ModelServerError(f"the judge does not answer: {exc}; {fix}") from None
                 fix = likely_fix(exc, endpoint, rollout_server_url)
-                raise ModelServerError(f"the model server does not answer: {exc}; {fix}") from None
+                raise ModelServerError(
+                    f"the model server does not answer: {exc}; {fix} "
+                    f"(asked from {socket.gethostname()})"
+                ) from None
 
 
 async def _probe(
