@@ -281,3 +281,25 @@ def test_an_unreachable_service_at_start_up_is_named_with_the_host_in_one_line(
         assert last.startswith(f"error: the model server does not answer: {model_url}"), last
         assert "(asked from " in last, last
     assert took < 90, f"{took:.0f} s to fail"
+
+
+@pytest.mark.timeout(300)
+def test_check_reach_only_on_a_worker_host_names_each_service_it_cannot_reach(rig, tmp_path):
+    model_url = start_model(rig, "m0", tmp_path)
+    dark = f"{netns_rig.SUBNET}.97"  # no host has that address
+    command = [sys.executable, "-m", "hermes_envgen", "check", "--reach-only",
+               "--base-url", f"{model_url},http://{dark}:{MODEL_PORT}/v1",
+               "--rollout-server-url", f"http://{dark}:{API_PORT}",
+               "--docker-host", f"tcp://{dark}:2376"]  # fmt: skip
+    log = tmp_path / "check.log"
+    started = time.monotonic()
+    code = rig.start("w0", command, log, env=offline_environment()).wait(120)
+    took = time.monotonic() - started
+    rows = log.read_text().splitlines()
+    assert code == 2, rows
+    assert rows[0].startswith(f"PASS  model {model_url}") and "stub-model" in rows[0], rows
+    assert rows[1].startswith(f"FAIL  model http://{dark}:{MODEL_PORT}/v1"), rows
+    assert rows[2].startswith(f"FAIL  run-api http://{dark}:{API_PORT}"), rows
+    assert rows[3].startswith(f"FAIL  docker tcp://{dark}:2376"), rows
+    assert all("from " in row for row in rows[1:]), rows
+    assert took < 90, f"{took:.0f} s"
