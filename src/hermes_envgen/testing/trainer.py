@@ -57,7 +57,7 @@ class RunApi:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise TrainerError(
-                    f"run-api exited with {self._process.returncode} ({self.host}:{self.port})"
+                    f"run-api exited with {self._process.returncode} (port {self.port})"
                 )
             try:
                 _get(self.url + "/")
