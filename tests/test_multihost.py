@@ -33,7 +33,7 @@ pytestmark = [
 HOSTS = ["api", "w0", "w1", "m0", "m1"]
 GROUP_SIZE = 4
 BATCH_SIZE = 8  # two groups per batch
-STEPS = 14
+STEPS = 20
 API_PORT = 8000
 MODEL_PORT = 9001
 
@@ -135,6 +135,8 @@ def test_two_workers_on_two_hosts_feed_one_trainer_and_one_is_cut_off(
 
         rig.cut("w1")  # mid-run: w1's host loses its link, its posts and requests go nowhere
         cut_at = len(trainer.batches)
+        time.sleep(1)  # a record of an answer that arrived just before the cut is written
+        records_at_cut = {h: len(recorded(tmp_path / f"{h}.jsonl")) for h in workers}
         while len(trainer.batches) < STEPS:
             next_batch()
         # The run is over: w0 sees it and exits by itself; w1 is stopped while still cut off.
@@ -148,11 +150,12 @@ def test_two_workers_on_two_hosts_feed_one_trainer_and_one_is_cut_off(
 
     assert left == 0
     groups = trainer.groups()
-    after_cut = [g for batch in trainer.batches[cut_at + 2 :] for g in batch]
-    assert after_cut, "no batch after the cut"
-    # A couple of batches may still hold groups w1 posted just before its link went down.
-    padding = [g for g in after_cut if (g.get("group_overrides") or {}).get(PADDING_KEY)]
-    assert {label(g) for g in after_cut if g not in padding} == {"w0"}
+    # The run went on with w0 alone: w0 delivered after the cut, w1 recorded nothing more
+    # (what run-api held of w1's from before the cut may still come in later batches).
+    after_cut = [g for batch in trainer.batches[cut_at:] for g in batch]
+    assert "w0" in {label(g) for g in after_cut if not g["group_overrides"].get(PADDING_KEY)}
+    assert len(recorded(tmp_path / "w0.jsonl")) > records_at_cut["w0"]
+    assert len(recorded(tmp_path / "w1.jsonl")) == records_at_cut["w1"]
     by_host: dict[str, set[str]] = {"w0": set(), "w1": set()}
     for group in groups:
         by_host[label(group)].add(group["group_overrides"][GROUP_ID_KEY])
@@ -168,6 +171,7 @@ def test_two_workers_on_two_hosts_feed_one_trainer_and_one_is_cut_off(
     # w1's groups that reached the trainer but are not in its record: accepted in the instant
     # its link went down, the answer lost; at most the posts then under way.
     assert len(by_host["w1"] - set(recorded(tmp_path / "w1.jsonl"))) <= 4
+    assert trainer.repeats() <= 4  # posts sent again after a lost answer, dropped by group_id
 
 
 def model_list_config(path: Path, urls: list[str], timeout: float) -> Path:
@@ -226,6 +230,9 @@ def test_workers_spread_requests_over_two_model_hosts_and_one_going_dark_is_out_
             next_batch()
         rig.mend("m1")
         mended = served(rig, api_host, "m1")
+        # A server taken out is back in 10 s after its last failure: give the run that time
+        # (the workers wait meanwhile once run-api's queue is full) before it ends.
+        time.sleep(11)
         while len(trainer.batches) < STEPS:
             next_batch()
         for host, process in workers.items():
