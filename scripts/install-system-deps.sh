@@ -9,9 +9,11 @@ command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
 # the bwrap sandbox's anchor runs the python3 it sees: one under /usr, whatever runs the host
 [ -x /usr/bin/python3 ] || [ -x /usr/local/bin/python3 ] || missing="$missing python3-minimal"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"  # the multi-host rig's namespaces
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"  # the TLS engine's certificates
 
 if [ -z "$missing" ]; then
-    echo "system deps: all present (bwrap, python3 under /usr, chromium)"
+    echo "system deps: all present (bwrap, python3 under /usr, chromium, ip, openssl)"
     exit 0
 fi
 

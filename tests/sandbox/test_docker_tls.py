@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -24,7 +25,11 @@ from sandbox_helpers import make_manager, needs_docker
 
 from hermes_envgen.runtime.sandbox import SandboxError
 
-pytestmark = [needs_docker, pytest.mark.timeout(300)]
+pytestmark = [
+    needs_docker,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl to make certificates"),
+]
 
 
 def _openssl(*args: str, cwd: Path) -> None:
