@@ -43,3 +43,10 @@ def test_reach_only_without_anything_to_reach_is_a_usage_error():
     assert done.stderr.strip().endswith(
         "error: --reach-only needs --base-url, --rollout-server-url or --docker-host"
     )
+
+
+def test_a_server_with_only_generate_passes_on_its_health_endpoint(stub_server):
+    stub = stub_server(SCRIPT, openai_api=False)  # like Atropos's vLLM API server
+    done = reach("--base-url", stub.base_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == f"PASS  model {stub.base_url}  answers /health (no /v1/models)"

@@ -43,7 +43,9 @@ def _model_row(base_url: str, api_key: str | None) -> CheckResult:
             return CheckResult(name, FAIL, f"HTTP {exc.code} from {base_url}/models{_from()}")
         root = base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
         try:  # Atropos's vLLM API server: /generate and /health, no OpenAI API
-            _get_json(f"{root}/health", headers)
+            request = urllib.request.Request(f"{root}/health", headers=headers)
+            with urllib.request.urlopen(request, timeout=TIMEOUT):  # any 200: vLLM's is empty
+                pass
         except (OSError, ValueError) as inner:
             return CheckResult(name, FAIL, f"{_reason(inner)}{_from()}")
         return CheckResult(name, PASS, "answers /health (no /v1/models)")
