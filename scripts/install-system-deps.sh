@@ -11,9 +11,11 @@ command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 # pytest checks inside bwrap run the python3 under /usr (tests/sandbox/test_pytest_checks.py)
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$missing python3-pytest"
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"  # the multi-host rig's namespaces
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"  # the TLS engine's certificates
 
 if [ -z "$missing" ]; then
-    echo "system deps: all present (bwrap, python3 and its pytest under /usr, chromium)"
+    echo "system deps: all present (bwrap, python3 and its pytest under /usr, chromium, ip, openssl)"
     exit 0
 fi
 

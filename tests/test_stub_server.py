@@ -57,7 +57,7 @@ def chat(server: StubServer, messages: list[dict], **extra) -> tuple[int, dict |
 def test_health_and_models(stub_server):
     server = stub_server(SCRIPT)
     with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/health") as response:
-        assert json.loads(response.read()) == {"status": "ok"}
+        assert json.loads(response.read()) == {"status": "ok", "requests": 0}
     with urllib.request.urlopen(server.base_url + "/models") as response:
         assert json.loads(response.read())["data"][0]["id"] == "scripted"
 

@@ -10,6 +10,7 @@ import functools
 import gc
 import json
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -203,6 +204,10 @@ def tokenizer_from_gguf(
 @command()
 def trainer(
     port: Annotated[int, typer.Option(help="Port for Atropos's API server (run-api).")] = 8000,
+    host: Annotated[
+        str,
+        typer.Option(help="Address run-api listens on (0.0.0.0: reachable from other machines)."),
+    ] = "127.0.0.1",
     batch_size: Annotated[int, typer.Option(help="Rollouts in each batch.")] = 16,
     steps: Annotated[int, typer.Option(help="Batches to pull, then stop.")] = 3,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each batch.")] = 600,
@@ -211,11 +216,13 @@ def trainer(
     from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
     from hermes_envgen.testing.trainer_contract import summary, trainer_problems
 
-    with RunApi(port=port) as api:
+    with RunApi(port=port, host=host) as api:
         pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
         pulling.register()
-        typer.echo(f"run-api on {api.url}: start an env with")
-        typer.echo(f"  python -m <package> serve --env.rollout_server_url {api.url}")
+        # Workers on other machines need an address of this one, not the loopback.
+        url = api.url if host != "0.0.0.0" else f"http://{socket.getfqdn()}:{port}"
+        typer.echo(f"run-api on {url}: start an env with")
+        typer.echo(f"  python -m <package> serve --env.rollout_server_url {url}")
         for step in range(1, steps + 1):
             batch = pulling.next_batch(timeout)
             scores = [score for group in batch for score in group["scores"]]
@@ -427,6 +434,20 @@ def check(
             "inference logprobs) or none (evaluation or SFT data)."
         ),
     ] = "grpo",
+    reach_only: Annotated[
+        bool,
+        typer.Option(
+            help="Only check that this host reaches --base-url (comma-separated: several), "
+            "--rollout-server-url and each --docker-host, a few seconds each."
+        ),
+    ] = False,
+    rollout_server_url: Annotated[
+        str | None, typer.Option(help="With --reach-only: run-api's URL.")
+    ] = None,
+    docker_host: Annotated[
+        list[str] | None,
+        typer.Option(help="With --reach-only: a Docker engine (tcp://..., ssh://...); repeat."),
+    ] = None,
 ) -> None:
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
     from hermes_envgen.devtools.check import (
@@ -440,6 +461,19 @@ def check(
 
     if trainer not in TRAINERS:
         fail(f"--trainer must be one of {', '.join(TRAINERS)}, not {trainer!r}")
+
+    if reach_only:
+        from hermes_envgen.devtools.reach import reach_checks
+
+        urls = [u.strip() for u in (base_url or "").split(",") if u.strip()]
+        if not (urls or rollout_server_url or docker_host):
+            fail("--reach-only needs --base-url, --rollout-server-url or --docker-host")
+        key = os.environ.get("OPENAI_API_KEY")
+        rows = reach_checks(urls, rollout_server_url, docker_host, api_key=key)
+        typer.echo(format_table(rows))
+        if any(r.status == FAIL for r in rows):
+            raise typer.Exit(2)
+        return
 
     if extra_body is not None:
         try:

@@ -26,7 +26,12 @@ from hermes_envgen.errors import HermesEnvgenError, ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig, renamed_flags
-from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, disconnect_env
+from hermes_envgen.runtime.delivery import (
+    GROUP_ID_KEY,
+    GroupDelivery,
+    check_rollout_server,
+    disconnect_env,
+)
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
     EnvConfigError,
@@ -338,6 +343,8 @@ class HermesAgentBaseEnv(BaseEnv):
     async def _serve(self) -> None:
         for server in self.server.servers:  # serve mode runs beside run-api
             _check_not_rollout_server(server.config, self.config.rollout_server_url)
+        # Unreachable run-api: one line and exit 2, not atroposlib's retries and stack trace.
+        await check_rollout_server(self.config.rollout_server_url, self.config.startup_wait)
         await self.check_model_server()
         self._announce_training_data()
         # atroposlib only logs a worker's exception: a model server that fails every request

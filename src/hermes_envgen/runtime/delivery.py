@@ -19,12 +19,17 @@ import asyncio
 import gzip
 import json
 import logging
+import os
+import socket
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 from typing import IO, Any
 
 import aiohttp
+
+from hermes_envgen.runtime.errors import RolloutServerError
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +217,39 @@ async def disconnect_env(api_url: str, env_id: int, timeout: float = DISCONNECT_
         logger.info("could not tell run-api that env %d disconnected (%s)", env_id, exc)
         return False
     return isinstance(answer, dict) and answer.get("status") == "success"
+
+
+async def check_rollout_server(api_url: str, wait: float = 30.0, timeout: float = 5.0) -> None:
+    """RolloutServerError (one line, exit 2) unless run-api answers at ``api_url``.
+
+    A refusal or a timeout is asked again for ``wait`` seconds (run-api may be starting beside
+    the workers, as under Slurm); each try gives up after ``timeout`` seconds, so an address
+    that drops packets fails in seconds too. The message names the URL and this host.
+    """
+    url = api_url.rstrip("/") + "/"
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            limit = aiohttp.ClientTimeout(total=timeout, sock_connect=timeout)
+            async with aiohttp.ClientSession(timeout=limit) as session, session.get(url) as reply:
+                if reply.status == 200:
+                    return
+                reason = f"HTTP {reply.status}: is that run-api's address?"
+                retry = reply.status >= 500
+        except asyncio.TimeoutError:
+            reason, retry = f"no answer within {timeout:g} s", True
+        except (aiohttp.ClientError, OSError) as exc:
+            cause = getattr(exc, "os_error", None) or exc
+            number = getattr(cause, "errno", None)
+            reason = os.strerror(number).lower() if number else str(cause) or type(cause).__name__
+            retry = True
+        if not retry or time.monotonic() + 1 >= deadline:
+            raise RolloutServerError(
+                f"run-api (--env.rollout_server_url) at {api_url} cannot be reached from "
+                f"{socket.gethostname()}: {reason}; is it running, listening on an address this "
+                "host reaches (not 127.0.0.1 for workers on other machines)?"
+            )
+        await asyncio.sleep(1)
 
 
 def _encode(payload: Any) -> tuple[bytes, dict[str, str]]:

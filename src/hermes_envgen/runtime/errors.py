@@ -91,6 +91,10 @@ class RolloutServerLost(HermesEnvgenError):
     """run-api stopped answering during serve (its trainer exited, say): the run ends; exit 1."""
 
 
+class RolloutServerError(EnvConfigError):
+    """Serve mode's run-api (the rollout server) cannot be reached at start-up; exit 2."""
+
+
 class NothingMeasured(HermesEnvgenError):
     """An evaluation in which every rollout failed: there is no score to report."""
 

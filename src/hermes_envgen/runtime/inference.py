@@ -58,6 +58,10 @@ CHAT_MODE_DATA = (
 # The one message of the start-up check's chat request (a real request, answered in a token).
 STARTUP_PROMPT = "Say OK."
 
+# Seconds to set up a connection to a model server, whatever the request's timeout: a host
+# gone dark (no refusal, packets dropped) then fails fast and another server is asked.
+CONNECT_TIMEOUT = 10.0
+
 # HTTP statuses that may succeed when asked again.
 _RETRYABLE_STATUS = {408, 429}
 
@@ -114,7 +118,12 @@ def is_token_api(api: str, server_type: str) -> bool:
 class ModelClient:
     """Sends chat and token-level requests to the model server(s), retrying what may pass.
 
-    Several endpoints are used in turn. ``chat_completion`` and
+    Several endpoints (the ``openai:`` list of several servers) are used in turn, as
+    atroposlib's ServerManager spreads requests over its servers. One that fails in a way that
+    may pass (refused, timed out, 5xx, 429) is taken out for ``out_for`` seconds: the retry and
+    the requests meanwhile go to the others; then it is back in, and the next request to it
+    either succeeds or takes it out again. With every endpoint out, the one back soonest is
+    used rather than none. ``chat_completion`` and
     ``tokens_and_logprobs_completion`` have the signatures of atroposlib's ServerManager, so
     the agent loop, the Phase 2 backend and the judge take either.
     """
@@ -126,6 +135,7 @@ class ModelClient:
         api: str = "auto",
         retries: int = 3,
         backoff: float = 1.0,
+        out_for: float = 10.0,
     ) -> None:
         if not endpoints:
             raise ValueError("a ModelClient needs at least one endpoint")
@@ -137,6 +147,8 @@ class ModelClient:
         self.last_success: float | None = None
         self.last_fatal: InferenceError | None = None  # the last request that cannot succeed
         self.fatal_streak = 0  # such requests since the last success
+        self.out_for = out_for
+        self._out_until = [0.0] * len(endpoints)  # monotonic time each endpoint is back in
         self._next = 0
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._detect_lock: asyncio.Lock | None = None
@@ -155,38 +167,65 @@ class ModelClient:
         return self.fatal_streak >= 2
 
     def _endpoint(self) -> Endpoint:
-        endpoint = self.endpoints[self._next % len(self.endpoints)]
-        self._next += 1
-        return endpoint
+        """The next endpoint in turn that is in; with all out, the one back soonest."""
+        now = time.monotonic()
+        count = len(self.endpoints)
+        order = [(self._next + k) % count for k in range(count)]
+        chosen = next((i for i in order if self._out_until[i] <= now), None)
+        if chosen is None:
+            chosen = min(order, key=lambda i: self._out_until[i])
+        self._next = chosen + 1
+        return self.endpoints[chosen]
+
+    def _take_out(self, endpoint: Endpoint, error: InferenceError) -> None:
+        if len(self.endpoints) < 2:
+            return  # nowhere else to go: the retries' backoff is the only wait
+        index = self.endpoints.index(endpoint)
+        if self._out_until[index] <= time.monotonic():
+            logger.warning("%s is out for %g s: %s", endpoint.base_url, self.out_for, error)
+        self._out_until[index] = time.monotonic() + self.out_for
+
+    def _back_in(self, endpoint: Endpoint) -> None:
+        index = self.endpoints.index(endpoint)
+        if self._out_until[index]:
+            self._out_until[index] = 0.0
+            logger.warning("%s is back in", endpoint.base_url)
 
     # -- the two kinds of request --------------------------------------------------------------
 
     async def chat_completion(self, *, split: str = "train", **kwargs: Any) -> Any:
         """An OpenAI chat completion (the SDK's object); InferenceError when it fails."""
         del split
-        endpoint = self._endpoint()
-        kwargs.setdefault("model", endpoint.model)
-        url = f"{endpoint.base_url}/chat/completions"
-        return await self._with_retries(url, lambda: self._chat_once(endpoint, url, kwargs))
+
+        async def attempt(endpoint: Endpoint) -> Any:
+            url = f"{endpoint.base_url}/chat/completions"
+            return url, lambda: self._chat_once(endpoint, url, {"model": endpoint.model, **kwargs})
+
+        return await self._with_retries(attempt)
 
     async def tokens_and_logprobs_completion(
         self, *, input_ids: list[int], split: str = "train", **kwargs: Any
     ) -> tuple[list, list, list, list]:
         """Token ids in; ``(prompt, [output ids], [logprobs], [finish reason])`` out."""
         del split
-        endpoint = self._endpoint()
-        api = await self._token_api(endpoint)
-        if api == "completions":
-            url = f"{endpoint.base_url}/completions"
-            body = _completions_body(endpoint, input_ids, kwargs)
-            parse = _parse_completions
-        else:
-            url = f"{endpoint.root}/generate"
-            body = _generate_body(endpoint, input_ids, kwargs)
-            parse = _parse_sglang if endpoint.server_type == "sglang" else _parse_generate
-        data = await self._with_retries(url, lambda: self._post_once(endpoint, url, body))
+        parsers: dict[str, Any] = {}
+
+        async def attempt(endpoint: Endpoint) -> Any:
+            api = await self._token_api(endpoint)
+            if api == "completions":
+                url = f"{endpoint.base_url}/completions"
+                body = _completions_body(endpoint, input_ids, kwargs)
+                parsers[url] = _parse_completions
+            else:
+                url = f"{endpoint.root}/generate"
+                body = _generate_body(endpoint, input_ids, kwargs)
+                sglang = endpoint.server_type == "sglang"
+                parsers[url] = _parse_sglang if sglang else _parse_generate
+            return url, lambda: self._post_once(endpoint, url, body)
+
+        url, data = await self._with_retries(attempt, with_url=True)
         try:
-            outputs, logprobs, reasons = parse(data)
+            outputs, logprobs, reasons = parsers[url](data)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise InferenceError(
                 f"{url}: the reply is not in the form this API answers ({type(exc).__name__}: "
@@ -197,9 +236,13 @@ class ModelClient:
 
     # -- retries -------------------------------------------------------------------------------
 
-    async def _with_retries(self, url: str, once: Any) -> Any:
-        for attempt in range(self.retries + 1):
+    async def _with_retries(self, attempt: Any, with_url: bool = False) -> Any:
+        """``attempt(endpoint)`` gives (url, once); each try goes to the next endpoint in."""
+        for number in range(self.retries + 1):
+            endpoint = self._endpoint()
+            url = endpoint.base_url  # until the attempt names its URL
             try:
+                url, once = await attempt(endpoint)
                 result = await once()
             except asyncio.CancelledError:
                 raise
@@ -208,20 +251,24 @@ class ModelClient:
                 if not error.retryable:
                     self.last_fatal = error
                     self.fatal_streak += 1
-                if not error.retryable or attempt == self.retries:
+                else:
+                    self._take_out(endpoint, error)
+                if not error.retryable or number == self.retries:
                     raise error from None
-                delay = self.backoff * 2**attempt * (0.5 + random.random())
+                delay = self.backoff * 2**number * (0.5 + random.random())
                 logger.info("%s; retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)
             else:
                 self.successes += 1
                 self.last_success = time.monotonic()
                 self.fatal_streak = 0
-                return result
+                self._back_in(endpoint)
+                return (url, result) if with_url else result
         raise AssertionError("unreachable")
 
     def _openai(self, endpoint: Endpoint) -> Any:
         """The SDK client of ``endpoint`` for the running event loop (clients are loop-bound)."""
+        import httpx
         import openai
 
         loop = asyncio.get_running_loop()
@@ -231,7 +278,9 @@ class ModelClient:
             clients[key] = openai.AsyncOpenAI(
                 base_url=endpoint.base_url,
                 api_key=endpoint.api_key or "EMPTY",
-                timeout=endpoint.timeout,
+                timeout=httpx.Timeout(
+                    endpoint.timeout, connect=min(CONNECT_TIMEOUT, endpoint.timeout)
+                ),
                 max_retries=0,  # retried here, by kind of failure
             )
         return clients[key]
@@ -243,7 +292,9 @@ class ModelClient:
         return response
 
     async def _post_once(self, endpoint: Endpoint, url: str, body: dict) -> Any:
-        timeout = aiohttp.ClientTimeout(total=endpoint.timeout)
+        timeout = aiohttp.ClientTimeout(
+            total=endpoint.timeout, sock_connect=min(CONNECT_TIMEOUT, endpoint.timeout)
+        )
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
             session.post(url, json=body, headers=endpoint.headers()) as response,
@@ -486,7 +537,8 @@ async def check_model_server(
                     raise ModelServerError(message) from None
                 fix = likely_fix(exc, endpoint, rollout_server_url, served)
                 raise ModelServerError(
-                    f"the model server does not answer: {exc}; {fix}{after}"
+                    f"the model server does not answer: {exc}; {fix}{after} "
+                    f"(asked from {socket.gethostname()})"
                 ) from None
 
 

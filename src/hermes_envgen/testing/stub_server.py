@@ -157,8 +157,9 @@ class StubServer:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and self._stopping is not None:  # once
+            loop.call_soon_threadsafe(self._stopping.set)
         if self._thread is not None:
             self._thread.join(10)
         self._thread = None
@@ -218,7 +219,8 @@ class StubServer:
     # -- handlers --------------------------------------------------------------------------
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        # requests: how many chat/completion requests came, for tests in another process
+        return web.json_response({"status": "ok", "requests": len(self.requests)})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(

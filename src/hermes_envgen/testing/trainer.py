@@ -27,11 +27,20 @@ def free_port() -> int:
 
 
 class RunApi:
-    """``run-api`` in a subprocess on 127.0.0.1; a context manager that stops it."""
+    """``run-api`` in a subprocess; a context manager that stops it.
 
-    def __init__(self, port: int | None = None, log: Path | None = None) -> None:
+    ``host`` is the address it listens on: 127.0.0.1 by default, the trainer node's address
+    (or 0.0.0.0) when env workers on other machines post to it. ``url`` is where this process
+    reaches it: ``host``, or 127.0.0.1 for a wildcard bind.
+    """
+
+    def __init__(
+        self, port: int | None = None, log: Path | None = None, host: str = "127.0.0.1"
+    ) -> None:
+        self.host = host
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        here = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        self.url = f"http://{here}:{self.port}"
         self._log = log
         self._process: subprocess.Popen | None = None
 
@@ -39,7 +48,7 @@ class RunApi:
         script = "from atroposlib.cli.run_api import main; main()"
         output = open(self._log, "w") if self._log else subprocess.DEVNULL
         self._process = subprocess.Popen(
-            [sys.executable, "-c", script, "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, "-c", script, "--host", self.host, "--port", str(self.port)],
             stdout=output,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -628,6 +628,16 @@ def engine_address() -> str:
 def start_failure(output: str, image: str) -> str:
     """One line saying why ``docker run`` could not start a sandbox, and what to do."""
     engine = engine_address()
+    if "tls:" in output or "x509:" in output or "remote error: tls" in output:
+        # The engine answers but the certificates do not match: not "no engine" (the CLI
+        # never falls back to plain TCP with DOCKER_TLS_VERIFY set).
+        reason = next(line for line in output.splitlines() if "tls" in line or "x509" in line)
+        where = os.environ.get("DOCKER_CERT_PATH") or "~/.docker"
+        return (
+            f"docker backend: the TLS handshake with the engine at {engine} fails "
+            f"({reason.strip()[-200:]}); the certificates in {where} (ca.pem, cert.pem, "
+            "key.pem) must be the engine's CA and a client certificate it trusts"
+        )
     if ENGINE_GONE in output or "error during connect" in output:
         return (
             f"docker backend: no Docker engine answers at {engine}; start one (dockerd, or"
