@@ -107,9 +107,10 @@ def test_toolsets_resolve_with_enabled_and_disabled():
 
 def test_an_unknown_toolset_fails_with_the_valid_names():
     with pytest.raises(
-        UnknownToolError, match=r"unknown toolset or tool 'web'.*valid toolsets:.*file.*terminal"
+        UnknownToolError,
+        match=r"unknown toolset or tool 'browser'.*valid toolsets:.*file.*python.*terminal.*web",
     ):
-        REGISTRY.resolve(["web"])
+        REGISTRY.resolve(["browser"])
     with pytest.raises(UnknownToolError, match="unknown toolset or tool 'nope'"):
         REGISTRY.resolve(None, ["nope"])
 

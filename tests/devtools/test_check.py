@@ -260,6 +260,8 @@ def test_the_checks_run_against_a_real_endpoint(project, stub_server, offline_to
         '{"top_k": 3}',
         "--tool-choice",
         "auto",
+        "--trainer",
+        "none",  # a chat-mode endpoint: no inference logprobs (its own test above)
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert rows(result)["process"] == "PASS" and rows(result)["evaluate"] == "PASS"

@@ -360,7 +360,10 @@ def test_a_gigabyte_flood_of_output_is_capped_and_cut_off(backend, command, tmp_
 @pytest.mark.parametrize("backend", ALL)
 def test_a_timeout_kills_every_descendant_daemons_included(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
-    marks = [str(n) for n in range(7101, 7107)]
+    # Marks of this run alone: the backends' runs of this test may run at once (pytest-xdist),
+    # and each looks for its sleeps among every process of the host.
+    first = 7101 + 10 * ALL.index(backend)
+    marks = [str(n) for n in range(first, first + 6)]
     command = f"""
         sleep {marks[0]} &
         setsid sleep {marks[1]} &
