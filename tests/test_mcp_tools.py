@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, docker_test_image
+from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, docker_test_image, needs_bwrap
 
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
@@ -70,6 +70,13 @@ def test_a_stdio_server_runs_in_each_rollouts_sandbox_with_its_own_state(tmp_pat
             await manager.close_all()
 
     run(scenario())
+
+
+@needs_bwrap
+def test_auto_is_resolved_as_the_env_does_before_a_server_is_listed(tmp_path):
+    registry = mcp_registry(REGISTRY, [server()], settings(tmp_path, "auto"))
+    assert {"notes_add_note", "notes_read_note"} <= set(registry.names())
+    assert (tmp_path / "auto" / "hermes-envgen").is_dir()  # a sandbox was made, not refused
 
 
 def test_allowed_tools_are_the_only_ones_offered(tmp_path):

@@ -203,10 +203,20 @@ class HermesAgentBaseEnv(BaseEnv):
                 + " (offline? pass --env.tokenizer_name with a local directory)"
             ) from None
         self.config: HermesAgentEnvConfig = config
+        sandbox_settings = config.sandbox_settings()
+        try:  # auto: bwrap where it works; local as root only when opted in (say it, either way)
+            sandbox_settings.backend = choose_backend(
+                sandbox_settings.backend, config.sandbox_allow_unsafe_local
+            )
+        except EnvConfigError:
+            self._discard_empty_output()
+            raise
+        if sandbox_settings.backend == "local":
+            hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
         if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
-            try:
+            try:  # in a sandbox of the backend the rollouts use, resolved above
                 self.tool_registry = mcp_registry(
-                    self.tool_registry, config.mcp_servers, config.sandbox_settings()
+                    self.tool_registry, config.mcp_servers, sandbox_settings
                 )
             except EnvConfigError:
                 self._discard_empty_output()
@@ -249,16 +259,6 @@ class HermesAgentBaseEnv(BaseEnv):
         except EnvConfigError:
             self._discard_empty_output()
             raise
-        sandbox_settings = config.sandbox_settings()
-        try:  # auto: bwrap where it works; local as root only when opted in (say it, either way)
-            sandbox_settings.backend = choose_backend(
-                sandbox_settings.backend, config.sandbox_allow_unsafe_local
-            )
-        except EnvConfigError:
-            self._discard_empty_output()
-            raise
-        if sandbox_settings.backend == "local":
-            hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
         self.sandboxes = SandboxManager(sandbox_settings, lifetime=config.sandbox_idle_lifetime)
         set_default_sandbox_manager(self.sandboxes)
         self._sandbox_errors_logged: set[str] = set()

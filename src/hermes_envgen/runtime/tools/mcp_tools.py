@@ -30,7 +30,7 @@ import tempfile
 import uuid
 import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.choice import AUTO, choose_backend
 from hermes_envgen.runtime.tools.registry import Tool, ToolExecutionError, ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -433,7 +434,12 @@ def result_text(label: str, result: Any) -> str:
 def mcp_registry(
     base: ToolRegistry, servers: list[McpServerSettings], sandbox_settings: SandboxSettings
 ) -> ToolRegistry:
-    """``base`` plus the tools of ``servers``, listed now (EnvConfigError when one cannot be)."""
+    """``base`` plus the tools of ``servers``, listed now (EnvConfigError when one cannot be).
+
+    The env passes its resolved backend; ``auto`` from another caller is resolved the same way.
+    """
+    if sandbox_settings.backend == AUTO:
+        sandbox_settings = replace(sandbox_settings, backend=choose_backend(AUTO))
     toolset = McpToolset(servers, sandbox_settings)
     toolset.start()
     return toolset.register(base)
