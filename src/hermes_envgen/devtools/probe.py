@@ -126,7 +126,10 @@ def injection_report(
 
     samples = builtin_samples(env_cls) or [{"prompt": "What is 2 + 2?", "answer": "4"}]
     server = {"model_name": model} if model else None
-    env = build_env(env_cls, base_url, tokenizer, workdir, server_overrides=server)
+    # The env's own judge (its judge_base_url), not the stub: the probe asks the judge it uses.
+    env = build_env(
+        env_cls, base_url, tokenizer, workdir, server_overrides=server, stub_judge=False
+    )
     outcome = judge_injection(env, samples[0])
     if outcome is None:
         return {"skipped": "the reward asks no LLM judge (make_judge returns None)"}
