@@ -300,9 +300,18 @@ def test_the_process_and_evaluate_budgets_are_bounded_by_flags(
     result = run_check(str(project), *flags, *bounded)
     assert row_reason(result, "process") == "2 sequences, valid", result.stdout + result.stderr
     assert row_reason(result, "evaluate").startswith("2 rollouts scored"), result.stdout
-    # No conversation sent more than two turns' worth of assistant messages.
-    chats = [r for r in endpoint.requests if r.get("messages")]
-    assert chats and max(sum(m["role"] == "assistant" for m in r["messages"]) for r in chats) <= 1
+    # The project samples in token mode: each request's prompt is the conversation so far as
+    # token ids (/generate or /v1/completions), ending in the generation prompt's assistant
+    # header. The second turn was asked and no third: at most one earlier assistant message.
+    sampled = [assistant_headers(endpoint, r["prompt"]) for r in endpoint.requests if "prompt" in r]
+    assert sampled and max(sampled) == 2, sampled
+
+
+def assistant_headers(endpoint, prompt) -> int:
+    """How many ChatML assistant headers a token-mode prompt (ids, or vLLM's dict) holds."""
+    ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else prompt
+    text = ids if isinstance(ids, str) else endpoint.tokenizer.decode(ids)
+    return text.count("<|im_start|>assistant")
 
 
 @pytest.mark.slow

@@ -44,6 +44,8 @@ def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
 ):
     server = stub_server(SLEEPER)
     overrides = {"sandbox_image": docker_test_image()} if backend == "docker" else {}
+    if backend == "local":  # local as root is refused unless opted in
+        overrides["sandbox_allow_unsafe_local"] = True
     env = build_env(
         TerminalTaskEnv,
         server.base_url,

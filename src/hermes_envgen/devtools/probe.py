@@ -6,9 +6,11 @@ CLI down with it, and keeps atroposlib out of the CLI's own process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import io
 import json
 import os
 import sys
@@ -121,12 +123,24 @@ def injection_report(
     """The env's judge asked to grade an injection answer (see testing.reward_checks)."""
     from dataclasses import asdict
 
+    from hermes_envgen.runtime.errors import EnvConfigError
     from hermes_envgen.testing.envs import build_env
     from hermes_envgen.testing.reward_checks import judge_injection
 
     samples = builtin_samples(env_cls) or [{"prompt": "What is 2 + 2?", "answer": "4"}]
     server = {"model_name": model} if model else None
-    env = build_env(env_cls, base_url, tokenizer, workdir, server_overrides=server)
+    # The env's own judge (its judge_base_url), not the stub: the probe asks the judge it uses.
+    # One it cannot set up (a remote judge without its key, offline) could not be asked.
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            env = build_env(
+                env_cls, base_url, tokenizer, workdir, server_overrides=server, stub_judge=False
+            )
+    except (SystemExit, EnvConfigError) as exc:
+        lines = said.getvalue().strip().splitlines() or [str(exc) or "the env exited"]
+        judge = getattr(env_cls.config_init()[0], "judge_base_url", None) or base_url
+        return {"score": None, "judge_error": lines[-1], "judge": judge, "self_judged": False}
     outcome = judge_injection(env, samples[0])
     if outcome is None:
         return {"skipped": "the reward asks no LLM judge (make_judge returns None)"}
