@@ -288,7 +288,8 @@ def test_a_server_that_never_comes_up_is_named_after_the_bounded_wait(offline_to
     lines = completed.stderr.strip().splitlines()
     assert any(line.startswith(f"waiting for the model server at {url}: ") for line in lines)
     assert lines[-1].startswith(f"error: the model server does not answer: {url}/")
-    assert lines[-1].endswith("s: --env.startup_wait)"), lines[-1]
+    assert " s: --env.startup_wait) " in lines[-1], lines[-1]
+    assert lines[-1].endswith(f"(asked from {socket.gethostname()})"), lines[-1]
 
 
 def test_serve_refuses_a_model_url_that_is_the_rollout_server(offline_tokenizer, tmp_path):

@@ -15,26 +15,22 @@ from hermes_envgen.testing.envs import build_env
 
 GREETING = TASKS[0]
 BUDGET = 2.0
-# The agent asks for a day and runs sleeps the operator's 30 s limit allows: only the
-# rollout's budget can end it (each turn repeats the last).
-SLEEPER = {
-    "conversations": [
+# Each backend's sleeps carry its own mark: the parametrized cases may run side by side on
+# other test workers, and each must find only its own commands.
+MARKS = {"local": "101", "bwrap": "102", "docker": "103"}
+
+
+def sleeper(mark: str) -> dict:
+    """The agent asks for a day and runs sleeps the operator's 30 s limit allows: only the
+    rollout's budget can end it (each turn repeats the last)."""
+    calls = [
         {
-            "match": "greeting",
-            "turns": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "terminal",
-                            "arguments": {"command": "sleep 29; echo woke", "timeout": 86400},
-                        },
-                        {"name": "terminal", "arguments": {"command": "sleep 28"}},
-                    ]
-                }
-            ],
-        }
+            "name": "terminal",
+            "arguments": {"command": f"sleep 29.{mark}; echo woke", "timeout": 86400},
+        },
+        {"name": "terminal", "arguments": {"command": f"sleep 28.{mark}"}},
     ]
-}
+    return {"conversations": [{"match": "greeting", "turns": [{"tool_calls": calls}]}]}
 
 
 @pytest.mark.timeout(240)
@@ -42,7 +38,8 @@ SLEEPER = {
 def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
     backend, stub_server, offline_tokenizer, tmp_path
 ):
-    server = stub_server(SLEEPER)
+    mark = MARKS[backend]
+    server = stub_server(sleeper(mark))
     overrides = {"sandbox_image": docker_test_image()} if backend == "docker" else {}
     if backend == "local":  # local as root is refused unless opted in
         overrides["sandbox_allow_unsafe_local"] = True
@@ -83,6 +80,8 @@ def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
         answers = {m["tool_call_id"]: m["content"] for m in messages[-2:]}
         assert set(answers) == {call["id"] for call in calls}
         assert all("budget" in answer for answer in answers.values())
-    assert not processes_running(b"sleep 29", b"sleep 28"), "a command outlived its rollout"
+    assert not processes_running(f"29.{mark}".encode(), f"28.{mark}".encode()), (
+        "a command outlived its rollout"
+    )
     workspaces = tmp_path / "sandboxes" / "hermes-envgen"
     assert not [p for p in workspaces.glob("*/*") if p.is_dir()], "a workspace was left"
