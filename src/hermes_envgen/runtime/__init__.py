@@ -31,6 +31,7 @@ _EXPORTS = {
     "ModelClient": "inference",
     "judge_client": "inference",
     # tasks
+    "Task": "tasks",
     "load_items": "datasets",
     "split_train_eval": "datasets",
     "training_order": "datasets",
@@ -88,6 +89,7 @@ __all__ = [
     "SandboxError",
     "SandboxManager",
     "SandboxSettings",
+    "Task",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -150,6 +152,7 @@ if TYPE_CHECKING:
         weighted_score,
     )
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+    from hermes_envgen.runtime.tasks import Task
     from hermes_envgen.runtime.tool_context import ToolContext
     from hermes_envgen.runtime.tools import REGISTRY, Tool, ToolRegistry, tool
     from hermes_envgen.runtime.trajectory import tokenize_conversation
