@@ -24,7 +24,7 @@ from hermes_envgen.testing import OfflineRun, build_env, offline_environment, sc
 
 MISTYPED = "example-org/terminal-tassks"
 
-ENV_FILE = '''
+ENV_FILE = """
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from hermes_envgen.runtime import HermesAgentBaseEnv, HermesAgentEnvConfig, Reward
 
@@ -54,7 +54,7 @@ class DatasetEnv(HermesAgentBaseEnv):
 
 if __name__ == "__main__":
     DatasetEnv.cli()
-'''
+"""
 
 SAMPLES = [{"prompt": "Say yes.", "answer": "yes"}, {"prompt": "Say no.", "answer": "no"}]
 
