@@ -4,7 +4,8 @@ The template repository is built here: VERSION_TAG holds the template of PREVIOU
 env that wrote its own dataset settings, setup, get_next_item, evaluate and wandb_log), NEW_TAG
 the working tree's. A project made from the first, edited as a user would, is updated to the
 second: the edits survive, the copied task code is gone, and the project's tests pass on this
-runtime.
+runtime, before the update as after it. The project names a dataset, which offline cannot load:
+its tests run on the built-in samples either way.
 """
 
 from __future__ import annotations
@@ -78,13 +79,28 @@ def cli_env(cli_env: dict[str, str], layouts: Path) -> dict[str, str]:
     return {**cli_env, "HERMES_ENVGEN_TEMPLATE_SOURCE": str(layouts)}
 
 
+def _assert_own_tests_pass(project: Path) -> None:
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        env=offline_environment({"PYTHONPATH": str(project / "src")}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_update_brings_the_slim_env_and_keeps_the_users_edits(run_cli: RunCli, tmp_path: Path):
-    made = run_cli("new", "demo-env", "--defaults", "--data", "ci=false")
+    dataset = ["--data", "use_dataset=true", "--data", "dataset_name=example-org/terminal-tasks"]
+    made = run_cli("new", "demo-env", "--defaults", "--data", "ci=false", *dataset)
     assert made.returncode == 0, made.stderr
     project = tmp_path / "demo-env"
     env_py = project / "src" / "demo_env" / "env.py"
     assert "async def setup(self)" in env_py.read_text()  # the old layout
+    _assert_own_tests_pass(project)  # on this runtime
     # The user's edits: one more line in prepare_sandbox, one more built-in task.
     text = env_py.read_text()
     anchor = "            await ctx.write_file(path, content)\n"
@@ -105,15 +121,6 @@ def test_update_brings_the_slim_env_and_keeps_the_users_edits(run_cli: RunCli, t
     for copied in ("async def setup(", "async def get_next_item(", "async def evaluate("):
         assert copied not in text, f"{copied} is still in env.py"
     assert "samples = SAMPLES" in text and "item: Task" in text
-    assert len(text.splitlines()) < 120
-
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=project,
-        env=offline_environment({"PYTHONPATH": str(project / "src")}),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-3000:]
+    assert 'dataset_name="example-org/terminal-tasks"' in text
+    assert len(text.splitlines()) < 125  # 120, and the dataset's four settings
+    _assert_own_tests_pass(project)
