@@ -29,14 +29,14 @@ pytestmark = pytest.mark.timeout(900)
 PREVIOUS_COMMIT = "4635021867f76631f116ced77400bff4b2b81acd"
 
 USER_LINE = '        await ctx.write_file("NOTES.md", "Check your answer twice.\\n")'
-USER_SAMPLE = '''    {
+USER_SAMPLE = """    {
         "prompt": "How many lines does colours.txt have?",
         "files": {"colours.txt": "red\\ngreen\\nblue\\n"},
         "answer": "3",
         "solution": "wc -l < colours.txt | tee answer.txt",
         "gold_answer": "colours.txt has 3 lines.",
     },
-'''
+"""
 
 
 def _commit_and_tag(repo: Path, tag: str) -> None:
