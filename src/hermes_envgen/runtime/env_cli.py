@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.errors import HermesEnvgenError
+from hermes_envgen.errors import HermesEnvgenError, report
 from hermes_envgen.runtime.config import renamed_flags
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.inference import same_server
@@ -27,11 +27,9 @@ def run_env_cli(atropos_cli: Callable[[], None]) -> None:
     try:
         atropos_cli()
     except HermesEnvgenError as exc:  # configuration mistakes exit 2, the model server's too
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except ValidationError as exc:
-        print(f"error: {validation_line(exc)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report(exc))
+    except ValidationError as exc:  # a flag's value: a configuration mistake like the others
+        sys.exit(report(EnvConfigError(validation_line(exc))))
 
 
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
