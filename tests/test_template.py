@@ -109,8 +109,11 @@ def test_every_combination_is_ruff_clean(combination, provider, pattern, ci, use
     assert len(env_py.splitlines()) < (125 if use_dataset else 120)  # the dataset: 4 settings
     assert "def setup(" not in env_py and "def get_next_item(" not in env_py
     # The README wraps at 100 columns, its commands too (continued with \).
-    wide = [line for line in (project / "README.md").read_text().splitlines() if len(line) > 100]
-    assert wide == [], wide
+    lines = (project / "README.md").read_text().splitlines()
+    assert [line for line in lines if len(line) > 100] == []
+    # Each section heading on a line of its own, after a blank one (it once ran into the text).
+    assert not [line for line in lines if "## " in line.lstrip("#")]
+    assert all(lines[i - 1] == "" for i, line in enumerate(lines) if line.startswith("## "))
     deep = sorted(
         f"{path.relative_to(project)}: {module}"
         for path in project.rglob("*.py")
