@@ -65,10 +65,7 @@ def configured_tasks(
                 "samples instead"
             ) from None
         logger.warning(
-            "warning: dataset %s could not be loaded (%s); dataset_fallback: using the "
-            "built-in samples",
-            name,
-            cause,
+            "warning: dataset %s could not be loaded (%s); using the built-in samples", name, cause
         )
         return list(samples), f"built-in samples ({name} could not be loaded)"
 
@@ -83,25 +80,16 @@ def load_items(
     """The loader of projects made before 0.2, which call it from their own ``setup``: the
     dataset's items, or ``fallback`` when there is none or it cannot be loaded (warned).
 
-    Kept as it was so that those projects (and their offline tests) keep working; the base
-    env's ``load_tasks`` (``configured_tasks``) stops on a dataset that cannot be loaded, and
-    ``hermes-envgen update`` brings a project onto it. A dataset that loads but lacks the
-    configured fields is an error either way.
+    Kept falling back so that those projects (and their offline tests) keep working; the base
+    env's ``load_tasks`` stops on a dataset that cannot be loaded unless ``dataset_fallback``
+    is set, and ``hermes-envgen update`` brings a project onto it. A dataset that loads but
+    lacks the configured fields is an error either way.
     """
     if not name:
         return list(fallback), "built-in samples"
-    try:
-        return load_hub_items(name, split, prompt_field, answer_field), f"{name}[{split}]"
-    except DatasetError:
-        raise
-    except Exception as exc:  # offline, missing, private...: the old contract, said loudly
-        logger.warning(
-            "warning: dataset %s could not be loaded (%s); using the built-in samples "
-            "(`hermes-envgen update` makes this project stop instead)",
-            name,
-            exc,
-        )
-        return list(fallback), "built-in samples"
+    return configured_tasks(
+        name, split, prompt_field, answer_field, samples=fallback, fallback=True
+    )
 
 
 def split_train_eval(
