@@ -58,7 +58,7 @@ from hermes_envgen.runtime.inference import (
 )
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
-from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
+from hermes_envgen.runtime.records import Metric, RolloutRecord, metric
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_view
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
@@ -98,7 +98,7 @@ class Rollout:
             "finished_naturally": self.result.finished_naturally,
             "tool_calls": len(self.result.tool_calls),
             "tools_used": self.result.tools_used,
-            "tool_errors": [ToolErrorRecord(**vars(e)) for e in self.result.tool_errors],
+            "tool_errors": [e.as_json() for e in self.result.tool_errors],
             "reward_error": self.reward_error,
             "reward_counts": self.counts,
             "reward_signals": self.signals,

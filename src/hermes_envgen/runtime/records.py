@@ -5,6 +5,7 @@ reads them (the base env, evaluation, ``check``, ``view``, the testing kit, gene
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
 
 # The files an evaluation writes into --env.data_dir_to_save_evals.
@@ -17,14 +18,23 @@ METRICS_FILE = "metrics.json"  # atroposlib's evaluate_log, with our config_gene
 TOOL_ERROR_PREFIX = "Error:"
 
 
-class ToolErrorRecord(TypedDict):
-    """A tool call that failed, as saved (``AgentResult.tool_errors``)."""
+@dataclass
+class ToolErrorRecord:
+    """A tool call that could not be carried out, as the model made it: a record, no exception.
+
+    ``AgentResult.tool_errors`` holds these; a rollout record saves each as the dict of its
+    fields (``as_json``).
+    """
 
     turn: int
     tool_name: str
     arguments: str
-    error: str
-    tool_result: str
+    error: str  # what went wrong
+    tool_result: str  # what the model was told instead of the tool's output
+
+    def as_json(self) -> dict[str, Any]:
+        """The record as saved in a rollout record's ``tool_errors``."""
+        return asdict(self)
 
 
 class RolloutRecord(TypedDict, total=False):
@@ -41,7 +51,8 @@ class RolloutRecord(TypedDict, total=False):
     finished_naturally: bool
     tool_calls: int
     tools_used: list[str]
-    tool_errors: list[ToolErrorRecord]
+    tool_errors: list[dict[str, Any]]  # each a ToolErrorRecord's fields
+    turn_rewards: list[float | None]  # the env's turn_reward of each turn (None: none given)
     reward_error: str | None
     reward_counts: dict[str, float]
     reward_signals: dict[str, float]
