@@ -70,6 +70,7 @@ class Metric:
     FAILURES = "failures"
     MEAN_REWARD = "mean_reward"
     MEAN_TURNS = "mean_turns"
+    MEAN_TURN_REWARD = "mean_turn_reward"  # over the turns the env's turn_reward scored
     PASS_AT_1 = "pass@1"
     TOOL_CALLS_PER_ROLLOUT = "tool_calls_per_rollout"
     TOOL_ERRORS_PER_ROLLOUT = "tool_errors_per_rollout"
