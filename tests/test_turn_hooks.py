@@ -171,6 +171,12 @@ def test_turn_rewards_are_kept_per_turn_with_the_envs_metadata(stub_server, sand
         ("env_response", ValueError("no user"), "env_response failed: ValueError: no user"),
         ("env_response", "hello", "env_response failed: it returned str, not a list of dicts"),
         ("turn_reward", "high", "turn_reward failed: it returned 'high', not a number"),
+        (
+            "env_response",
+            [{"role": "assistant", "content": "I give up"}],
+            "env_response failed: a message of role 'assistant' (the env speaks as user, "
+            "system, tool)",
+        ),
         ("is_done", KeyError("board"), "is_done failed: KeyError: 'board'"),
     ],
 )
@@ -187,7 +193,7 @@ def test_a_hook_that_fails_ends_the_rollout_with_the_reason(
 
     setattr(Broken, hook, broken)
     result, _ = run_loop(stub_server(TOOL_FOREVER), sandboxes, Broken(), max_turns=5)
-    assert result.error == error
+    assert result.error == error and result.failed_hook == hook
     assert result.turns_used == 1 and not result.finished_naturally
 
 

@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 # The tool name of a ToolErrorRecord for a call that could not be parsed from the model's text.
 UNPARSED_TOOL = "(unparsed)"
 
+# The roles of the messages an env's env_response may add.
+ENV_ROLES = ("user", "system", "tool")
+
 # The record's earlier name (it is no exception); projects of earlier releases may import it.
 ToolError = ToolErrorRecord
 
@@ -52,6 +55,7 @@ class AgentResult:
     tool_errors: list[ToolErrorRecord] = field(default_factory=list)
     reasoning_per_turn: list[str | None] = field(default_factory=list)
     error: str | None = None  # why the rollout stopped early (server or hook failure), if it did
+    failed_hook: str | None = None  # the turn hook whose failure ``error`` is, if one's is
     timed_out: bool = False  # ended by the loop's time budget (max_rollout_seconds)
     replaced_characters: int = 0  # lone surrogates in the model's replies, made U+FFFD
     turn_rewards: list[float | None] = field(default_factory=list)  # turn_reward, per turn
@@ -451,6 +455,13 @@ class HermesAgentLoop:
             self._hook_failed(
                 state, "env_response", f"it returned {type(added).__name__}, not a list of dicts"
             )
+        if spoken := [m.get("role") for m in added if m.get("role") not in ENV_ROLES]:
+            # Assistant text is trained (chat mode): the env must not put words in its mouth.
+            self._hook_failed(
+                state,
+                "env_response",
+                f"a message of role {spoken[0]!r} (the env speaks as {', '.join(ENV_ROLES)})",
+            )
         state.result.messages.extend(dict(m) for m in added)
         reward = await self._hook("turn_reward", state)
         if reward is not None:
@@ -474,6 +485,7 @@ class HermesAgentLoop:
 
     def _hook_failed(self, state: RolloutState, name: str, why: str) -> None:
         state.result.error = f"{name} failed: {why}"
+        state.result.failed_hook = name
         raise _HookFailed(name)
 
     async def _complete(self, messages: list[dict]) -> AssistantTurn:
