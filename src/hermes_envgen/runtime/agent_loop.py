@@ -22,7 +22,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from hermes_envgen.runtime.errors import InferenceError
 from hermes_envgen.runtime.parsers.base import new_alnum_id
@@ -483,7 +483,7 @@ class HermesAgentLoop:
             self._hook_failed(state, name, f"{type(exc).__name__}: {exc}")
         return value
 
-    def _hook_failed(self, state: RolloutState, name: str, why: str) -> None:
+    def _hook_failed(self, state: RolloutState, name: str, why: str) -> NoReturn:
         state.result.error = f"{name} failed: {why}"
         state.result.failed_hook = name
         raise _HookFailed(name)
@@ -514,7 +514,7 @@ class HermesAgentLoop:
         raise AssertionError("unreachable")
 
     async def _execute(self, call: dict, turn: int, result: AgentResult) -> str:
-        """Run one tool call; every failure becomes a ToolError and a message for the model."""
+        """Run one tool call; every failure becomes a ToolErrorRecord and a message to the model."""
         name = call["function"]["name"]
         raw_arguments = call["function"]["arguments"]
         errors = result.tool_errors
