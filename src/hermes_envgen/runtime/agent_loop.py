@@ -118,7 +118,7 @@ class RolloutState:
 
     @property
     def turn_rewards(self) -> list[float | None]:
-        """Every earlier turn's ``turn_reward`` (None where it gave none)."""
+        """The ``turn_reward`` of each turn so far (None where it gave none)."""
         return self.result.turn_rewards
 
     @property
@@ -140,8 +140,10 @@ class TurnHooks:
 
         A simulated user's reply, a game's new state, a test runner's verdict: usually
         ``{"role": "user", "content": ...}``. When the model answered without tool calls, the
-        rollout goes on if this returns any message and ends if it returns none. In token
-        mode they are part of the next prompt, masked: never trained.
+        rollout goes on if this returns any message and ends if it returns none. Roles
+        ``user``, ``system`` or ``tool``: an ``assistant`` message (chat mode would train it)
+        ends the rollout as a failed hook. In token mode they are part of the next prompt,
+        masked: never trained.
         """
         return []
 
@@ -159,7 +161,7 @@ class TurnHooks:
 
 
 class _HookFailed(Exception):
-    """A turn hook raised: the rollout ends (the hook's error is logged where it is caught)."""
+    """A turn hook failed: the rollout ends (its reason is already in ``AgentResult.error``)."""
 
 
 @dataclass
