@@ -13,6 +13,7 @@ from hermes_envgen.runtime.errors import (
     AuthRefused,
     ContextOverflow,
     InferenceError,
+    MalformedReply,
     ModelNotFound,
     NoReplyInTime,
     NotFound,
@@ -68,6 +69,12 @@ HINTS: dict[type[InferenceError], Hint] = {
     NoReplyInTime: Hint(
         "the server is up but does not answer in time: is it loaded? (--openai.timeout)",
         "the judge's server is up but does not answer in time: is it loaded?",
+    ),
+    MalformedReply: Hint(
+        "the server answers, but not in the form --env.inference_api expects: is it right for "
+        "this server?",
+        "the judge's server answers, but not as an OpenAI-compatible chat API: is "
+        "--env.judge_base_url one?",
     ),
     ServerError: Hint("see the server's log", "see the judge server's log"),
     InferenceError: Hint("see the server's log", "see the judge server's log"),

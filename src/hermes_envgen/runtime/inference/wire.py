@@ -148,7 +148,7 @@ class _Reply:
         return self.of_kind(data[key], kind, key)
 
     def item(self, values: list, index: int, kind: type, name: str) -> Any:
-        if not isinstance(values, list) or len(values) <= index:
+        if len(self.of_kind(values, list, name)) <= index:
             self.bad(f"{name} is empty")
         return self.of_kind(values[index], kind, f"an item of {name}")
 
