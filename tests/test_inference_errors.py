@@ -4,6 +4,7 @@ one hint table says what to change for each; a bug of ours surfaces as the bug, 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 
 import pytest
@@ -249,3 +250,34 @@ def test_same_server_compares_host_and_port_with_every_local_name_alike():
     assert same_server("http://127.0.0.1/v1", "http://localhost:80")
     assert not same_server("http://[::1]:8001", "http://localhost:8000")
     assert not same_server("https://h/v1", "http://h/v1")  # 443 and 80
+
+
+LOCAL = [
+    "http://[::1]/v1",
+    "http://[::1]:9001/v1",
+    "http://127.0.0.1:9001/v1",
+    "http://localhost/v1",
+]
+REMOTE = ["https://openrouter.ai/api/v1", "http://[2001:db8::1]:8000/v1", "http://gpu-box:9001/v1"]
+
+
+@pytest.mark.parametrize("url", LOCAL + REMOTE)
+def test_the_env_and_the_judge_agree_on_which_servers_need_no_key(url, monkeypatch):
+    from types import SimpleNamespace
+
+    from hermes_envgen.runtime.env_cli import check_api_key
+    from hermes_envgen.runtime.errors import EnvConfigError
+    from hermes_envgen.runtime.inference import judge_client
+
+    monkeypatch.delenv("NO_SUCH_KEY", raising=False)
+    config = SimpleNamespace(base_url=url, api_key="")
+    policy = ModelClient([Endpoint("http://127.0.0.1:1/v1", "m")], api="chat")
+    if url in LOCAL:
+        check_api_key(config)
+        assert config.api_key == "EMPTY"  # a placeholder: the OpenAI client wants one
+        assert judge_client(policy, url, "judge", "NO_SUCH_KEY").endpoints[0].api_key == ""
+    else:
+        with pytest.raises(EnvConfigError, match=re.escape(f"no API key for {url}:")):
+            check_api_key(config)
+        with pytest.raises(EnvConfigError, match="NO_SUCH_KEY is empty"):
+            judge_client(policy, url, "judge", "NO_SUCH_KEY")
