@@ -13,8 +13,8 @@ from typing import Any
 from hermes_envgen.errors import HermesEnvgenError, report
 from hermes_envgen.runtime.config import renamed_flags
 from hermes_envgen.runtime.errors import EnvConfigError
-from hermes_envgen.runtime.urls import is_local, same_server
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
+from hermes_envgen.runtime.urls import is_local, same_server
 
 
 def run_env_cli(atropos_cli: Callable[[], None]) -> None:
