@@ -281,3 +281,18 @@ def test_the_env_and_the_judge_agree_on_which_servers_need_no_key(url, monkeypat
             check_api_key(config)
         with pytest.raises(EnvConfigError, match="NO_SUCH_KEY is empty"):
             judge_client(policy, url, "judge", "NO_SUCH_KEY")
+
+
+def test_the_start_up_check_waits_for_a_starting_server_not_for_one_in_the_wrong_form(stub_server):
+    import time
+
+    from hermes_envgen.runtime.errors import ModelServerError
+    from hermes_envgen.runtime.inference import check_model_server
+
+    stub = stub_server(SCRIPT, faults=Faults(malformed_rate=1.0))
+    client = ModelClient([Endpoint(stub.base_url, "m")], api="chat")
+    started = time.monotonic()
+    with pytest.raises(ModelServerError, match="malformed reply") as caught:
+        asyncio.run(check_model_server(client, startup_wait=20))
+    assert time.monotonic() - started < 10 and len(stub.requests) == 1
+    assert "not in the form --env.inference_api expects" in str(caught.value)

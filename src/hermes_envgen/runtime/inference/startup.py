@@ -15,7 +15,12 @@ from typing import Any
 
 import aiohttp
 
-from hermes_envgen.runtime.errors import InferenceError, ModelServerError, NotFound
+from hermes_envgen.runtime.errors import (
+    InferenceError,
+    MalformedReply,
+    ModelServerError,
+    NotFound,
+)
 from hermes_envgen.runtime.inference.client import ModelClient
 from hermes_envgen.runtime.inference.endpoint import Endpoint
 from hermes_envgen.runtime.inference.hints import fix_hint
@@ -40,8 +45,8 @@ async def check_model_server(
     """Send each endpoint one small request; ModelServerError (one line) when it cannot succeed.
 
     A refused connection, a timeout or a 5xx is asked again for ``startup_wait`` seconds
-    (a server may be loading its model); a 4xx fails at once. ``judge``: the client is the
-    judge's, and the error names the judge's settings.
+    (a server may be loading its model); a 4xx or a reply in the wrong form fails at once.
+    ``judge``: the client is the judge's, and the error names the judge's settings.
     """
     for endpoint in client.endpoints:
         started = time.monotonic()
@@ -53,7 +58,10 @@ async def check_model_server(
                 progress.done()
                 break
             except InferenceError as exc:
-                if exc.retryable and time.monotonic() + _PAUSE < deadline:
+                # A server that is still starting refuses, times out or says 5xx; one that
+                # answers in the wrong form is up, and waiting will not change its form.
+                starting = exc.retryable and not isinstance(exc, MalformedReply)
+                if starting and time.monotonic() + _PAUSE < deadline:
                     progress.waiting(exc, time.monotonic() - started)
                     await asyncio.sleep(_PAUSE)
                     continue
