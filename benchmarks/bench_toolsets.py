@@ -1,4 +1,8 @@
-"""Tool-call latency of the ``python`` and ``mcp`` toolsets against raw subprocesses, in one run.
+"""Tool-call latency of ``search_files`` and the ``python`` and ``mcp`` toolsets, in one run.
+
+- search: ``search_files`` over a small workspace (20 files of 40 lines) with the matchers
+  kept across searches (now) against the same search with a fresh matcher per search (the
+  way before: ``matchers.MAX_IDLE = 0`` ends each one at its search's end).
 
 - python: ``x += 1`` through the ``python`` tool (the rollout's persistent interpreter in its
   sandbox) against the raw baseline of a fresh ``python3 -c 'x = 1'`` per call, which keeps no
@@ -28,7 +32,7 @@ import time
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext
-from hermes_envgen.runtime.tools import REGISTRY
+from hermes_envgen.runtime.tools import REGISTRY, matchers
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings, mcp_registry
 from hermes_envgen.testing.mcp_notes import notes_server
 
@@ -82,9 +86,13 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
     raw_mcp = RawMcp()
     await raw_mcp.start(root)
     times: dict[str, list[float]] = {
-        name: [] for name in ("python", "raw python", "mcp", "raw mcp")
+        name: [] for name in ("search", "raw search", "python", "raw python", "mcp", "raw mcp")
     }
     try:
+        for number in range(20):
+            text = "".join(f"line {line} of file {number}: value = {line * number}\n"
+                           for line in range(40))  # fmt: skip
+            await ctx.call_tool("write_file", {"path": f"src/f{number}.py", "content": text})
         await ctx.call_tool("python", {"code": "x = 0"})  # started: calls measure the steady state
         await ctx.call_tool("notes_list_notes")
 
@@ -94,7 +102,21 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
         async def mcp_call() -> None:
             await ctx.call_tool("notes_list_notes")
 
+        async def search_call() -> None:
+            await ctx.call_tool("search_files", {"pattern": r"value = 1\d"})
+
+        async def fresh_search_call() -> None:
+            kept = matchers.MAX_IDLE
+            matchers.MAX_IDLE = 0  # each matcher ends with its search: one start per search
+            try:
+                await search_call()
+            finally:
+                matchers.MAX_IDLE = kept
+
+        await search_call()
         for _ in range(rounds):
+            times["search"].append(await per_call(search_call, calls))
+            times["raw search"].append(await per_call(fresh_search_call, calls))
             times["python"].append(await per_call(python_call, calls))
             times["raw python"].append(await per_call(raw_python, calls))
             times["mcp"].append(await per_call(mcp_call, calls))
@@ -107,7 +129,7 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
 
 
 def report(backend: str, times: dict[str, list[float]]) -> None:
-    for tool in ("python", "mcp"):
+    for tool in ("search", "python", "mcp"):
         ratios = [t / r for t, r in zip(times[tool], times[f"raw {tool}"])]
         print(
             f"{backend:6} {tool:6}: {statistics.median(times[tool]) * 1000:7.1f} ms/call, raw "

@@ -7,10 +7,9 @@ import contextlib
 import fnmatch
 import json
 import math
-import sys
-from pathlib import Path
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
+from hermes_envgen.runtime.tools import matchers as search_matchers
 from hermes_envgen.runtime.tools import search_worker
 from hermes_envgen.runtime.tools.registry import ToolExecutionError, printable, tool
 
@@ -165,31 +164,30 @@ async def search_files(
     searched: list[str] = []  # the names of the files sent to the matcher, in order
     found: list[list] = []
     notes: list[str] = []
-    # The matching runs in its own process, killed at the time limit: no pattern can hold
-    # the event loop (Python's re keeps the interpreter lock through a catastrophic match).
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", _WORKER, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    reader = asyncio.ensure_future(_read_matches(worker.stdout, found))
+    # The matching runs in a process of its own, killed at the time limit: no pattern can
+    # hold the event loop (Python's re keeps the interpreter lock through a catastrophic
+    # match). The process is kept for later searches when this one ends cleanly.
+    matchers = await search_matchers.pool()
+    matcher = await matchers.acquire()
+    reader = asyncio.ensure_future(_read_matches(matcher.process.stdout, found))
+    clean = False
 
     async def search() -> int:
-        skipped = await _feed(sandbox, worker, pattern, files, searched, found, notes)
-        await reader
-        if await worker.wait() != 0:
-            raise ToolExecutionError(f"search_files: the matcher failed (exit {worker.returncode})")
+        skipped = await _feed(sandbox, matcher.process, pattern, files, searched, found, notes)
+        if not await reader:
+            code = await matcher.process.wait()
+            raise ToolExecutionError(f"search_files: the matcher failed (exit {code})")
         return skipped
 
     try:
         skipped = await asyncio.wait_for(search(), limit)
+        clean = True
     except asyncio.TimeoutError:
         notes.append(f"[search stopped after {limit:g} s: the pattern is too slow on these files]")
         skipped = 0
     finally:
-        if worker.returncode is None:
-            worker.kill()
-            await worker.wait()
         reader.cancel()
+        await matchers.release(matcher, clean)
     if skipped:
         notes.append(f"[{skipped} binary or larger than {MAX_SEARCH_FILE_BYTES} bytes skipped]")
     if len(found) >= MAX_SEARCH_MATCHES:
@@ -199,9 +197,6 @@ async def search_files(
         for index, number, line in found[:MAX_SEARCH_MATCHES]
     ]
     return "\n".join(matches + notes) if matches else "\n".join(["no matches", *notes])
-
-
-_WORKER = str(Path(search_worker.__file__))
 
 
 def _check_pattern(pattern: str) -> None:
@@ -231,7 +226,11 @@ async def _feed(
     found: list[list],
     notes: list[str],
 ) -> int:
-    """Send the pattern and the files to the matcher, one at a time; how many were skipped."""
+    """Send the pattern and the files to the matcher, one at a time; how many were skipped.
+
+    The files stop at ``MAX_SEARCH_MATCHES`` matches or the byte budget; the end marker
+    follows in every case but a matcher that stopped reading (it failed: it is not reused).
+    """
     stdin = worker.stdin
     stdin.write(json.dumps(pattern).encode() + b"\n")
     skipped = 0
@@ -251,17 +250,21 @@ async def _feed(
             if budget <= 0:
                 notes.append(f"[stopped after reading {MAX_SEARCH_TOTAL_BYTES} bytes]")
                 break
+        stdin.write(search_worker.END.to_bytes(8, "big"))
+        await stdin.drain()
     except (BrokenPipeError, ConnectionResetError):
-        pass  # the matcher stopped (enough matches): what it found is read
-    finally:
-        stdin.close()
+        pass  # the matcher died: the reader sees its end without the end line
     return skipped
 
 
-async def _read_matches(stdout: asyncio.StreamReader, found: list[list]) -> None:
-    """Collect the matcher's matches as they come (a timeout keeps those found so far)."""
+async def _read_matches(stdout: asyncio.StreamReader, found: list[list]) -> bool:
+    """Collect the matcher's matches as they come (a timeout keeps those found so far);
+    whether the search's end came (False: the matcher ended first)."""
     while line := await stdout.readline():
+        if line.strip() == search_worker.END_LINE.encode():
+            return True
         found.append(json.loads(line))
+    return False
 
 
 async def _guard(awaitable):

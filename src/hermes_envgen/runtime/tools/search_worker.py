@@ -1,23 +1,31 @@
 """The process that matches ``search_files`` patterns, so that no pattern can stall the env.
 
-The env starts it per search (``python -I`` of this file: standard library and ``re2`` only,
-some 40 ms) and kills it at the search's time limit. The pattern runs on RE2, linear in the
-text, yet a small pattern can still cost minutes on a large file (``[a-z]{1,1000}`` twice):
-here that burns this process's time, never the event loop's, and ends at the limit.
+The env keeps a few of these (``python -I`` of this file: standard library and ``re2`` only,
+some 40 ms to start) and hands each search to an idle one; a search that overruns its time
+limit has its matcher killed, and the next search starts a fresh one. The pattern runs on
+RE2, linear in the text, yet a small pattern can still cost minutes on a large file
+(``[a-z]{1,1000}`` twice): here that burns this process's time, never the event loop's, and
+ends at the limit.
 
-Protocol, on stdin: the pattern as one JSON line, then per file an 8-byte big-endian
-length and that many bytes. On stdout: one JSON line ``[file_index, line_number, line]`` per
-matching line (the line cut at ``MAX_LINE_CHARS``), flushed after each file; it stops after
-``MAX_MATCHES`` matches or at the end of stdin.
+Protocol, searches one after another: on stdin, the pattern as one JSON line, then per file
+an 8-byte big-endian length and that many bytes, then the length ``END`` (no bytes). On
+stdout: one JSON line ``[file_index, line_number, line]`` per matching line (the line cut at
+``MAX_LINE_CHARS``), flushed after each file, at most ``MAX_MATCHES`` of them (the files after
+that are read and skipped), then ``"end"``. The process exits at the end of stdin, or once
+it has waited ``IDLE_EXIT`` seconds for a search.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import sys
 
 MAX_MATCHES = 200
 MAX_LINE_CHARS = 500
+END = (1 << 64) - 1  # the length that ends a search's files
+END_LINE = '"end"'
+IDLE_EXIT = 60.0  # seconds without a search before the process exits (the env never waits)
 
 
 def compile_pattern(pattern: str):
@@ -40,23 +48,39 @@ def _read_exactly(stream, size: int) -> bytes | None:
     return data if len(data) == size else None
 
 
-def main() -> None:
-    stdin, stdout = sys.stdin.buffer, sys.stdout
-    regex = compile_pattern(json.loads(stdin.readline()))
+def search(stdin, stdout, regex) -> bool:
+    """Match one search's files; False when stdin ended inside it."""
     found = 0
     index = 0
-    while found < MAX_MATCHES and (header := _read_exactly(stdin, 8)) is not None:
-        data = _read_exactly(stdin, int.from_bytes(header, "big"))
+    while (header := _read_exactly(stdin, 8)) is not None:
+        size = int.from_bytes(header, "big")
+        if size == END:
+            stdout.write(END_LINE + "\n")
+            stdout.flush()
+            return True
+        data = _read_exactly(stdin, size)
         if data is None:
-            break
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
-            if regex.search(line):
-                stdout.write(json.dumps([index, number, line[:MAX_LINE_CHARS]]) + "\n")
-                found += 1
-                if found >= MAX_MATCHES:
-                    break
-        stdout.flush()
+            return False
+        if found < MAX_MATCHES:
+            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                if regex.search(line):
+                    stdout.write(json.dumps([index, number, line[:MAX_LINE_CHARS]]) + "\n")
+                    found += 1
+                    if found >= MAX_MATCHES:
+                        break
+            stdout.flush()
         index += 1
+    return False
+
+
+def main() -> None:
+    stdin, stdout = sys.stdin.buffer, sys.stdout
+    while select.select([stdin], [], [], IDLE_EXIT)[0]:
+        line = stdin.readline()
+        if not line:
+            return
+        if not search(stdin, stdout, compile_pattern(json.loads(line))):
+            return
 
 
 if __name__ == "__main__":
