@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fnmatch
 import json
 import math
+from collections.abc import Iterator
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
 from hermes_envgen.runtime.tools import matchers as search_matchers
@@ -15,6 +17,7 @@ from hermes_envgen.runtime.tools.registry import ToolExecutionError, printable, 
 
 MAX_SEARCH_MATCHES = search_worker.MAX_MATCHES
 MAX_SEARCH_FILE_BYTES = 2_000_000  # larger files are skipped, unread
+READ_AHEAD = 4  # files a search reads ahead (the host holds at most 5 x the size above)
 MAX_SEARCH_TOTAL_BYTES = 64_000_000  # a search stops after reading this much
 MAX_PATTERN_CHARS = 2_000  # a longer pattern is refused (RE2's work grows with its size)
 MAX_READ_BYTES = 8_000_000  # read_file reads no further into a file
@@ -226,7 +229,7 @@ async def _feed(
     found: list[list],
     notes: list[str],
 ) -> int:
-    """Send the pattern and the files to the matcher, one at a time; how many were skipped.
+    """Send the pattern and the files to the matcher, in order; how many were skipped.
 
     The files stop at ``MAX_SEARCH_MATCHES`` matches or the byte budget; the end marker
     follows in every case but a matcher that stopped reading (it failed: it is not reused).
@@ -235,11 +238,12 @@ async def _feed(
     stdin.write(json.dumps(pattern).encode() + b"\n")
     skipped = 0
     budget = MAX_SEARCH_TOTAL_BYTES
+    reads = _read_ahead(sandbox, files)
     try:
-        for name in files:
+        for name, read in reads:
             if len(found) >= MAX_SEARCH_MATCHES:
                 break
-            data = await _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
+            data = await read
             if len(data) > MAX_SEARCH_FILE_BYTES or b"\x00" in data[:8192]:
                 skipped += 1
                 continue  # binary or huge: not worth a line search
@@ -254,7 +258,29 @@ async def _feed(
         await stdin.drain()
     except (BrokenPipeError, ConnectionResetError):
         pass  # the matcher died: the reader sees its end without the end line
+    finally:
+        reads.close()
     return skipped
+
+
+def _read_ahead(sandbox: Sandbox, files: list[str]) -> Iterator[tuple[str, asyncio.Future]]:
+    """Each file's name and its read, ``READ_AHEAD`` files read at once (a read is a hop to a
+    thread, and one after another they cost more than the matching of a small workspace)."""
+    pending: collections.deque[tuple[str, asyncio.Future]] = collections.deque()
+    names = iter(files)
+    try:
+        while True:
+            while len(pending) < READ_AHEAD and (name := next(names, None)) is not None:
+                read = _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
+                pending.append((name, asyncio.ensure_future(read)))
+            if not pending:
+                return
+            yield pending.popleft()
+    finally:  # stopped early (enough matches, a timeout): the reads ahead are not wanted
+        for _, read in pending:
+            if read.done() and not read.cancelled():
+                read.exception()  # retrieved: a failed read no one waits for is no error
+            read.cancel()
 
 
 async def _read_matches(stdout: asyncio.StreamReader, found: list[list]) -> bool:

@@ -10,9 +10,9 @@ ends at the limit.
 Protocol, searches one after another: on stdin, the pattern as one JSON line, then per file
 an 8-byte big-endian length and that many bytes, then the length ``END`` (no bytes). On
 stdout: one JSON line ``[file_index, line_number, line]`` per matching line (the line cut at
-``MAX_LINE_CHARS``), flushed after each file, at most ``MAX_MATCHES`` of them (the files after
-that are read and skipped), then ``"end"``. The process exits at the end of stdin, or once
-it has waited ``IDLE_EXIT`` seconds for a search.
+``MAX_LINE_CHARS``; flushed at the end and every ``FLUSH_EVERY`` seconds before), at most
+``MAX_MATCHES`` of them (the files after that are read and skipped), then ``"end"``. The
+process exits at the end of stdin, or once it has waited ``IDLE_EXIT`` seconds for a search.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import select
 import sys
+import time
 
 MAX_MATCHES = 200
 MAX_LINE_CHARS = 500
 END = (1 << 64) - 1  # the length that ends a search's files
 END_LINE = '"end"'
+FLUSH_EVERY = 0.1  # seconds: matches reach the env at least this often (and at the end)
 IDLE_EXIT = 60.0  # seconds without a search before the process exits (the env never waits)
 
 
@@ -52,6 +54,7 @@ def search(stdin, stdout, regex) -> bool:
     """Match one search's files; False when stdin ended inside it."""
     found = 0
     index = 0
+    flushed = time.monotonic()
     while (header := _read_exactly(stdin, 8)) is not None:
         size = int.from_bytes(header, "big")
         if size == END:
@@ -68,7 +71,9 @@ def search(stdin, stdout, regex) -> bool:
                     found += 1
                     if found >= MAX_MATCHES:
                         break
-            stdout.flush()
+            if time.monotonic() - flushed > FLUSH_EVERY:  # a slow search's matches so far
+                stdout.flush()
+                flushed = time.monotonic()
         index += 1
     return False
 
