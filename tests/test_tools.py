@@ -233,3 +233,24 @@ def test_searches_reuse_a_matcher_and_replace_one_that_was_killed_or_died(tmp_pa
     assert not pool.idle  # the loop's end ended them
     for pid in killed:
         assert not os.path.exists(f"/proc/{pid}"), "a killed matcher was left running"
+
+
+def test_a_search_finds_the_lines_a_line_by_line_search_finds(sandboxes):
+    import re
+
+    # One file a case: the matcher looks at a file's lines only when its text has a match.
+    texts = ["foo\r\nbar", "baz\rfoo", "x\n\ny", "bar foo\u2028z", "foo-bar", "  foo\nq",
+             "qux\x0cfoo", "end foo", "BAR\nfoo"]  # fmt: skip
+    for number, text in enumerate(texts):
+        run_tool(sandboxes, "write_file", path=f"t{number}.txt", content=text)
+    patterns = [r"foo$", r"^foo", r"^$", r"\bfoo\b", r"^\s+foo$", r"qux$", r"\Afoo",
+                r"foo\z", r"(?i)^bar", r"o b", r"r$"]  # fmt: skip
+    for pattern in patterns:
+        expected = [
+            f"t{number}.txt:{line_number}: {line}"
+            for number, text in enumerate(texts)
+            for line_number, line in enumerate(text.splitlines(), 1)
+            if re.search(pattern.replace(r"\z", r"\Z"), line)
+        ]
+        found = run_tool(sandboxes, "search_files", pattern=pattern)
+        assert found == ("\n".join(expected) or "no matches"), pattern
