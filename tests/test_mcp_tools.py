@@ -17,7 +17,7 @@ from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, docker_test_image, nee
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext
-from hermes_envgen.runtime.tools import REGISTRY
+from hermes_envgen.runtime.tools import REGISTRY, mcp_tools
 from hermes_envgen.runtime.tools.mcp_tools import MAX_TOOLS, McpServerSettings, mcp_registry
 from hermes_envgen.testing import mcp_notes
 from hermes_envgen.testing.mcp_notes import notes_server
@@ -248,8 +248,6 @@ def test_a_stdio_server_sees_none_of_the_hosts_secrets(tmp_path, backend, monkey
 
 
 def _relay_directory(ctx: ToolContext) -> str:
-    from hermes_envgen.runtime.tools import mcp_tools
-
     return mcp_tools._relays[ctx.sandbox]["notes"].directory
 
 
@@ -287,12 +285,18 @@ def test_calls_go_over_the_kept_relay_and_a_killed_relay_is_restarted(tmp_path, 
             after_kill = await ctx.call_tool("notes_list_notes")  # the notes live in the file
             restarted = len(commands) - started - over_socket - 1
             assert await ctx.call_tool("notes_read_note", {"title": "a"}) == "x"
-            return over_socket, after_kill, restarted
+            kept = mcp_tools._relays[sandbox]["notes"].stream
+            assert kept is not None
         finally:
             await ctx.cleanup()
             await manager.close_all()
+        # The rollout's end closed the host's connection; the sandbox's, the relay.
+        assert mcp_tools._relays[sandbox]["notes"].stream is None and kept[1].is_closing()
+        return over_socket, after_kill, restarted, mcp_tools._relays[sandbox]["notes"].directory
 
-    over_socket, after_kill, restarted = run(scenario())
+    over_socket, after_kill, restarted, directory = run(scenario())
+    if backend == "local":  # the host's /tmp keeps nothing of it
+        assert not os.path.exists(directory)
     assert over_socket == 0, "a call over the kept relay ran a sandbox command"
     assert after_kill == '["a"]'
     assert restarted == 1  # one command started a fresh relay

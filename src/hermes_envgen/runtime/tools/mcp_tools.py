@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import stat
 import tempfile
 import uuid
@@ -83,6 +84,7 @@ class _Relay:
     """The host's memory of one server's relay in one sandbox."""
 
     directory: str
+    on_host: bool  # the local backend's: in the host's /tmp, removed at the rollout's end
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None  # kept open
     reached: tuple[str | None, bool] = (None, False)  # the sandbox as it was when connected
@@ -102,15 +104,18 @@ def _relay(sandbox: Sandbox, name: str) -> _Relay:
     if name not in relays:
         local = sandbox.workdir != "/workspace"  # the local backend: the host's /tmp
         base = os.path.realpath(tempfile.gettempdir()) if local else "/tmp"
-        relays[name] = _Relay(f"{base}/.hermes-mcp-{uuid.uuid4().hex}")
+        relays[name] = _Relay(f"{base}/.hermes-mcp-{uuid.uuid4().hex}", local)
     return relays[name]
 
 
 def _close_relay(sandbox: Sandbox, name: str) -> None:
-    """Close the host's connection to a relay (the relay itself ends with the sandbox)."""
+    """Close the host's connection to a relay, and remove its directory from the host's /tmp
+    (the relay itself ends with the sandbox's processes)."""
     relay = _relays.get(sandbox, {}).get(name)
     if relay is not None:
         relay.drop()
+        if relay.on_host:
+            shutil.rmtree(relay.directory, ignore_errors=True)  # a link there: left alone
 
 
 class ServerGone(ToolExecutionError):
