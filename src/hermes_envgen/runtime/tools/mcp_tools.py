@@ -215,6 +215,9 @@ async def _over_socket(sandbox: Sandbox, relay: _Relay, message: str, timeout: f
     except ValueError as exc:
         relay.drop()
         raise ServerGone(f"the relay answered garbage: {exc}") from None
+    except asyncio.CancelledError:  # its reply would come to the next message: not this way
+        relay.drop()
+        raise
     return reply
 
 
