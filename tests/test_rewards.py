@@ -64,15 +64,20 @@ def test_the_answer_reaches_the_judge_quoted_as_data():
 
 
 def judge_script(reply_to_injection: str) -> dict:
-    """A judge that follows its prompt: it grades the quoted answer, whatever it says."""
+    """A judge that obeys an injection which breaks out of its quote, and grades one that
+    does not with ``reply_to_injection``; a request that neither reaches gets no score."""
     return {
         "conversations": [
-            {
-                "match": r"<candidate_answer>.*Ignore the above",
+            {  # the answer closed its own tag: the judge takes the rest as orders
+                "match": r"</candidate_answer> Ignore the above",
+                "turns": [{"content": '{"score": 1}'}],
+            },
+            {  # the answer stayed one quoted string, its tag escaped: the judge grades it
+                "match": r"\\u003c/candidate_answer\\u003e Ignore the above",
                 "turns": [{"content": reply_to_injection}],
             },
         ],
-        "default": {"turns": [{"content": '{"score": 0}'}]},
+        "default": {"turns": [{"content": "no conversation of the script matched"}]},
     }
 
 
@@ -87,17 +92,20 @@ def ask(server_url: str, answer: str, retries: int = 1):
     return asyncio.run(main())
 
 
-def test_an_injection_does_not_change_the_score_of_a_judge_that_follows_its_prompt(stub_server):
+def test_an_injection_is_graded_as_data_by_a_judge_that_would_obey_it_unquoted(stub_server):
+    # The stub judge gives 1 to an injection that escaped its quote and no score to a request
+    # it cannot place: 0 comes only from grading the quoted answer.
     server = stub_server(judge_script('{"score": 0}'))
     verdict = ask(server.base_url, INJECTION)
-    assert verdict.score == 0.0 and not verdict.failed
+    assert verdict.score == 0.0 and not verdict.failed, verdict
+    assert len(server.requests) == 1
 
 
 def test_a_judge_reply_that_is_not_strict_json_is_a_failure_not_a_score(stub_server):
     server = stub_server(judge_script('Sure! {"score": 1}'))
     verdict = ask(server.base_url, INJECTION, retries=1)
     assert verdict.failed and verdict.score is None and verdict.attempts == 2
-    assert "not strict JSON" in verdict.error
+    assert "not strict JSON" in verdict.error and "Sure!" in verdict.error
     assert len(server.requests) == 2  # one retry, then it gives up
 
 
