@@ -85,7 +85,7 @@ def test_an_answer_of_the_wrong_type_is_the_users_mistake(tmp_path):
 
 
 def test_a_value_error_raised_inside_the_session_is_not_a_usage_error():
-    with pytest.raises(ValueError, match="^a bug$"), copier_session({}, prompts=False, git_env={}):
+    with pytest.raises(ValueError, match=r"^a bug$"), copier_session({}, prompts=False, git_env={}):
         raise ValueError("a bug")
 
 
