@@ -148,7 +148,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     )
     chat_template: str | None = Field(
         default=None,
-        description="Chat template that renders the training data (and Phase 2 prompts) in "
+        description="Chat template that renders the training data (and token-mode prompts) in "
         "place of the tokenizer's: a built-in ('hermes', 'qwen': Hermes/Qwen <tool_call> tags; "
         "'chatml-tools': the same calls, results in 'tool' turns) or a path to a Jinja file. "
         "Needed when the tokenizer's template drops tool calls, as plain ChatML does.",
