@@ -252,7 +252,7 @@ def test_training_and_evaluation_have_one_mean_reward():
     by_item: dict[str, list] = {"alpha": [], "beta": []}
     for task in tasks:
         by_item[task.item].append(task)
-    records = [r.sample() | by_item[r.item].pop(0).identity() for r in rollouts]
+    records = [r.record() | by_item[r.item].pop(0).identity() for r in rollouts]
     evaluated = summarize(records, samples_per_item=3, pass_threshold=1.0)
     trained = stats.metrics(TRAIN)
     expected = (2 / 3 + 0.5) / 2

@@ -137,7 +137,8 @@ def test_a_judge_our_client_cannot_reach_is_a_judge_failure():
         return await ask_judge(judge, "What is 3 + 4?", "7", "7", retries=0)
 
     verdict = asyncio.run(main())
-    assert verdict.failed and verdict.error.startswith("judge call failed: InferenceError")
+    assert verdict.failed and verdict.error.startswith("judge call failed: "), verdict
+    assert "connection refused" in verdict.error  # an InferenceError's, saying why
 
 
 class JudgeWithoutSplit:
