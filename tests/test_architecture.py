@@ -183,3 +183,44 @@ def test_every_exception_class_derives_from_the_error_root():
     )
     assert outside == [], f"exceptions outside hermes_envgen.errors.HermesEnvgenError: {outside}"
     assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"
+
+
+# The chat template's modules and the training data they serve: an import cycle between them
+# (once hidden by an import inside a function) would make either half unusable alone.
+TEMPLATE_MODULES = ("chat_template", "template_data", "template_render", "template_check")
+
+
+def _import_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` (module -> the modules it imports) as a path, or []."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = "done"
+        return []
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return []
+
+
+def test_the_chat_template_modules_and_trajectory_import_no_cycle():
+    names = {f"hermes_envgen.runtime.{name}" for name in (*TEMPLATE_MODULES, "trajectory")}
+    graph = {
+        name: {
+            module
+            for module in imported_modules(PACKAGE / "runtime" / f"{name.rsplit('.', 1)[1]}.py")
+            if module in names
+        }
+        for name in names
+    }
+    assert _import_cycle(graph) == []
+    # The check the env runs at start-up needs the training data; the rendering does not.
+    assert "hermes_envgen.runtime.trajectory" in graph["hermes_envgen.runtime.template_check"]
+    assert _import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

@@ -24,7 +24,6 @@ from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
 from hermes_envgen.errors import HermesEnvgenError, ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
-from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig, renamed_flags
 from hermes_envgen.runtime.delivery import (
     GROUP_ID_KEY,
@@ -65,6 +64,7 @@ from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.serve_log import EqualScoreSkips, RegistrationWait, lost_rollout_server
+from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.tools.mcp_tools import mcp_registry

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
-from hermes_envgen.runtime.chat_template import (
+from hermes_envgen.runtime.errors import ChatTemplateError
+from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
+from hermes_envgen.runtime.template_render import (
     encode,
     end_marker,
     for_template,
     render,
     text_after_turn,
 )
-from hermes_envgen.runtime.errors import ChatTemplateError
-from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
 from hermes_envgen.runtime.trajectory import MASKED
 
 logger = logging.getLogger(__name__)
