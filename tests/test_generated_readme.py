@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_template import OFFLINE, README_PROJECTS, SAMPLES_FILE, answers, readme_ports, render
+from test_template import OFFLINE, README_PROJECTS, answers, readme_ports, render
 
 from hermes_envgen.testing.trainer import MinimalTrainer, TrainerError
 
@@ -257,7 +257,9 @@ def test_the_sglang_launch_lines_name_flags_sglang_has(readmes, tmp_path):
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server can listen on ``port`` (connections in TIME_WAIT do not stop one)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -272,6 +274,9 @@ def hub_cache_with(root: Path, repo_id: str, tokenizer: Path) -> Path:
     shutil.copytree(tokenizer, snapshot)
     (model / "refs").mkdir()
     (model / "refs" / "main").write_text("0" * 40)
+    # A repo without config.json, recorded as the hub client records a file a repo lacks.
+    (model / ".no_exist" / ("0" * 40)).mkdir(parents=True)
+    (model / ".no_exist" / ("0" * 40) / "config.json").write_text("")
     return root
 
 
@@ -334,7 +339,8 @@ def test_the_run_block_runs_as_written_against_the_stub_and_serve_feeds_a_traine
     rollout_url = re.search(r"--env\.rollout_server_url (\S+)", serve)
     api_port = local_port(rollout_url.group(1)) if rollout_url else 8000
     fixed = [p for p in (model_port, judge_port, api_port) if p]
-    policy = scripted_policy(runpy.run_path(str(SAMPLES_FILE))["SAMPLES"])
+    samples = runpy.run_path(str(project / "src" / package / "samples.py"))["SAMPLES"]
+    policy = scripted_policy(samples, judge=True)  # it plays the judge of a judge env too
 
     with readme_ports():
         if not all(port_is_free(p) for p in fixed):
