@@ -15,7 +15,10 @@ _EXPORTS = {
     # the agent loop and its result
     "AgentResult": "agent_loop",
     "HermesAgentLoop": "agent_loop",
-    "ToolError": "agent_loop",
+    "RolloutState": "agent_loop",
+    "TurnHooks": "agent_loop",
+    "ToolError": "agent_loop",  # ToolErrorRecord's earlier name
+    "ToolErrorRecord": "records",
     # the base env and its settings
     "HermesAgentBaseEnv": "base_env",
     "Rollout": "base_env",
@@ -86,6 +89,7 @@ __all__ = [
     "Reward",
     "Rollout",
     "RolloutRecord",
+    "RolloutState",
     "SandboxError",
     "SandboxManager",
     "SandboxSettings",
@@ -93,8 +97,10 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolErrorRecord",
     "ToolExecutionError",
     "ToolRegistry",
+    "TurnHooks",
     "answer_is",
     "answer_matches",
     "ask_judge",
@@ -121,7 +127,13 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
-    from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, ToolError
+    from hermes_envgen.runtime.agent_loop import (
+        AgentResult,
+        HermesAgentLoop,
+        RolloutState,
+        ToolError,
+        TurnHooks,
+    )
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv, Rollout
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
     from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
@@ -134,7 +146,14 @@ if TYPE_CHECKING:
         ToolExecutionError,
     )
     from hermes_envgen.runtime.inference import ModelClient, judge_client
-    from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, RolloutRecord, metric
+    from hermes_envgen.runtime.records import (
+        EVAL,
+        TRAIN,
+        Metric,
+        RolloutRecord,
+        ToolErrorRecord,
+        metric,
+    )
     from hermes_envgen.runtime.rewards import (
         JudgeVerdict,
         Reward,

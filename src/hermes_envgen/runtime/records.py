@@ -1,11 +1,17 @@
 """The rollout record and the metric names: one typed definition for everything that writes or
-reads them (the base env, evaluation, ``check``, ``view``, the testing kit, generated tests).
+reads them (the base env, evaluation, ``check``, ``view``, the testing kit, generated tests);
+the finished rollout (:class:`Rollout`) and the running sums its metrics come from
+(:class:`RolloutStats`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, TypedDict
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # only annotations: agent_loop imports this module, which stays a leaf
+    from hermes_envgen.runtime.agent_loop import AgentResult
 
 # The files an evaluation writes into --env.data_dir_to_save_evals.
 SAMPLES_FILE = "samples.jsonl"  # one RolloutRecord per scored rollout
@@ -17,14 +23,23 @@ METRICS_FILE = "metrics.json"  # atroposlib's evaluate_log, with our config_gene
 TOOL_ERROR_PREFIX = "Error:"
 
 
-class ToolErrorRecord(TypedDict):
-    """A tool call that failed, as saved (``AgentResult.tool_errors``)."""
+@dataclass
+class ToolErrorRecord:
+    """A tool call that could not be carried out, as the model made it: a record, no exception.
+
+    ``AgentResult.tool_errors`` holds these; a rollout record saves each as the dict of its
+    fields (``as_json``).
+    """
 
     turn: int
     tool_name: str
     arguments: str
-    error: str
-    tool_result: str
+    error: str  # what went wrong
+    tool_result: str  # what the model was told instead of the tool's output
+
+    def as_json(self) -> dict[str, Any]:
+        """The record as saved in a rollout record's ``tool_errors``."""
+        return asdict(self)
 
 
 class RolloutRecord(TypedDict, total=False):
@@ -41,7 +56,8 @@ class RolloutRecord(TypedDict, total=False):
     finished_naturally: bool
     tool_calls: int
     tools_used: list[str]
-    tool_errors: list[ToolErrorRecord]
+    tool_errors: list[dict[str, Any]]  # each a ToolErrorRecord's fields
+    turn_rewards: list[float | None]  # the env's turn_reward of each turn (None: none given)
     reward_error: str | None
     reward_counts: dict[str, float]
     reward_signals: dict[str, float]
@@ -59,6 +75,7 @@ class Metric:
     FAILURES = "failures"
     MEAN_REWARD = "mean_reward"
     MEAN_TURNS = "mean_turns"
+    MEAN_TURN_REWARD = "mean_turn_reward"  # over the turns the env's turn_reward scored
     PASS_AT_1 = "pass@1"
     TOOL_CALLS_PER_ROLLOUT = "tool_calls_per_rollout"
     TOOL_ERRORS_PER_ROLLOUT = "tool_errors_per_rollout"
@@ -115,3 +132,106 @@ _DECLARED = re.compile(
 def is_declared(name: str) -> bool:
     """Whether ``name`` is a full metric name that this module declares (not an env's own)."""
     return _DECLARED.fullmatch(name) is not None
+
+
+@dataclass
+class Rollout:
+    """One finished rollout: the agent's result and its reward."""
+
+    item: Any
+    result: AgentResult
+    reward: float
+    task_id: str
+    reward_error: str | None = None
+    counts: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None  # why the score was not measured: evaluation leaves it out
+
+    def record(self) -> RolloutRecord:
+        """The JSON-ready record of the rollout, as evaluation saves it."""
+        return {
+            "item": _jsonable(self.item),
+            "task_id": self.task_id,
+            "reward": None if self.failure else self.reward,  # a stand-in is no measurement
+            "failure": self.failure,
+            "turns_used": self.result.turns_used,
+            "finished_naturally": self.result.finished_naturally,
+            "tool_calls": len(self.result.tool_calls),
+            "tools_used": self.result.tools_used,
+            "tool_errors": [e.as_json() for e in self.result.tool_errors],
+            "turn_rewards": list(self.result.turn_rewards),
+            "reward_error": self.reward_error,
+            "reward_counts": self.counts,
+            "reward_signals": self.signals,
+            "rollout_error": self.result.error,
+            "timed_out": self.result.timed_out,
+            "replaced_characters": self.result.replaced_characters,
+            "final_response": self.result.final_response,
+            "messages": self.result.messages,
+        }
+
+
+@dataclass
+class RolloutStats:
+    """Running sums over rollouts, flushed into metrics (one instance per split)."""
+
+    rewards: list[float] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    rollout_errors: int = 0
+    failures: int = 0  # scores that are stand-ins (e.g. the judge failed): see Rollout.failure
+    finished_naturally: int = 0
+    counts: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, list[float]] = field(default_factory=dict)
+    turn_rewards: list[float] = field(default_factory=list)  # every turn's the env scored
+
+    def add(self, rollout: Rollout) -> None:
+        self.rewards.append(rollout.reward)
+        self.turns.append(rollout.result.turns_used)
+        self.tool_calls += len(rollout.result.tool_calls)
+        self.tool_errors += len(rollout.result.tool_errors)
+        self.rollout_errors += rollout.result.error is not None
+        self.failures += rollout.failure is not None
+        self.finished_naturally += rollout.result.finished_naturally
+        for name, value in rollout.counts.items():
+            self.counts[name] = self.counts.get(name, 0.0) + value
+        for name, value in rollout.signals.items():
+            self.signals.setdefault(name, []).append(value)
+        self.turn_rewards += [r for r in rollout.result.turn_rewards if r is not None]
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        n = len(self.rewards)
+        if n == 0:
+            return {}
+        reward_metrics = {metric(prefix, name): value for name, value in self.counts.items()}
+        reward_metrics.update(
+            {metric(prefix, name): sum(v) / len(v) for name, v in self.signals.items()}
+        )
+        if self.turn_rewards:  # the env's turn_reward: the mean over every turn that got one
+            mean = sum(self.turn_rewards) / len(self.turn_rewards)
+            reward_metrics[metric(prefix, Metric.MEAN_TURN_REWARD)] = mean
+        calls = self.tool_calls
+        values = {
+            Metric.MEAN_REWARD: sum(self.rewards) / n,
+            Metric.MEAN_TURNS: sum(self.turns) / n,
+            Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
+            Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,
+            Metric.TOOL_ERROR_RATE: self.tool_errors / calls if calls else 0.0,
+            Metric.FINISHED_NATURALLY_RATE: self.finished_naturally / n,
+            Metric.REWARD_ERRORS: self.counts.get(Metric.REWARD_ERRORS, 0.0),
+            Metric.ROLLOUT_ERRORS: float(self.rollout_errors),
+            Metric.FAILURES: float(self.failures),
+            Metric.ROLLOUTS: float(n),
+        }
+        return reward_metrics | {metric(prefix, name): value for name, value in values.items()}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)
