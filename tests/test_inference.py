@@ -23,11 +23,11 @@ from hermes_envgen.runtime.exact_tokens import MASKED_LOGPROB
 from hermes_envgen.runtime.inference import (
     Endpoint,
     ModelClient,
-    _parse_completions,
     check_model_server,
     judge_client,
     same_server,
 )
+from hermes_envgen.runtime.inference.wire import read_completions
 from hermes_envgen.runtime.rewards import ask_judge
 from hermes_envgen.runtime.trajectory import MASKED, trained_runs
 from hermes_envgen.testing.envs import build_env
@@ -125,7 +125,7 @@ def test_completions_reply_without_token_ids_is_read_from_the_logprob_tokens():
             }
         ]
     }
-    assert _parse_completions(reply) == ([[72, 105]], [[-1.0, -2.0]], ["stop"])
+    assert read_completions(reply) == ([[72, 105]], [[-1.0, -2.0]], ["stop"])
 
 
 # -- what is retried, and what an error says ----------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any, NoReturn, Protocol
 from hermes_envgen.runtime.errors import InferenceError
 from hermes_envgen.runtime.parsers.base import new_alnum_id
 from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX, ToolErrorRecord
+from hermes_envgen.runtime.retries import with_retries
 from hermes_envgen.runtime.text import valid_unicode
 from hermes_envgen.runtime.token_trace import TokenTrace
 from hermes_envgen.runtime.tool_context import ToolContext
@@ -500,20 +501,22 @@ class HermesAgentLoop:
             kwargs["max_tokens"] = self.max_tokens
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
-        for attempt in range(self.request_retries + 1):
-            try:
-                return await asyncio.wait_for(
-                    self.backend.complete(messages, **kwargs), self.request_timeout
-                )
-            except Exception as exc:
-                if attempt == self.request_retries or not getattr(exc, "retryable", True):
-                    raise
-                delay = self.retry_backoff * 2**attempt
-                logger.info(
-                    "task %s: request failed (%s), retrying in %.1f s", self.task_id, exc, delay
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+
+        async def attempt(number: int) -> AssistantTurn:
+            del number
+            return await asyncio.wait_for(
+                self.backend.complete(messages, **kwargs), self.request_timeout
+            )
+
+        # A server of its own (not a ModelClient, which retries by kind) is asked again unless
+        # its error says it cannot succeed.
+        return await with_retries(
+            attempt,
+            retries=self.request_retries,
+            backoff=self.retry_backoff,
+            may_pass=lambda exc: getattr(exc, "retryable", True),
+            what=f"task {self.task_id}: request failed",
+        )
 
     async def _execute(self, call: dict, turn: int, result: AgentResult) -> str:
         """Run one tool call; every failure becomes a ToolErrorRecord and a message to the model."""
