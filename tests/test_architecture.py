@@ -187,18 +187,16 @@ def test_every_exception_class_derives_from_the_error_root():
     assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"
 
 
-# Import cycles that another branch of issue 27 breaks (chat_template <-> trajectory): allowed
-# until it lands, then this set is emptied.
-CYCLES_BEING_BROKEN = [{"hermes_envgen.runtime.chat_template", "hermes_envgen.runtime.trajectory"}]
-
-
 def test_the_runtime_has_no_import_cycles_not_even_through_lazy_imports():
     # A module imported inside a function still forms a cycle: the design hides it, it does
     # not remove it. Imports under `if TYPE_CHECKING:` never run and do not count.
     modules = {_dotted(path): path for path in _modules_of("runtime")}
     graph = {name: _runtime_imports(path, modules) - {name} for name, path in modules.items()}
-    cycles = [c for c in _cycles(graph) if c not in CYCLES_BEING_BROKEN]
-    assert cycles == []
+    assert _cycles(graph) == []
+    # chat_template <-> trajectory, once hidden by an import inside the probe, is broken: the
+    # start-up check (template_check) needs the training data, the rendering does not.
+    assert "hermes_envgen.runtime.trajectory" in graph["hermes_envgen.runtime.template_check"]
+    assert "hermes_envgen.runtime.template_check" not in graph["hermes_envgen.runtime.trajectory"]
 
 
 def test_the_cycle_check_sees_an_import_inside_a_function():
@@ -360,44 +358,3 @@ def test_the_mapper_scan_catches_a_second_mapper():
         "except Exception:\n    return False\n"  # a yes/no, not an exit code: fine
     )
     assert exit_code_mappers(source, names) == [4, 6, 9, 11, 13]
-
-
-# The chat template's modules and the training data they serve: an import cycle between them
-# (once hidden by an import inside a function) would make either half unusable alone.
-TEMPLATE_MODULES = ("chat_template", "template_data", "template_render", "template_check")
-
-
-def _import_cycle(graph: dict[str, set[str]]) -> list[str]:
-    """One cycle of ``graph`` (module -> the modules it imports) as a path, or []."""
-    state: dict[str, str] = {}
-
-    def visit(node: str, path: list[str]) -> list[str]:
-        state[node] = "open"
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                return [*path[path.index(nxt) :], nxt]
-            if nxt not in state and (found := visit(nxt, [*path, nxt])):
-                return found
-        state[node] = "done"
-        return []
-
-    for start in sorted(graph):
-        if start not in state and (found := visit(start, [start])):
-            return found
-    return []
-
-
-def test_the_chat_template_modules_and_trajectory_import_no_cycle():
-    names = {f"hermes_envgen.runtime.{name}" for name in (*TEMPLATE_MODULES, "trajectory")}
-    graph = {
-        name: {
-            module
-            for module in imported_modules(PACKAGE / "runtime" / f"{name.rsplit('.', 1)[1]}.py")
-            if module in names
-        }
-        for name in names
-    }
-    assert _import_cycle(graph) == []
-    # The check the env runs at start-up needs the training data; the rendering does not.
-    assert "hermes_envgen.runtime.trajectory" in graph["hermes_envgen.runtime.template_check"]
-    assert _import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
