@@ -24,7 +24,6 @@ from typing import Any
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, TurnHooks
-from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
 from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
@@ -53,12 +52,13 @@ from hermes_envgen.runtime.inference import (
 )
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
-from hermes_envgen.runtime.records import Metric, Rollout, RolloutStats
+from hermes_envgen.runtime.records import METRICS_FILE, Metric, Rollout, RolloutStats
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
 from hermes_envgen.runtime.serve_log import EqualScoreSkips
+from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.tools.mcp_tools import mcp_registry
@@ -524,7 +524,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
             samples=None,  # already in samples.jsonl, written as the rollouts finished
         )
         if config.data_dir_to_save_evals is not None:
-            record_run(Path(config.data_dir_to_save_evals) / "metrics.json", run_record(self))
+            record_run(Path(config.data_dir_to_save_evals) / METRICS_FILE, run_record(self))
         failed = [r for r in records if r.get("failure")]
         if records and len(failed) == len(records):
             raise NothingMeasured(

@@ -9,15 +9,18 @@ evaluation leaves the rollout out of its metrics and lists it in ``failures.json
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import shlex
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_envgen.runtime.agent_loop import AgentResult
+from hermes_envgen.runtime.errors import InferenceError
 from hermes_envgen.runtime.tool_context import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -106,6 +109,34 @@ class JudgeVerdict:
         return self.score is None
 
 
+def is_judge_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the judge's own failure (its call failed), not a bug in the caller.
+
+    Our clients raise InferenceError; the OpenAI SDK's (the testing kit's DirectChatServer,
+    an env's own client) raise ``openai.APIError``, and json's own error for a reply body
+    that is not JSON; atroposlib's servers give up with tenacity's ``RetryError``. Looked up
+    in ``sys.modules``: an exception of a library never imported cannot have been raised,
+    and the runtime does not import them for this.
+    """
+    # asyncio.TimeoutError: TimeoutError's alias from 3.11, a class of its own on 3.10
+    judged = (InferenceError, TimeoutError, asyncio.TimeoutError, json.JSONDecodeError)
+    if isinstance(exc, judged):
+        return True
+    for module, name in (("openai", "APIError"), ("tenacity", "RetryError")):
+        kind = getattr(sys.modules.get(module), name, None)
+        if isinstance(kind, type) and isinstance(exc, kind):
+            return True
+    return False
+
+
+def _reply_text(response: Any) -> str | None:
+    """The text of a chat completion's first choice; None when the reply has none."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        return None
+    return getattr(getattr(choices[0], "message", None), "content", None)
+
+
 async def ask_judge(
     server: Any,
     task: str,
@@ -116,7 +147,12 @@ async def ask_judge(
     max_tokens: int = 64,
     split: str = "eval",
 ) -> JudgeVerdict:
-    """Ask the judge model once, and again up to ``retries`` times on failure."""
+    """Ask the judge model once, and again up to ``retries`` times on failure.
+
+    A failed call (see :func:`is_judge_failure`) or a reply that is not a strict verdict is
+    the judge's failure, in the verdict; anything else raised (a TypeError of a client that
+    takes other arguments, say) is a bug and propagates.
+    """
     messages = judge_messages(task, answer, reference)
     error = None
     for attempt in range(1, retries + 2):
@@ -124,10 +160,12 @@ async def ask_judge(
             response = await server.chat_completion(
                 messages=messages, n=1, temperature=0.0, max_tokens=max_tokens, split=split
             )
-            text = response.choices[0].message.content
-        except Exception as exc:  # a failed call is a judge failure, never a crash
+        except Exception as exc:
+            if not is_judge_failure(exc):
+                raise
             error = f"judge call failed: {type(exc).__name__}: {exc}"
             continue
+        text = _reply_text(response)
         score = parse_judge_score(text)
         if score is not None:
             return JudgeVerdict(score, attempt)
