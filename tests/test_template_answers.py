@@ -93,6 +93,7 @@ ANSWERS = st.fixed_dictionaries(
     }
 )
 FIXED = {
+    "ci": True,  # a local source makes no workflow unless asked for: its install step is tested
     "provider": "vllm",
     "use_dataset": True,
     "dataset_name": "org/tasks",

@@ -137,7 +137,7 @@ def test_the_dataset_branch_asks_its_questions(tmp_path: Path, cli_env: dict[str
     assert (answers["dataset_name"], answers["dataset_split"]) == ("org/tasks", "test")
     assert (answers["prompt_field"], answers["answer_field"]) == ("question", "solution")
     env_py = (tmp_path / "demo-env" / "src" / "demo_env" / "env.py").read_text()
-    assert 'default="org/tasks"' in env_py and 'default="question"' in env_py
+    assert 'dataset_name="org/tasks"' in env_py and 'prompt_field="question"' in env_py
 
 
 def test_the_judge_branch_asks_for_its_model_once_it_has_an_endpoint(

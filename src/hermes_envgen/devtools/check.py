@@ -238,7 +238,7 @@ def run_checks(
                 work,
                 timeout=timeout,
                 extra_env=target.environment(),
-                env_flags=stub_judge_flags(info, stub.base_url) | budget.env_flags(),
+                env_flags=stub_flags(info, stub.base_url) | budget.env_flags(),
             )
         else:
             run = OfflineRun(
@@ -335,9 +335,13 @@ def trainer_ready_check(groups: list[dict]) -> CheckResult:
     return CheckResult(TRAINER_ROW, PASS if verdict.ready else FAIL, summary(verdict))
 
 
-def stub_judge_flags(info: dict, base_url: str) -> dict[str, str]:
-    """``env.*`` flags that make the stub at ``base_url`` the judge of an env with its own."""
-    return {"judge_base_url": base_url} if info.get("judge_base_url") else {}
+def stub_flags(info: dict, base_url: str) -> dict[str, str]:
+    """``env.*`` flags that make the stub at ``base_url`` the judge of an env with its own and,
+    for an env with a dataset, keep it on the built-in samples, which the stub solves."""
+    flags = {"judge_base_url": base_url} if info.get("judge_base_url") else {}
+    if info.get("dataset_name") and info.get("samples"):
+        flags["dataset_name"] = ""  # offline: no hub, and the stub knows only the samples
+    return flags
 
 
 def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckResult:

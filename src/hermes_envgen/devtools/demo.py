@@ -72,7 +72,7 @@ def run_demo(
     progress: Callable[[str], None] = lambda message: None,
 ) -> DemoResult:
     """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
-    from hermes_envgen.devtools.check import find_env, in_env_process, stub_judge_flags
+    from hermes_envgen.devtools.check import find_env, in_env_process, stub_flags
     from hermes_envgen.generate import new_project
     from hermes_envgen.runtime.sandbox.choice import bwrap_unusable
     from hermes_envgen.runtime.sandbox.runs import reap_stale_runs, runs_directory
@@ -107,7 +107,7 @@ def run_demo(
                 outputs,
                 cwd=project,
                 timeout=timeout,
-                env_flags=stub_judge_flags(info, stub.base_url),
+                env_flags=stub_flags(info, stub.base_url),
                 extra_env=target.environment(),
             )
             run.env_flags["sandbox_backend"] = backend

@@ -89,6 +89,7 @@ def describe(env_cls: type) -> dict:
         "eval_size": getattr(config, "eval_size", None),
         "tokenizer_name": config.tokenizer_name,
         "judge_base_url": getattr(config, "judge_base_url", None),
+        "dataset_name": getattr(config, "dataset_name", None),
         "samples": builtin_samples(env_cls),
     }
 

@@ -1,10 +1,11 @@
 """HermesAgentBaseEnv: an Atropos environment whose rollouts are multi-turn, tool-using agents.
 
-A subclass writes what is particular to its task (``config_init``, ``setup``,
-``get_next_item``, ``format_prompt``, ``compute_reward``, ``evaluate``) and, for turn logic of
-its own, the turn hooks of :class:`TurnHooks` (``env_response``, ``turn_reward``, ``is_done``)
-or ``make_loop``; the base runs the group's rollouts concurrently, each in its own sandbox,
-scores them, turns the conversations into exact training data, and keeps training and
+A subclass writes what is particular to its task (``config_init``, ``format_prompt``,
+``compute_reward``, optionally ``prepare_sandbox``, ``make_judge`` and ``load_tasks``) and, for
+turn logic of its own, the turn hooks of :class:`TurnHooks` (``env_response``, ``turn_reward``,
+``is_done``) or ``make_loop``; the base loads, splits and cycles the tasks and evaluates the
+held-out ones (:class:`EnvTasks`), runs the group's rollouts concurrently, each in its own
+sandbox, scores them, turns the conversations into exact training data, and keeps training and
 evaluation metrics apart.
 """
 
@@ -26,6 +27,7 @@ from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, TurnH
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
 from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
+from hermes_envgen.runtime.env_tasks import EnvTasks
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
     EnvConfigError,
@@ -65,8 +67,8 @@ from hermes_envgen.runtime.trajectory import tokenize_conversation
 logger = logging.getLogger(__name__)
 
 
-class HermesAgentBaseEnv(TurnHooks, ServeDelivery, BaseEnv):
-    """Base class of tool-using agent environments on Atropos."""
+class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
+    """Base class of tool-using agent environments on Atropos (its tasks: see EnvTasks)."""
 
     env_config_cls = HermesAgentEnvConfig
     tool_registry: ToolRegistry = REGISTRY

@@ -260,6 +260,30 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "is more, but at most a quarter of it (at least one, except that a single task is kept "
         "for training), leaving most for training.",
     )
+    # Where the tasks come from (EnvTasks.load_tasks) and the seeds of their split and order.
+    dataset_name: str | None = Field(
+        default=None,
+        description="Hugging Face dataset with the tasks; None (or empty) uses the env's "
+        "built-in samples. One that cannot be loaded stops the run, unless dataset_fallback.",
+    )
+    dataset_split: str = Field(default="train", description="Split of the dataset to use.")
+    prompt_field: str = Field(default="prompt", description="Dataset field with the task.")
+    answer_field: str = Field(
+        default="answer", description="Dataset field with the reference answer."
+    )
+    dataset_fallback: bool = Field(
+        default=False,
+        description="Use the built-in samples when dataset_name cannot be loaded (said at "
+        "start-up), instead of stopping: a mistyped name then trains on the samples.",
+    )
+    split_seed: int = Field(
+        default=0,
+        description="Seed of the train/eval split: the same on every worker of a run, or some "
+        "train on tasks others hold out.",
+    )
+    seed: int = Field(
+        default=0, description="Seed of the order training tasks are drawn in: one per worker."
+    )
     # Json: the command line hands over a string (atroposlib's CLI model keeps no validators).
     extra_body: dict[str, Any] | Json[dict[str, Any]] | None = Field(
         default=None,

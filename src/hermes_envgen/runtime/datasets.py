@@ -1,19 +1,19 @@
-"""Task data for envs: a Hugging Face dataset with built-in samples as the fallback, and splits."""
+"""Task data for envs: a Hugging Face dataset or the env's built-in samples, and their splits."""
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from hermes_envgen.runtime.errors import DatasetError
+from hermes_envgen.runtime.tasks import Task
 
 logger = logging.getLogger(__name__)
 
 
-def load_hub_items(
-    name: str, split: str, prompt_field: str, answer_field: str
-) -> list[dict[str, Any]]:
+def load_hub_items(name: str, split: str, prompt_field: str, answer_field: str) -> list[Task]:
     """Rows of a hub dataset as ``{"prompt", "answer"}`` items (raises when it cannot load)."""
     from datasets import load_dataset
 
@@ -27,6 +27,49 @@ def load_hub_items(
     return [{"prompt": str(r[prompt_field]), "answer": str(r[answer_field])} for r in rows]
 
 
+def configured_tasks(
+    name: str | None,
+    split: str,
+    prompt_field: str,
+    answer_field: str,
+    *,
+    samples: Sequence[Task],
+    fallback: bool = False,
+) -> tuple[list[Task], str]:
+    """The tasks of a run and where they came from (for the log): the dataset's when one is
+    named, else the built-in ``samples``.
+
+    A named dataset that cannot be loaded is a ``DatasetError`` naming it and the cause: a
+    mistyped or private name must not train on the samples unnoticed. Only with ``fallback``
+    (``dataset_fallback``, asked for by the user) do the samples stand in, with a warning.
+    """
+    if not name:
+        if not samples:
+            raise DatasetError(
+                "no tasks: no dataset is configured (--env.dataset_name) and the env has no "
+                "built-in samples"
+            )
+        return list(samples), "built-in samples"
+    try:
+        return load_hub_items(name, split, prompt_field, answer_field), f"{name}[{split}]"
+    except DatasetError:
+        raise
+    # datasets raises a zoo (ConnectionError offline, DatasetNotFoundError, ValueError for a
+    # split...): each one stops the run with its reason, none is ignored.
+    except Exception as exc:
+        cause = f"{type(exc).__name__}: {str(exc).strip()}".splitlines()[0]
+        if not (fallback and samples):
+            raise DatasetError(
+                f"dataset {name} (split {split}) could not be loaded: {cause}; check "
+                "--env.dataset_name, or pass --env.dataset_fallback true to use the built-in "
+                "samples instead"
+            ) from None
+        logger.warning(
+            "warning: dataset %s could not be loaded (%s); using the built-in samples", name, cause
+        )
+        return list(samples), f"built-in samples ({name} could not be loaded)"
+
+
 def load_items(
     name: str | None,
     split: str,
@@ -34,20 +77,19 @@ def load_items(
     answer_field: str,
     fallback: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], str]:
-    """The dataset's items, or the fallback samples when there is none or it cannot load.
+    """The loader of projects made before 0.2, which call it from their own ``setup``: the
+    dataset's items, or ``fallback`` when there is none or it cannot be loaded (warned).
 
-    Returns the items and where they came from, for the log. A dataset that loads but lacks
-    the configured fields is an error, not a silent fallback.
+    Kept falling back so that those projects (and their offline tests) keep working; the base
+    env's ``load_tasks`` stops on a dataset that cannot be loaded unless ``dataset_fallback``
+    is set, and ``hermes-envgen update`` brings a project onto it. A dataset that loads but
+    lacks the configured fields is an error either way.
     """
     if not name:
         return list(fallback), "built-in samples"
-    try:
-        return load_hub_items(name, split, prompt_field, answer_field), f"{name}[{split}]"
-    except DatasetError:
-        raise
-    except Exception as exc:  # offline, missing, private...: keep working on the samples
-        logger.warning("dataset %s could not be loaded (%s); using the built-in samples", name, exc)
-        return list(fallback), "built-in samples"
+    return configured_tasks(
+        name, split, prompt_field, answer_field, samples=fallback, fallback=True
+    )
 
 
 def split_train_eval(

@@ -25,10 +25,12 @@ def build_env(
 
     Sandboxes and evaluation results go below ``workdir``; web tools search the env's offline
     corpus (``web_backend`` "corpus") and the kit's notes server stands in for each MCP server
-    (under its name); an env with a judge of its own (``judge_base_url`` set) has it pointed at
-    ``base_url`` too: offline, the stub plays the judge (``stub_judge`` False keeps the env's
-    own judge, e.g. to ask the judge it really uses). ``overrides`` replace config fields,
-    ``server_overrides`` server fields (e.g. ``{"server_type": "vllm"}``).
+    (under its name); an env with built-in ``samples`` works on them (the stub replays their
+    gold solutions), not on its configured dataset; an env with a judge of its own
+    (``judge_base_url`` set) has it pointed at ``base_url`` too: offline, the stub plays the
+    judge (``stub_judge`` False keeps the env's own judge, e.g. to ask the judge it really
+    uses). ``overrides`` replace config fields, ``server_overrides`` server fields (e.g.
+    ``{"server_type": "vllm"}``).
     """
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
@@ -41,6 +43,8 @@ def build_env(
         "use_wandb": False,
         "web_backend": "corpus",  # offline: the env's own pages, never a search API
     }
+    if values.get("dataset_name") and getattr(env_cls, "samples", None):
+        values["dataset_name"] = None  # offline: the built-in tasks, no hub
     if stub_judge and values.get(JUDGE_URL_FIELD):
         values[JUDGE_URL_FIELD] = base_url
     if values.get("mcp_servers") and "mcp_servers" not in overrides:
