@@ -5,7 +5,7 @@ reads them (the base env, evaluation, ``check``, ``view``, the testing kit, gene
 from __future__ import annotations
 
 import re
-from typing import Any, TypedDict
+from typing import Any, Final, TypedDict
 
 # The files an evaluation writes into --env.data_dir_to_save_evals.
 SAMPLES_FILE = "samples.jsonl"  # one RolloutRecord per scored rollout
@@ -96,7 +96,10 @@ class Metric:
         return f"{name}_ci_high"
 
 
-TRAIN, EVAL = "train", "eval"  # the splits, as metric prefixes
+TRAIN: Final = "train"
+"""The training split, as a metric prefix: ``metric(TRAIN, Metric.MEAN_REWARD)``."""
+EVAL: Final = "eval"
+"""The evaluation split, as a metric prefix: ``metric(EVAL, Metric.MEAN_REWARD)``."""
 
 
 def metric(split: str, name: str) -> str:
