@@ -47,7 +47,7 @@ def renamed_flags(args: list[str]) -> list[str]:
     return renamed
 
 
-class HermesAgentEnvConfig(BaseEnvConfig):
+class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: no types
     """Settings of a multi-turn, tool-using agent environment."""
 
     enabled_toolsets: list[str] | None = Field(

@@ -152,6 +152,7 @@ class SampleJournal:
         self._files.clear()
 
     def _check_settings(self, settings: dict[str, Any]) -> None:
+        assert self.directory is not None  # only a journal that saves has settings to check
         path = self.directory / SETTINGS_FILE
         try:
             saved = json.loads(path.read_text())
@@ -204,6 +205,7 @@ class SampleJournal:
 
         Never over an earlier copy: each rerun without resume keeps every run before it.
         """
+        assert self.directory is not None  # only a journal that saves has earlier runs
         if not any((self.directory / n).exists() for n in EARLIER_RUN_RESULTS):
             return  # nothing measured yet: settings alone are not a run to keep
         names = (*EARLIER_RUN_RESULTS, SETTINGS_FILE)

@@ -10,9 +10,10 @@ import math
 import sys
 from pathlib import Path
 
+from hermes_envgen.runtime.errors import ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
 from hermes_envgen.runtime.tools import search_worker
-from hermes_envgen.runtime.tools.registry import ToolExecutionError, printable, tool
+from hermes_envgen.runtime.tools.registry import printable, tool
 
 MAX_SEARCH_MATCHES = search_worker.MAX_MATCHES
 MAX_SEARCH_FILE_BYTES = 2_000_000  # larger files are skipped, unread
@@ -171,6 +172,7 @@ async def search_files(
         sys.executable, "-I", _WORKER, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
+    assert worker.stdout is not None  # a pipe
     reader = asyncio.ensure_future(_read_matches(worker.stdout, found))
 
     async def search() -> int:
@@ -233,6 +235,7 @@ async def _feed(
 ) -> int:
     """Send the pattern and the files to the matcher, one at a time; how many were skipped."""
     stdin = worker.stdin
+    assert stdin is not None  # a pipe
     stdin.write(json.dumps(pattern).encode() + b"\n")
     skipped = 0
     budget = MAX_SEARCH_TOTAL_BYTES

@@ -140,11 +140,13 @@ def serve(directory, spec_b64):
         spec["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=env, bufsize=0,
     )  # fmt: skip
+    assert server.stdin and server.stdout and server.stderr  # all three are pipes
+    stdin, stderr = server.stdin, server.stderr
     tail = bytearray()
 
     def keep_stderr():
         while True:
-            chunk = server.stderr.read(4096)
+            chunk = stderr.read(4096)
             if not chunk:
                 return
             tail.extend(chunk)
@@ -174,7 +176,7 @@ def serve(directory, spec_b64):
         except ValueError:
             parsed = {}
         try:
-            server.stdin.write(message.rstrip(b"\n") + b"\n")
+            stdin.write(message.rstrip(b"\n") + b"\n")
         except OSError:
             return dead()
         if not isinstance(parsed, dict) or "id" not in parsed or "method" not in parsed:
@@ -209,7 +211,7 @@ def serve(directory, spec_b64):
                 pending.extend(chunk)
 
     while True:
-        fd, _ = listener._accept()
+        fd, _ = listener._accept()  # type: ignore[attr-defined]  # private, not in typeshed
         connection = _socket.socket(fileno=fd)
         try:
             request = receive_message(connection)
