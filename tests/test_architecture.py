@@ -151,7 +151,10 @@ def _definition(name: str) -> tuple[str, ast.AST | None, str | None]:
     body = ast.parse(Path(source).read_text(encoding="utf-8")).body
     for index, node in enumerate(body):
         defines = isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        if defines and node.name == name:
+        overload = defines and any(
+            getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in node.decorator_list
+        )
+        if defines and node.name == name and not overload:  # the implementation, documented
             return module, node, ast.get_docstring(node)
         if isinstance(node, ast.Assign):
             targets = node.targets

@@ -46,7 +46,7 @@ class ToolError:
 class AgentResult:
     """A finished rollout: the conversation and what happened in it."""
 
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     turns_used: int = 0
     finished_naturally: bool = False
     tool_errors: list[ToolError] = field(default_factory=list)
@@ -59,12 +59,13 @@ class AgentResult:
     def final_response(self) -> str:
         """The content of the last assistant message that has any ("" when none has)."""
         for message in reversed(self.messages):
-            if message.get("role") == "assistant" and message.get("content"):
-                return message["content"]
+            content = message.get("content")
+            if message.get("role") == "assistant" and content and isinstance(content, str):
+                return content
         return ""
 
     @property
-    def tool_calls(self) -> list[dict]:
+    def tool_calls(self) -> list[dict[str, Any]]:
         """Every tool call the model made, in order, as ``{"name", "arguments"}`` dicts."""
         calls = []
         for message in self.messages:
@@ -85,7 +86,7 @@ class AssistantTurn:
     """One model response, whatever the server type that produced it."""
 
     content: str
-    tool_calls: list[dict]
+    tool_calls: list[dict[str, Any]]
     reasoning: str | None = None
     finish_reason: str | None = None
     parse_error: str | None = None  # text that looks like a tool call but did not parse
@@ -97,7 +98,7 @@ class ChatServer(Protocol):
     async def chat_completion(self, **kwargs: Any) -> Any: ...
 
 
-def normalize_tool_call(call: Any) -> dict:
+def normalize_tool_call(call: Any) -> dict[str, Any]:
     """An OpenAI-form tool call dict from a dict or an SDK object; arguments as a string."""
     get = (
         call.get
@@ -152,12 +153,12 @@ def _valid_values(value: Any) -> tuple[Any, int]:
         pairs = [_valid_values(v) for v in value]
         return [v for v, _ in pairs], sum(n for _, n in pairs)
     if isinstance(value, dict):
-        pairs = {valid_unicode(k)[0]: _valid_values(v) for k, v in value.items()}
-        return {k: v for k, (v, _) in pairs.items()}, sum(n for _, n in pairs.values())
+        items = {valid_unicode(k)[0]: _valid_values(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, sum(n for _, n in items.values())
     return value, 0
 
 
-def _answer_stopped_calls(messages: list[dict], budget: float) -> None:
+def _answer_stopped_calls(messages: list[dict[str, Any]], budget: float) -> None:
     """Give each call of the last turn that has no result one saying it was stopped.
 
     A conversation whose tool call has no answer is one no chat template renders as it was.
@@ -210,7 +211,7 @@ class ChatCompletionBackend:
     def __init__(self, server: ChatServer) -> None:
         self.server = server
 
-    async def complete(self, messages: list[dict], **kwargs: Any) -> AssistantTurn:
+    async def complete(self, messages: list[dict[str, Any]], **kwargs: Any) -> AssistantTurn:
         # Past reasoning stays in the result but is not sent back: APIs differ on accepting it.
         outgoing = list(messages)  # the list only: the server sees the turn as it was sent
         if any("reasoning_content" in m for m in messages):
@@ -236,13 +237,13 @@ class HermesAgentLoop:
     def __init__(
         self,
         server: ChatServer,
-        tool_schemas: list[dict],
+        tool_schemas: list[dict[str, Any]],
         valid_tool_names: set[str] | list[str],
         max_turns: int = 30,
         task_id: str | None = None,
         temperature: float = 1.0,
         max_tokens: int | None = None,
-        extra_body: dict | None = None,
+        extra_body: dict[str, Any] | None = None,
         *,
         tool_context: ToolContext | None = None,
         max_tool_output_chars: int = 20_000,
@@ -273,7 +274,7 @@ class HermesAgentLoop:
         self.max_seconds = max_seconds  # the rollout's wall-clock budget; None: no limit
         self._tool_slots = asyncio.Semaphore(max_parallel_tools)
 
-    async def run(self, messages: list[dict]) -> AgentResult:
+    async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         """Run the conversation until the model answers without a tool call, turns run out or
         the time budget does."""
         result = AgentResult(messages=[dict(m) for m in messages])
@@ -347,7 +348,7 @@ class HermesAgentLoop:
                     {"role": "tool", "tool_call_id": call["id"], "content": output}
                 )
 
-    async def _complete(self, messages: list[dict]) -> AssistantTurn:
+    async def _complete(self, messages: list[dict[str, Any]]) -> AssistantTurn:
         kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature, "split": self.split}
         if self.tool_schemas:
             kwargs["tools"] = self.tool_schemas
@@ -372,7 +373,7 @@ class HermesAgentLoop:
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    async def _execute(self, call: dict, turn: int, result: AgentResult) -> str:
+    async def _execute(self, call: dict[str, Any], turn: int, result: AgentResult) -> str:
         """Run one tool call; every failure becomes a ToolError and a message for the model."""
         name = call["function"]["name"]
         raw_arguments = call["function"]["arguments"]

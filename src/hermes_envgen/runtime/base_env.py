@@ -16,9 +16,9 @@ import sys
 import time
 import uuid
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
@@ -98,7 +98,8 @@ class Rollout:
             "finished_naturally": self.result.finished_naturally,
             "tool_calls": len(self.result.tool_calls),
             "tools_used": self.result.tools_used,
-            "tool_errors": [ToolErrorRecord(**vars(e)) for e in self.result.tool_errors],
+            # ToolError's fields are ToolErrorRecord's: the record is its dict
+            "tool_errors": [cast(ToolErrorRecord, asdict(e)) for e in self.result.tool_errors],
             "reward_error": self.reward_error,
             "reward_counts": self.counts,
             "reward_signals": self.signals,
@@ -161,10 +162,11 @@ class RolloutStats:
         return reward_metrics | {metric(prefix, name): value for name, value in values.items()}
 
 
-class HermesAgentBaseEnv(BaseEnv):
+class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
     """Base class of tool-using agent environments on Atropos."""
 
     env_config_cls = HermesAgentEnvConfig
+    jsonl_writer: Any  # process mode's output file (atroposlib's __init__ opens it)
     tool_registry: ToolRegistry = REGISTRY
     # The client of the reward's LLM judge (from make_judge): checked at start-up beside the
     # policy's server; a judge that fails every request for good stops the run.
@@ -349,7 +351,9 @@ class HermesAgentBaseEnv(BaseEnv):
         self._announce_training_data()
         # atroposlib only logs a worker's exception: a model server that fails every request
         # for good would keep serve mode asking forever, so such a failure ends the run.
-        self._model_lost: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._model_lost: asyncio.Future[ModelServerError] = (
+            asyncio.get_running_loop().create_future()
+        )
         manager = asyncio.ensure_future(super().env_manager())
         await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
         if manager.done():
@@ -403,7 +407,7 @@ class HermesAgentBaseEnv(BaseEnv):
 
     async def handle_send_to_api(
         self,
-        scored_data: ScoredDataGroup | list | None,
+        scored_data: ScoredDataGroup | list[ScoredDataGroup] | None,
         item: Any = None,
         do_send_to_api: bool = True,
         abort_on_any_max_length_exceeded: bool = True,
@@ -428,7 +432,9 @@ class HermesAgentBaseEnv(BaseEnv):
             scored_data, item, do_send_to_api, abort_on_any_max_length_exceeded
         )
 
-    async def _send_scored_data_to_api(self, scored_data: ScoredDataGroup | list) -> None:
+    async def _send_scored_data_to_api(
+        self, scored_data: ScoredDataGroup | list[ScoredDataGroup]
+    ) -> None:
         """Post the group(s) in a task that cancelling the rollout's worker does not stop."""
         if self._delivery is None:  # never registered: atroposlib's own post
             await super()._send_scored_data_to_api(scored_data)
@@ -449,7 +455,7 @@ class HermesAgentBaseEnv(BaseEnv):
     # -- what a subclass writes ---------------------------------------------------------------
 
     @abstractmethod
-    def format_prompt(self, item: Any) -> str | list[dict]:
+    def format_prompt(self, item: Any) -> str | list[dict[str, Any]]:
         """The task as the agent sees it: a user message, or a list of messages."""
 
     @abstractmethod
@@ -467,7 +473,7 @@ class HermesAgentBaseEnv(BaseEnv):
 
     # -- tools --------------------------------------------------------------------------------
 
-    def _resolve_tools_for_group(self) -> tuple[list[dict], set[str]]:
+    def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
         """The tool schemas offered to the model and the names it may call."""
         tools = self.tool_registry.resolve(
             self.config.enabled_toolsets, self.config.disabled_toolsets
@@ -476,7 +482,7 @@ class HermesAgentBaseEnv(BaseEnv):
 
     # -- rollouts -----------------------------------------------------------------------------
 
-    def build_messages(self, item: Any) -> list[dict]:
+    def build_messages(self, item: Any) -> list[dict[str, Any]]:
         """The conversation's opening: the system prompt, then the formatted task."""
         prompt = self.format_prompt(item)
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
@@ -497,7 +503,7 @@ class HermesAgentBaseEnv(BaseEnv):
         *,
         split: str = "train",
         temperature: float | None = None,
-        tools: tuple[list[dict], set[str]] | None = None,
+        tools: tuple[list[dict[str, Any]], set[str]] | None = None,
     ) -> Rollout:
         """Run one full rollout with tools in a fresh sandbox, score it, clean up the sandbox."""
         schemas, names = tools or self._resolve_tools_for_group()
@@ -593,7 +599,7 @@ class HermesAgentBaseEnv(BaseEnv):
             reward.failure = f"inference failed: {result.error}"
         return reward, None
 
-    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list]:
+    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """Run ``group_size`` rollouts of the item concurrently and build the scored group."""
         tools = self._resolve_tools_for_group()
         rollouts = await asyncio.gather(
@@ -763,7 +769,7 @@ class HermesAgentBaseEnv(BaseEnv):
         else:
             logger.info("HTML view of the groups: %s", page)
 
-    async def wandb_log(self, wandb_metrics: dict | None = None) -> None:
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
         wandb_metrics = dict(wandb_metrics or {})
         wandb_metrics.update(self._train_stats.metrics("train"))
@@ -793,7 +799,7 @@ def _validation_line(exc: Any) -> str:
     A field of several types fails once per type; the most telling failure is kept (a JSON
     string's parse error rather than 'not a dictionary').
     """
-    by_field: dict[str, list[dict]] = {}
+    by_field: dict[str, list[dict[str, Any]]] = {}
     for error in exc.errors():
         # Union members show up in the location as type names: leave them out.
         parts = [str(p) for p in error.get("loc", ()) if not any(c in str(p) for c in "[]-")]

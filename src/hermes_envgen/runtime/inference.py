@@ -150,7 +150,10 @@ class ModelClient:
         self.out_for = out_for
         self._out_until = [0.0] * len(endpoints)  # monotonic time each endpoint is back in
         self._next = 0
-        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # SDK clients by event loop (they are loop-bound), then by (base URL, key, timeout)
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple[str, str, float], Any]
+        ] = weakref.WeakKeyDictionary()
         self._detect_lock: asyncio.Lock | None = None
 
     @classmethod
@@ -205,7 +208,7 @@ class ModelClient:
 
     async def tokens_and_logprobs_completion(
         self, *, input_ids: list[int], split: str = "train", **kwargs: Any
-    ) -> tuple[list, list, list, list]:
+    ) -> tuple[list[int], list[list[int]], list[list[float]], list[str | None]]:
         """Token ids in; ``(prompt, [output ids], [logprobs], [finish reason])`` out."""
         del split
         parsers: dict[str, Any] = {}
@@ -268,7 +271,6 @@ class ModelClient:
 
     def _openai(self, endpoint: Endpoint) -> Any:
         """The SDK client of ``endpoint`` for the running event loop (clients are loop-bound)."""
-        import httpx
         import openai
 
         loop = asyncio.get_running_loop()
@@ -278,20 +280,22 @@ class ModelClient:
             clients[key] = openai.AsyncOpenAI(
                 base_url=endpoint.base_url,
                 api_key=endpoint.api_key or "EMPTY",
-                timeout=httpx.Timeout(
+                # the SDK's own Timeout: httpx's before openai 3, httpx2's since (an httpx
+                # one given to openai 3 became its every field, connect included)
+                timeout=openai.Timeout(
                     endpoint.timeout, connect=min(CONNECT_TIMEOUT, endpoint.timeout)
                 ),
                 max_retries=0,  # retried here, by kind of failure
             )
         return clients[key]
 
-    async def _chat_once(self, endpoint: Endpoint, url: str, kwargs: dict) -> Any:
+    async def _chat_once(self, endpoint: Endpoint, url: str, kwargs: dict[str, Any]) -> Any:
         response = await self._openai(endpoint).chat.completions.create(**kwargs)
         if not getattr(response, "choices", None):
             raise InferenceError(f"{url}: the reply has no choices", url=url, retryable=True)
         return response
 
-    async def _post_once(self, endpoint: Endpoint, url: str, body: dict) -> Any:
+    async def _post_once(self, endpoint: Endpoint, url: str, body: dict[str, Any]) -> Any:
         timeout = aiohttp.ClientTimeout(
             total=endpoint.timeout, sock_connect=min(CONNECT_TIMEOUT, endpoint.timeout)
         )
@@ -344,7 +348,7 @@ async def detect_token_api(endpoint: Endpoint) -> str:
 # -- request and reply forms ---------------------------------------------------------------------
 
 
-def _sampling(kwargs: dict) -> dict:
+def _sampling(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The sampling fields of a request (``n`` is always 1; ``tools`` is rendered already)."""
     body = {k: v for k, v in kwargs.items() if k not in ("model", "n", "tools", "tool_choice")}
     if "max_new_tokens" in body:
@@ -355,7 +359,9 @@ def _sampling(kwargs: dict) -> dict:
     return body
 
 
-def _completions_body(endpoint: Endpoint, input_ids: list[int], kwargs: dict) -> dict:
+def _completions_body(
+    endpoint: Endpoint, input_ids: list[int], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """Stock vLLM's /v1/completions with a token-id prompt, token ids and logprobs returned."""
     return {
         "model": endpoint.model,
@@ -371,7 +377,9 @@ def _completions_body(endpoint: Endpoint, input_ids: list[int], kwargs: dict) ->
     }
 
 
-def _generate_body(endpoint: Endpoint, input_ids: list[int], kwargs: dict) -> dict:
+def _generate_body(
+    endpoint: Endpoint, input_ids: list[int], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     sampling = _sampling(kwargs)
     if endpoint.server_type == "sglang":
         if "max_tokens" in sampling:
@@ -380,7 +388,12 @@ def _generate_body(endpoint: Endpoint, input_ids: list[int], kwargs: dict) -> di
     return {"prompt": {"prompt_token_ids": list(input_ids)}, "logprobs": 0, **sampling, "n": 1}
 
 
-def _parse_completions(data: dict) -> tuple[list, list, list]:
+# What a token-id request gives back: per completion its token ids, their logprobs, its
+# finish reason.
+_Outputs = tuple[list[list[int]], list[list[float]], list[str | None]]
+
+
+def _parse_completions(data: dict[str, Any]) -> _Outputs:
     choice = data["choices"][0]
     logprobs = choice.get("logprobs") or {}
     tokens = logprobs.get("tokens")
@@ -393,7 +406,7 @@ def _parse_completions(data: dict) -> tuple[list, list, list]:
     return [[int(t) for t in ids]], [values], [choice.get("finish_reason")]
 
 
-def _parse_generate(data: dict) -> tuple[list, list, list]:
+def _parse_generate(data: dict[str, Any]) -> _Outputs:
     """Atropos's vLLM server: ``logprobs`` is ``[[{id: logprob}], ...]`` per completion."""
     positions = data["logprobs"][0]
     ids = [int(next(iter(p[0]))) for p in positions]
@@ -401,7 +414,7 @@ def _parse_generate(data: dict) -> tuple[list, list, list]:
     return [ids], [values], [data["finish_reasons"][0]]
 
 
-def _parse_sglang(data: Any) -> tuple[list, list, list]:
+def _parse_sglang(data: Any) -> _Outputs:
     result = data[0] if isinstance(data, list) else data
     meta = result["meta_info"]
     triples = meta["output_token_logprobs"]
@@ -479,8 +492,8 @@ def describe_failure(exc: BaseException, url: str) -> InferenceError:
 def _root_cause(exc: BaseException) -> str:
     """What the connection failure was: 'connection refused', the host does not resolve, ..."""
     chain = [exc]
-    while (chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
-        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    while (inner := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(inner)
     for error in chain:
         if isinstance(error, socket.gaierror) or "Name or service not known" in str(error):
             return "the host name does not resolve"
@@ -500,9 +513,9 @@ def _root_cause(exc: BaseException) -> str:
 async def check_model_server(
     client: ModelClient,
     *,
-    tools: list[dict] | None = None,
+    tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
-    extra_body: dict | None = None,
+    extra_body: dict[str, Any] | None = None,
     startup_wait: float = 30.0,
     rollout_server_url: str | None = None,
     judge: bool = False,
@@ -593,9 +606,9 @@ async def served_models(endpoint: Endpoint) -> list[str] | None:
 async def _probe(
     client: ModelClient,
     endpoint: Endpoint,
-    tools: list[dict] | None,
+    tools: list[dict[str, Any]] | None,
     tool_choice: str | None,
-    extra_body: dict | None,
+    extra_body: dict[str, Any] | None,
     deadline: float,
 ) -> None:
     timeout = max(1.0, min(endpoint.timeout, deadline - time.monotonic()))
