@@ -175,6 +175,15 @@ def test_each_declared_runtime_name_says_what_it_is_for(name):
     module, node, doc = _definition(name)
     assert node is not None, f"{name} is not defined at the top of {module}"
     assert doc and len(doc.split()) >= 4, f"{module}.{name} has no docstring that says what for"
+    if isinstance(node, ast.ClassDef):  # and so does each public method and property of it
+        undocumented = [
+            f"{name}.{member.name}"
+            for member in node.body
+            if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not member.name.startswith("_")
+            and not ast.get_docstring(member)
+        ]
+        assert undocumented == []
 
 
 def _unannotated(function, qualname: str) -> list[str]:

@@ -158,6 +158,7 @@ class ModelClient:
 
     @classmethod
     def of(cls, server_configs: list[Any], **kwargs: Any) -> ModelClient:
+        """A client of atroposlib ``APIServerConfig`` s (the env's servers, a judge's)."""
         return cls([Endpoint.of(c) for c in server_configs], **kwargs)
 
     @property
