@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from hermes_envgen.errors import GitError, HermesEnvgenError, HookError
+from hermes_envgen.errors import GitError, HermesEnvgenError, HookError, report
 from hermes_envgen.generate.git import run_git
 
 # Used only when git has no identity configured (a fresh CI machine, a container).
@@ -184,8 +184,7 @@ def main(argv: list[str]) -> int:
     try:
         run(project, name, version)
     except (HermesEnvgenError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return report(exc)
     return 0
 
 

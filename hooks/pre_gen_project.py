@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from hermes_envgen.errors import UsageError
+from hermes_envgen.errors import UsageError, report
 
 BOOL_WORDS = frozenset({"y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0"})
 
@@ -112,8 +112,7 @@ def main(argv: list[str]) -> int:
     try:
         print(json.dumps(check_answers(pairs, parse_questions(Path(argv[0]).read_text()))))
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return report(exc)
     return 0
 
 

@@ -361,3 +361,95 @@ def test_every_exception_class_derives_from_the_error_root():
     )
     assert outside == [], f"exceptions outside hermes_envgen.errors.HermesEnvgenError: {outside}"
     assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"
+
+
+# -- one place maps errors to exit codes -----------------------------------------------------
+
+# The mapper (hermes_envgen.errors.exit_code); everything else asks it.
+MAPPER = PACKAGE / "errors.py"
+_EXITS = {"exit", "Exit", "SystemExit", "_exit", "fail"}  # sys.exit, typer.Exit, cli's fail...
+
+
+def _error_names() -> set[str]:
+    """The names a handler catches when it handles hermes-envgen's errors (or pydantic's)."""
+    import hermes_envgen.errors as errors
+    import hermes_envgen.runtime.errors as runtime_errors
+
+    names = {"ValidationError", "BaseException", "Exception"}
+    for module in (errors, runtime_errors):
+        names |= {n for n, v in vars(module).items() if isinstance(v, type)}
+    return names
+
+
+def _caught(handler: ast.ExceptHandler) -> set[str]:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return {
+        node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        for node in kinds
+        if node is not None
+    }
+
+
+def _own_code(node: ast.AST) -> bool:
+    """A code written out (``2``) or read off the error (``exc.exit_code``), not asked for."""
+    written = isinstance(node, ast.Constant) and type(node.value) is int  # not True/False
+    return written or (isinstance(node, ast.Attribute) and node.attr == "exit_code")
+
+
+def exit_code_mappers(source: str, error_names: set[str]) -> list[int]:
+    """Lines where a handler of hermes-envgen's errors picks the exit code itself.
+
+    It reads ``.exit_code`` off what it caught, or exits / returns with a code of its own,
+    instead of asking :func:`hermes_envgen.errors.exit_code`.
+    """
+    found = []
+    for handler in ast.walk(ast.parse(source)):
+        if not isinstance(handler, ast.ExceptHandler):
+            continue
+        catches_ours = handler.type is None or bool(_caught(handler) & error_names)
+        for node in (n for statement in handler.body for n in ast.walk(statement)):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "exit_code"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == handler.name
+            ):
+                found.append(node.lineno)
+            elif not catches_ours:
+                continue
+            elif isinstance(node, ast.Return) and node.value is not None and _own_code(node.value):
+                found.append(node.lineno)
+            elif isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in _EXITS and any(_own_code(a) for a in node.args[-1:]):
+                    found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_one_place_maps_errors_to_exit_codes():
+    names = _error_names()
+    sources = [*PACKAGE.rglob("*.py"), *(REPO / "hooks").glob("*.py")]
+    second = sorted(
+        f"{path.relative_to(REPO)}:{line}"
+        for path in sources
+        if path != MAPPER
+        for line in exit_code_mappers(path.read_text(), names)
+    )
+    assert second == [], f"a second place maps errors to exit codes: {second}"
+
+
+def test_the_mapper_scan_catches_a_second_mapper():
+    names = _error_names()
+    source = (
+        "try:\n    run()\n"
+        "except HermesEnvgenError as exc:\n    sys.exit(exc.exit_code)\n"  # 4
+        "except ValidationError:\n    sys.exit(2)\n"  # 6
+        "except (OSError, UsageError) as exc:\n    print(exc)\n    return 1\n"  # 9
+        "except EnvConfigError as exc:\n    raise typer.Exit(code=exc.exit_code)\n"  # 11
+        "except CheckError as exc:\n    fail(str(exc), exc.exit_code)\n"  # 13
+        "except HermesEnvgenError as exc:\n    sys.exit(exit_code(exc))\n"  # asks: fine
+        "except ValueError as exc:\n    fail(f'bad: {exc}')\n"  # not our error: fine
+        "except Exception:\n    return False\n"  # a yes/no, not an exit code: fine
+    )
+    assert exit_code_mappers(source, names) == [4, 6, 9, 11, 13]

@@ -188,17 +188,26 @@ class RecordingProxy:
     async def _forward(self, request: web.Request) -> web.Response:
         raw = await request.read()
         timeout = aiohttp.ClientTimeout(total=MODE_TIMEOUT)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.request(
-                request.method,
-                self.upstream + request.path_qs,
-                data=raw,
-                headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
-            ) as reply,
-        ):
-            body = await reply.read()
-            status = reply.status
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.request(
+                    request.method,
+                    self.upstream + request.path_qs,
+                    data=raw,
+                    headers={
+                        "Content-Type": request.headers.get("Content-Type", "application/json")
+                    },
+                ) as reply,
+            ):
+                body = await reply.read()
+                status = reply.status
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            # Named, so that an env's error says what failed between the proxy and vLLM
+            # (aiohttp would answer a bare 500).
+            body = json.dumps({"error": f"recording proxy: vLLM did not answer: {exc!r}"})
+            status = 502
+            body = body.encode()
         self.exchanges.append(
             {
                 "path": request.path,

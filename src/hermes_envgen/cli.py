@@ -42,19 +42,20 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def command(name: str | None = None) -> Callable[[F], F]:
     """Register a command whose hermes-envgen errors become one line and their exit code.
 
-    The one place where errors meet the terminal: every class in ``hermes_envgen.errors``
-    carries its exit code (2 for a user mistake, 3 for update conflicts, 130 for Ctrl-C).
+    Where the commands' errors meet the terminal; their code comes from
+    ``hermes_envgen.errors.exit_code`` (2 for a user mistake, 3 for update conflicts, 130 for
+    Ctrl-C), as for the env's command line and the hooks.
     """
 
     def register(function: F) -> F:
         @functools.wraps(function)
         def run(*args: Any, **kwargs: Any) -> Any:
-            from hermes_envgen.errors import HermesEnvgenError
+            from hermes_envgen.errors import HermesEnvgenError, exit_code
 
             try:
                 return function(*args, **kwargs)
             except HermesEnvgenError as exc:
-                fail(str(exc), exc.exit_code)
+                fail(str(exc), exit_code(exc))
 
         app.command(name)(run)
         return function

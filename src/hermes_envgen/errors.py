@@ -1,13 +1,15 @@
 """The errors hermes-envgen raises on purpose, and the exit code each one means.
 
-Every error class derives from ``HermesEnvgenError`` and carries ``exit_code``; the CLI turns
-any of them into a one-line message and that code, in one place (``cli.command``). Errors of
-the runtime (the part generated envs import) live in ``hermes_envgen.runtime.errors`` on the
-same root.
+Every error class derives from ``HermesEnvgenError`` and carries ``exit_code``; one function,
+:func:`exit_code`, turns an error that stops a command into its code, and :func:`report` says
+it in one line: ``hermes-envgen``'s commands, the env's command line and the generation hooks
+all use them. Errors of the runtime (the part generated envs import) live in
+``hermes_envgen.runtime.errors`` on the same root.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 
@@ -84,3 +86,23 @@ class EnvRunFailed(HermesEnvgenError, AssertionError):
 
     Also an AssertionError, so that pytest reports it as a test failure with that output.
     """
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code a command ends with when ``error`` stops it: the one place codes are chosen.
+
+    hermes-envgen's errors carry theirs (1 a failure, 2 a user mistake, 3 update conflicts,
+    130 Ctrl-C); Ctrl-C itself is 130; anything else a command reports (an OSError in a hook)
+    is a failure, 1. ``tests/test_architecture.py`` finds a second place that chooses codes.
+    """
+    if isinstance(error, HermesEnvgenError):
+        return error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        return Interrupted.exit_code
+    return HermesEnvgenError.exit_code
+
+
+def report(error: BaseException) -> int:
+    """Say ``error`` in one line on stderr (``error: ...``); the exit code it means."""
+    print(f"error: {error}", file=sys.stderr)
+    return exit_code(error)

@@ -11,33 +11,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import sys
 import time
 import uuid
 from abc import abstractmethod
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
-from hermes_envgen.errors import HermesEnvgenError, ViewError
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
 from hermes_envgen.runtime.chat_template import prepare_chat_template
-from hermes_envgen.runtime.config import HermesAgentEnvConfig, renamed_flags
-from hermes_envgen.runtime.delivery import (
-    GROUP_ID_KEY,
-    GroupDelivery,
-    check_rollout_server,
-    disconnect_env,
-)
+from hermes_envgen.runtime.config import HermesAgentEnvConfig
+from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
+from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
     EnvConfigError,
     ModelServerError,
     NothingMeasured,
-    RolloutServerLost,
 )
 from hermes_envgen.runtime.evaluation import (
     ResumeError,
@@ -47,24 +39,22 @@ from hermes_envgen.runtime.evaluation import (
     record_run,
     run_record,
     summarize,
-    tool_error_count,
 )
-from hermes_envgen.runtime.exact_tokens import ExactTokensBackend, TokenTrace
+from hermes_envgen.runtime.evaluation.progress import record_rollout, resumed_progress
+from hermes_envgen.runtime.exact_tokens import ExactTokensBackend
 from hermes_envgen.runtime.inference import (
     CHAT_MODE_DATA,
     ModelClient,
     check_model_server,
-    same_server,
 )
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
-from hermes_envgen.runtime.records import Metric, RolloutRecord, ToolErrorRecord, metric
+from hermes_envgen.runtime.records import Metric, Rollout, RolloutStats
 from hermes_envgen.runtime.rewards import Reward
-from hermes_envgen.runtime.rollout_view import write_view
+from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
-from hermes_envgen.runtime.sandbox.runs import exit_on_termination
-from hermes_envgen.runtime.serve_log import EqualScoreSkips, RegistrationWait, lost_rollout_server
+from hermes_envgen.runtime.serve_log import EqualScoreSkips
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.tools.mcp_tools import mcp_registry
@@ -73,100 +63,10 @@ from hermes_envgen.runtime.trajectory import tokenize_conversation
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class Rollout:
-    """One finished rollout: the agent's result and its reward."""
-
-    item: Any
-    result: AgentResult
-    reward: float
-    task_id: str
-    reward_error: str | None = None
-    counts: dict[str, float] = field(default_factory=dict)
-    signals: dict[str, float] = field(default_factory=dict)
-    sequence: TokenTrace | None = None  # Phase 2 (vllm/sglang): the exact tokens and logprobs
-    failure: str | None = None  # why the score was not measured: evaluation leaves it out
-
-    def sample(self) -> RolloutRecord:
-        """A JSON-ready record of the rollout, as evaluation saves it."""
-        return {
-            "item": _jsonable(self.item),
-            "task_id": self.task_id,
-            "reward": None if self.failure else self.reward,  # a stand-in is no measurement
-            "failure": self.failure,
-            "turns_used": self.result.turns_used,
-            "finished_naturally": self.result.finished_naturally,
-            "tool_calls": len(self.result.tool_calls),
-            "tools_used": self.result.tools_used,
-            # ToolError's fields are ToolErrorRecord's: the record is its dict
-            "tool_errors": [cast(ToolErrorRecord, asdict(e)) for e in self.result.tool_errors],
-            "reward_error": self.reward_error,
-            "reward_counts": self.counts,
-            "reward_signals": self.signals,
-            "rollout_error": self.result.error,
-            "timed_out": self.result.timed_out,
-            "replaced_characters": self.result.replaced_characters,
-            "final_response": self.result.final_response,
-            "messages": self.result.messages,
-        }
-
-
-@dataclass
-class RolloutStats:
-    """Running sums over rollouts, flushed into metrics (one instance per split)."""
-
-    rewards: list[float] = field(default_factory=list)
-    turns: list[int] = field(default_factory=list)
-    tool_calls: int = 0
-    tool_errors: int = 0
-    rollout_errors: int = 0
-    failures: int = 0  # scores that are stand-ins (e.g. the judge failed): see Rollout.failure
-    finished_naturally: int = 0
-    counts: dict[str, float] = field(default_factory=dict)
-    signals: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, rollout: Rollout) -> None:
-        self.rewards.append(rollout.reward)
-        self.turns.append(rollout.result.turns_used)
-        self.tool_calls += len(rollout.result.tool_calls)
-        self.tool_errors += len(rollout.result.tool_errors)
-        self.rollout_errors += rollout.result.error is not None
-        self.failures += rollout.failure is not None
-        self.finished_naturally += rollout.result.finished_naturally
-        for name, value in rollout.counts.items():
-            self.counts[name] = self.counts.get(name, 0.0) + value
-        for name, value in rollout.signals.items():
-            self.signals.setdefault(name, []).append(value)
-
-    def metrics(self, prefix: str) -> dict[str, float]:
-        n = len(self.rewards)
-        if n == 0:
-            return {}
-        reward_metrics = {metric(prefix, name): value for name, value in self.counts.items()}
-        reward_metrics.update(
-            {metric(prefix, name): sum(v) / len(v) for name, v in self.signals.items()}
-        )
-        calls = self.tool_calls
-        values = {
-            Metric.MEAN_REWARD: sum(self.rewards) / n,
-            Metric.MEAN_TURNS: sum(self.turns) / n,
-            Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
-            Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,
-            Metric.TOOL_ERROR_RATE: self.tool_errors / calls if calls else 0.0,
-            Metric.FINISHED_NATURALLY_RATE: self.finished_naturally / n,
-            Metric.REWARD_ERRORS: self.counts.get(Metric.REWARD_ERRORS, 0.0),
-            Metric.ROLLOUT_ERRORS: float(self.rollout_errors),
-            Metric.FAILURES: float(self.failures),
-            Metric.ROLLOUTS: float(n),
-        }
-        return reward_metrics | {metric(prefix, name): value for name, value in values.items()}
-
-
-class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
+class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atroposlib: no types
     """Base class of tool-using agent environments on Atropos."""
 
     env_config_cls = HermesAgentEnvConfig
-    jsonl_writer: Any  # process mode's output file (atroposlib's __init__ opens it)
     tool_registry: ToolRegistry = REGISTRY
     # The client of the reward's LLM judge (from make_judge): checked at start-up beside the
     # policy's server; a judge that fails every request for good stops the run.
@@ -182,7 +82,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
         if not config.wandb_name:
             # run-api rejects a registration without a name (HTTP 422): default to the env's.
             config.wandb_name = self.name or type(self).__name__
-        if config.use_wandb and not _wandb_configured():
+        if config.use_wandb and not wandb_configured():
             logger.warning(
                 "W&B logging is off: no WANDB_API_KEY is set (set it, or WANDB_MODE, to log)"
             )
@@ -193,7 +93,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
                 "repo id (or local directory) of the model's tokenizer"
             )
         for server_config in server_configs if isinstance(server_configs, list) else []:
-            _check_api_key(server_config)
+            check_api_key(server_config)
             if getattr(server_config, "tokenizer_name", None) == "none":
                 # vllm/sglang servers load a tokenizer too: the env's is the model's.
                 server_config.tokenizer_name = config.tokenizer_name
@@ -283,19 +183,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
     @classmethod
     def cli(cls) -> None:
         """Atropos's serve / process / evaluate CLI, with user mistakes reported in one line."""
-        exit_on_termination()  # SIGTERM exits normally: the run's sandboxes are removed
-
-        from pydantic import ValidationError
-
-        sys.argv[1:] = renamed_flags(sys.argv[1:])
-        try:
-            super().cli()
-        except HermesEnvgenError as exc:  # configuration mistakes exit 2, the model server's too
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(exc.exit_code)
-        except ValidationError as exc:
-            print(f"error: {_validation_line(exc)}", file=sys.stderr)
-            sys.exit(2)
+        run_env_cli(super().cli)
 
     # -- the model server -----------------------------------------------------------------------
 
@@ -333,120 +221,6 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
         if lost is not None and not lost.done():
             lost.set_result(error)
         return error
-
-    async def env_manager(self) -> None:
-        """Serve mode; at its end, however it ends, the worker disconnects from run-api."""
-        try:
-            await self._serve()
-        finally:
-            if self._delivery is not None:  # registered
-                await disconnect_env(self.config.rollout_server_url, self.env_id)
-
-    async def _serve(self) -> None:
-        for server in self.server.servers:  # serve mode runs beside run-api
-            _check_not_rollout_server(server.config, self.config.rollout_server_url)
-        # Unreachable run-api: one line and exit 2, not atroposlib's retries and stack trace.
-        await check_rollout_server(self.config.rollout_server_url, self.config.startup_wait)
-        await self.check_model_server()
-        self._announce_training_data()
-        # atroposlib only logs a worker's exception: a model server that fails every request
-        # for good would keep serve mode asking forever, so such a failure ends the run.
-        self._model_lost: asyncio.Future[ModelServerError] = (
-            asyncio.get_running_loop().create_future()
-        )
-        manager = asyncio.ensure_future(super().env_manager())
-        await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
-        if manager.done():
-            try:
-                await manager
-            except Exception as exc:
-                # run-api gone (its trainer exited): one line, not atroposlib's traceback
-                if (problem := lost_rollout_server(exc)) is None:
-                    raise
-                for task in getattr(self, "workers", ()):
-                    task.cancel()
-                if self._delivery is not None:
-                    await self._delivery.abandon()
-                raise RolloutServerLost(
-                    f"run-api at {self.config.rollout_server_url} stopped answering "
-                    f"({problem}): serve ends. Did the trainer exit? Start run-api and a "
-                    "trainer, then serve again."
-                ) from None
-            await self._finish_deliveries()
-            return
-        for task in [manager, *getattr(self, "workers", ())]:
-            task.cancel()
-        await asyncio.gather(manager, return_exceptions=True)
-        await self._finish_deliveries()
-        raise self._model_lost.result()
-
-    async def register_env(self) -> None:
-        """Register with run-api; from then on groups go out through :class:`GroupDelivery`.
-
-        The groups file (``data_path_to_save_groups``) then records what run-api accepted,
-        not what was about to be posted.
-        """
-        waiting = RegistrationWait(self.config.rollout_server_url)
-        logging.getLogger().addFilter(waiting)  # atroposlib says it on the root logger
-        try:
-            await super().register_env()
-        finally:
-            logging.getLogger().removeFilter(waiting)
-        if self._delivery is None:
-            record = None
-            if self.jsonl_writer is not None:  # atroposlib opened it; it is still empty
-                self.jsonl_writer.close()
-                self.jsonl_writer = None
-                record = Path(self.config.data_path_to_save_groups)
-            self._delivery = GroupDelivery(
-                self.config.rollout_server_url,
-                record,
-                retry_for=self.config.delivery_retry_seconds,
-                request_timeout=self.config.delivery_request_timeout,
-            )
-
-    async def handle_send_to_api(
-        self,
-        scored_data: ScoredDataGroup | list[ScoredDataGroup] | None,
-        item: Any = None,
-        do_send_to_api: bool = True,
-        abort_on_any_max_length_exceeded: bool = True,
-    ) -> None:
-        """atroposlib's, with groups of equal scores left out here: counted and said rarely.
-
-        atroposlib would skip them too, with a line per group that never says what it means.
-        """
-        if self.config.ensure_scores_are_not_same and scored_data is not None:
-            groups = scored_data if isinstance(scored_data, list) else [scored_data]
-            kept = [
-                group
-                for group in groups
-                if group is None
-                or not group.get("scores")
-                or not self._equal_scores.offered(list(group["scores"]))
-            ]
-            if not any(group is not None for group in kept):
-                return
-            scored_data = kept if isinstance(scored_data, list) else kept[0]
-        await super().handle_send_to_api(
-            scored_data, item, do_send_to_api, abort_on_any_max_length_exceeded
-        )
-
-    async def _send_scored_data_to_api(
-        self, scored_data: ScoredDataGroup | list[ScoredDataGroup]
-    ) -> None:
-        """Post the group(s) in a task that cancelling the rollout's worker does not stop."""
-        if self._delivery is None:  # never registered: atroposlib's own post
-            await super()._send_scored_data_to_api(scored_data)
-            return
-        for group in scored_data if isinstance(scored_data, list) else [scored_data]:
-            group["env_id"] = self.env_id
-        await self._delivery.send(scored_data)
-
-    async def _finish_deliveries(self) -> None:
-        """The end of serve mode: every group under way is accepted, or logged as not."""
-        if self._delivery is not None:
-            await self._delivery.drain()
 
     async def _run_evaluate(self) -> None:
         await self.check_model_server()
@@ -684,11 +458,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
             )
         if config.resume:
             print(f"resuming: {len(saved)} of {len(tasks)} rollouts already saved", file=sys.stderr)
-        progress = RunProgress("evaluate", len(tasks), "rollouts", completed=len(saved))
-        for record in saved:
-            progress.record(
-                None if record.get("failure") else record["reward"], tool_error_count(record)
-            )
+        progress = resumed_progress(len(tasks), saved)
         pending = (t for t in tasks if t.key not in journal.records)
 
         async def worker() -> None:
@@ -696,9 +466,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
             for task in pending:
                 rollout = await self.run_agent(task.item, split="eval")
                 journal.append(rollout.sample() | task.identity())
-                progress.record(
-                    None if rollout.failure else rollout.reward, len(rollout.result.tool_errors)
-                )
+                record_rollout(progress, rollout)
                 progress.advance()
 
         try:
@@ -740,8 +508,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
         if self._progress is None:
             self._progress = RunProgress("process", self.n_groups_to_process, "groups")
         for rollout in rollouts:
-            progress_reward = None if rollout.failure else rollout.reward
-            self._progress.record(progress_reward, len(rollout.result.tool_errors))
+            record_rollout(self._progress, rollout)
         if kept:
             self._progress.advance()
 
@@ -761,13 +528,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
         except BaseException:  # whatever stopped it: an empty file is no output
             self._discard_empty_output()
             raise
-        groups = Path(self.config.data_path_to_save_groups)
-        try:
-            page = write_view(groups, groups.with_suffix(".html"))
-        except ViewError as exc:  # no groups to show: the run itself says why
-            logger.warning("no HTML view of %s: %s", groups, exc)
-        else:
-            logger.info("HTML view of the groups: %s", page)
+        write_groups_page(Path(self.config.data_path_to_save_groups))
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
@@ -779,77 +540,7 @@ class HermesAgentBaseEnv(BaseEnv):  # type: ignore[misc]  # atroposlib: no types
         await super().wandb_log(wandb_metrics)
 
 
-_LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
-
-
-def _check_not_rollout_server(server_config: Any, rollout_server_url: str | None) -> None:
-    """Refuse a model URL that is the rollout server's (run-api): it answers 404 to every turn."""
-    base_url = getattr(server_config, "base_url", None)
-    if base_url and rollout_server_url and same_server(base_url, rollout_server_url):
-        raise EnvConfigError(
-            f"the model server URL {base_url} is the rollout server's (run-api, "
-            f"{rollout_server_url}): point --openai.base_url at the inference server "
-            "(Atropos's convention: http://localhost:9001/v1)"
-        )
-
-
-def _validation_line(exc: Any) -> str:
-    """A pydantic ValidationError in one line: the field and what is wrong with it.
-
-    A field of several types fails once per type; the most telling failure is kept (a JSON
-    string's parse error rather than 'not a dictionary').
-    """
-    by_field: dict[str, list[dict[str, Any]]] = {}
-    for error in exc.errors():
-        # Union members show up in the location as type names: leave them out.
-        parts = [str(p) for p in error.get("loc", ()) if not any(c in str(p) for c in "[]-")]
-        by_field.setdefault(".".join(parts) or exc.title, []).append(error)
-    if not by_field:
-        return str(exc).splitlines()[0]
-    where, errors = next(iter(by_field.items()))
-    plain_type = ("dict_type", "model_type", "string_type", "none_required")
-    first = next((e for e in errors if e.get("type") not in plain_type), errors[0])
-    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-    more = f" (+{len(by_field) - 1} more)" if len(by_field) > 1 else ""
-    return f"{where}: {message}{more}"
-
-
-def _check_api_key(server_config: Any) -> None:
-    """Give local servers a placeholder key; refuse a remote server without one."""
-    if not hasattr(server_config, "api_key") or server_config.api_key:
-        return
-    base_url = server_config.base_url or ""
-    host = base_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
-    if host in _LOCAL_HOSTS or host.startswith("127.") or not base_url:
-        server_config.api_key = "EMPTY"  # the OpenAI client refuses to start without a key
-        return
-    raise EnvConfigError(
-        f"no API key for {base_url}: set the environment variable the env reads it from "
-        "(see .env.example) or pass --openai.api_key"
-    )
-
-
-def _wandb_configured() -> bool:
-    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE"):
-        return True
-    netrc = Path.home() / ".netrc"
-    try:
-        return "api.wandb.ai" in netrc.read_text()
-    except OSError:
-        return False
-
-
 def _reward_error(error: str) -> Reward:
     """The stand-in of a reward that could not be computed: 0.0 in training, a failure in eval."""
     failure = f"compute_reward failed: {error}"
     return Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=failure)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return repr(value)

@@ -25,11 +25,20 @@ import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import aiohttp
 
-from hermes_envgen.runtime.errors import RolloutServerError
+from hermes_envgen.runtime.env_cli import check_not_rollout_server
+from hermes_envgen.runtime.errors import RolloutServerError, RolloutServerLost
+from hermes_envgen.runtime.serve_log import EqualScoreSkips, RegistrationWait, lost_rollout_server
+
+if TYPE_CHECKING:
+    # The mixin is part of a BaseEnv: type checkers see its attributes (atroposlib's, Any).
+    from atroposlib.envs.base import BaseEnv as _EnvBase
+    from atroposlib.envs.base import ScoredDataGroup
+else:
+    _EnvBase = object
 
 logger = logging.getLogger(__name__)
 
@@ -271,3 +280,129 @@ def _group_id(group: dict) -> str:
 def _first_line(answer: Any) -> str:
     text = answer if isinstance(answer, str) else json.dumps(answer)
     return (text.strip().splitlines() or [""])[0][:200]
+
+
+class ServeDelivery(_EnvBase):
+    """Serve mode of ``HermesAgentBaseEnv``: its overrides of atroposlib's ``BaseEnv``.
+
+    A mixin placed before ``BaseEnv`` (its ``super()`` is atroposlib's): these methods
+    override atroposlib's own, so they stay methods, kept here beside the delivery they drive.
+    The checks at the start of serve (run-api reachable, the model server), groups of equal
+    scores left out, each group posted by :class:`GroupDelivery` once registered, and the
+    deliveries under way finished, however serve ends.
+    """
+
+    _delivery: GroupDelivery | None  # serve mode's, from registration on (set in __init__)
+    _equal_scores: EqualScoreSkips  # serve mode's groups left out, said rarely
+    _model_lost: asyncio.Future[BaseException]  # what ended serve mode: the model server lost
+    jsonl_writer: Any  # process mode's output file (atroposlib's __init__ opens it)
+
+    async def env_manager(self) -> None:
+        """Serve mode; at its end, however it ends, the worker disconnects from run-api."""
+        try:
+            await self._serve()
+        finally:
+            if self._delivery is not None:  # registered
+                await disconnect_env(self.config.rollout_server_url, self.env_id)
+
+    async def _serve(self) -> None:
+        for server in self.server.servers:  # serve mode runs beside run-api
+            check_not_rollout_server(server.config, self.config.rollout_server_url)
+        # Unreachable run-api: one line and exit 2, not atroposlib's retries and stack trace.
+        await check_rollout_server(self.config.rollout_server_url, self.config.startup_wait)
+        await self.check_model_server()
+        self._announce_training_data()
+        # atroposlib only logs a worker's exception: a model server that fails every request
+        # for good would keep serve mode asking forever, so such a failure ends the run.
+        self._model_lost = asyncio.get_running_loop().create_future()
+        manager = asyncio.ensure_future(super().env_manager())
+        await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
+        if manager.done():
+            try:
+                await manager
+            except Exception as exc:
+                # run-api gone (its trainer exited): one line, not atroposlib's traceback
+                if (problem := lost_rollout_server(exc)) is None:
+                    raise
+                for task in getattr(self, "workers", ()):
+                    task.cancel()
+                if self._delivery is not None:
+                    await self._delivery.abandon()
+                raise RolloutServerLost(
+                    f"run-api at {self.config.rollout_server_url} stopped answering "
+                    f"({problem}): serve ends. Did the trainer exit? Start run-api and a "
+                    "trainer, then serve again."
+                ) from None
+            await self._finish_deliveries()
+            return
+        for task in [manager, *getattr(self, "workers", ())]:
+            task.cancel()
+        await asyncio.gather(manager, return_exceptions=True)
+        await self._finish_deliveries()
+        raise self._model_lost.result()
+
+    async def register_env(self) -> None:
+        """Register with run-api; from then on groups go out through :class:`GroupDelivery`.
+
+        The groups file (``data_path_to_save_groups``) then records what run-api accepted,
+        not what was about to be posted.
+        """
+        waiting = RegistrationWait(self.config.rollout_server_url)
+        logging.getLogger().addFilter(waiting)  # atroposlib says it on the root logger
+        try:
+            await super().register_env()
+        finally:
+            logging.getLogger().removeFilter(waiting)
+        if self._delivery is None:
+            record = None
+            if self.jsonl_writer is not None:  # atroposlib opened it; it is still empty
+                self.jsonl_writer.close()
+                self.jsonl_writer = None
+                record = Path(self.config.data_path_to_save_groups)
+            self._delivery = GroupDelivery(
+                self.config.rollout_server_url,
+                record,
+                retry_for=self.config.delivery_retry_seconds,
+                request_timeout=self.config.delivery_request_timeout,
+            )
+
+    async def handle_send_to_api(
+        self,
+        scored_data: ScoredDataGroup | list | None,
+        item: Any = None,
+        do_send_to_api: bool = True,
+        abort_on_any_max_length_exceeded: bool = True,
+    ) -> None:
+        """atroposlib's, with groups of equal scores left out here: counted and said rarely.
+
+        atroposlib would skip them too, with a line per group that never says what it means.
+        """
+        if self.config.ensure_scores_are_not_same and scored_data is not None:
+            groups = scored_data if isinstance(scored_data, list) else [scored_data]
+            kept = [
+                group
+                for group in groups
+                if group is None
+                or not group.get("scores")
+                or not self._equal_scores.offered(list(group["scores"]))
+            ]
+            if not any(group is not None for group in kept):
+                return
+            scored_data = kept if isinstance(scored_data, list) else kept[0]
+        await super().handle_send_to_api(
+            scored_data, item, do_send_to_api, abort_on_any_max_length_exceeded
+        )
+
+    async def _send_scored_data_to_api(self, scored_data: ScoredDataGroup | list) -> None:
+        """Post the group(s) in a task that cancelling the rollout's worker does not stop."""
+        if self._delivery is None:  # never registered: atroposlib's own post
+            await super()._send_scored_data_to_api(scored_data)
+            return
+        for group in scored_data if isinstance(scored_data, list) else [scored_data]:
+            group["env_id"] = self.env_id
+        await self._delivery.send(scored_data)
+
+    async def _finish_deliveries(self) -> None:
+        """The end of serve mode: every group under way is accepted, or logged as not."""
+        if self._delivery is not None:
+            await self._delivery.drain()

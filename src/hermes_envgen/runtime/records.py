@@ -1,11 +1,18 @@
 """The rollout record and the metric names: one typed definition for everything that writes or
-reads them (the base env, evaluation, ``check``, ``view``, the testing kit, generated tests).
+reads them (the base env, evaluation, ``check``, ``view``, the testing kit, generated tests);
+the finished rollout (:class:`Rollout`) and the running sums its metrics come from
+(:class:`RolloutStats`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Final, TypedDict
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TypedDict, cast
+
+if TYPE_CHECKING:  # only annotations: agent_loop imports this module, which stays a leaf
+    from hermes_envgen.runtime.agent_loop import AgentResult
+    from hermes_envgen.runtime.exact_tokens import TokenTrace
 
 # The files an evaluation writes into --env.data_dir_to_save_evals.
 SAMPLES_FILE = "samples.jsonl"  # one RolloutRecord per scored rollout
@@ -118,3 +125,102 @@ _DECLARED = re.compile(
 def is_declared(name: str) -> bool:
     """Whether ``name`` is a full metric name that this module declares (not an env's own)."""
     return _DECLARED.fullmatch(name) is not None
+
+
+@dataclass
+class Rollout:
+    """One finished rollout: the agent's result and its reward."""
+
+    item: Any
+    result: AgentResult
+    reward: float
+    task_id: str
+    reward_error: str | None = None
+    counts: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, float] = field(default_factory=dict)
+    sequence: TokenTrace | None = None  # Phase 2 (vllm/sglang): the exact tokens and logprobs
+    failure: str | None = None  # why the score was not measured: evaluation leaves it out
+
+    def sample(self) -> RolloutRecord:
+        """A JSON-ready record of the rollout, as evaluation saves it."""
+        return {
+            "item": _jsonable(self.item),
+            "task_id": self.task_id,
+            "reward": None if self.failure else self.reward,  # a stand-in is no measurement
+            "failure": self.failure,
+            "turns_used": self.result.turns_used,
+            "finished_naturally": self.result.finished_naturally,
+            "tool_calls": len(self.result.tool_calls),
+            "tools_used": self.result.tools_used,
+            # ToolError's fields are ToolErrorRecord's: the record is its dict
+            "tool_errors": [cast(ToolErrorRecord, asdict(e)) for e in self.result.tool_errors],
+            "reward_error": self.reward_error,
+            "reward_counts": self.counts,
+            "reward_signals": self.signals,
+            "rollout_error": self.result.error,
+            "timed_out": self.result.timed_out,
+            "replaced_characters": self.result.replaced_characters,
+            "final_response": self.result.final_response,
+            "messages": self.result.messages,
+        }
+
+
+@dataclass
+class RolloutStats:
+    """Running sums over rollouts, flushed into metrics (one instance per split)."""
+
+    rewards: list[float] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    rollout_errors: int = 0
+    failures: int = 0  # scores that are stand-ins (e.g. the judge failed): see Rollout.failure
+    finished_naturally: int = 0
+    counts: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, rollout: Rollout) -> None:
+        self.rewards.append(rollout.reward)
+        self.turns.append(rollout.result.turns_used)
+        self.tool_calls += len(rollout.result.tool_calls)
+        self.tool_errors += len(rollout.result.tool_errors)
+        self.rollout_errors += rollout.result.error is not None
+        self.failures += rollout.failure is not None
+        self.finished_naturally += rollout.result.finished_naturally
+        for name, value in rollout.counts.items():
+            self.counts[name] = self.counts.get(name, 0.0) + value
+        for name, value in rollout.signals.items():
+            self.signals.setdefault(name, []).append(value)
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        n = len(self.rewards)
+        if n == 0:
+            return {}
+        reward_metrics = {metric(prefix, name): value for name, value in self.counts.items()}
+        reward_metrics.update(
+            {metric(prefix, name): sum(v) / len(v) for name, v in self.signals.items()}
+        )
+        calls = self.tool_calls
+        values = {
+            Metric.MEAN_REWARD: sum(self.rewards) / n,
+            Metric.MEAN_TURNS: sum(self.turns) / n,
+            Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
+            Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,
+            Metric.TOOL_ERROR_RATE: self.tool_errors / calls if calls else 0.0,
+            Metric.FINISHED_NATURALLY_RATE: self.finished_naturally / n,
+            Metric.REWARD_ERRORS: self.counts.get(Metric.REWARD_ERRORS, 0.0),
+            Metric.ROLLOUT_ERRORS: float(self.rollout_errors),
+            Metric.FAILURES: float(self.failures),
+            Metric.ROLLOUTS: float(n),
+        }
+        return reward_metrics | {metric(prefix, name): value for name, value in values.items()}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return repr(value)

@@ -11,6 +11,7 @@ fetched: it opens from disk, offline, and can be mailed around.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 
 from hermes_envgen.errors import ViewError
 from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX as ERROR_PREFIX
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -172,6 +175,20 @@ def write_view(path: str | Path, output: str | Path | None = None) -> Path:
     except OSError as exc:
         raise ViewError(f"cannot write {target}: {exc.strerror or exc}") from None
     return target
+
+
+def write_groups_page(groups: Path) -> None:
+    """Process mode's page of its groups file, ``groups`` with ``.html`` (Atropos's name).
+
+    It replaces the page Atropos writes there, which shows tool calls blank; no groups to
+    show is a warning: the run itself says why.
+    """
+    try:
+        page = write_view(groups, groups.with_suffix(".html"))
+    except ViewError as exc:
+        logger.warning("no HTML view of %s: %s", groups, exc)
+    else:
+        logger.info("HTML view of the groups: %s", page)
 
 
 def _number(value: float) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,7 @@ def tool_call_count(record: dict) -> int:
     )
 
 
-def tool_error_count(record: dict) -> int:
+def tool_error_count(record: Mapping[str, Any]) -> int:
     """Failed tool calls of a saved rollout (a list in the file, a count in a summary)."""
     errors = record.get("tool_errors")
     return errors if isinstance(errors, int) else len(errors or [])
