@@ -9,7 +9,7 @@ import sys
 
 # An env's own module, as its author's mypy reads it (the package found where it is installed).
 ENV_CODE = """\
-from hermes_envgen.runtime import Task, split_train_eval, tool
+from hermes_envgen.runtime import ModelClient, Task, ask_judge, split_train_eval, tool
 
 tasks: list[Task] = [Task(prompt="What is 3 + 4?", answer="7")]
 train, evaluation = split_train_eval(tasks, 1, seed=0)
@@ -24,6 +24,12 @@ def add(a: int, b: int) -> int:
 
 reveal_type(add)
 total: str = add(1, 2)
+
+
+async def grade(client: ModelClient, task: Task) -> float | None:
+    verdict = await ask_judge(client, task, "7")
+    await ask_judge("http://judge", task, "7")
+    return verdict.score
 """
 
 # Only the runtime is under test: the big typed dependencies are read as Any, for speed.
@@ -46,7 +52,7 @@ def test_an_env_authors_type_checker_reads_the_runtimes_types(tmp_path):
         timeout=300,
     )
     said = out.stdout
-    assert out.returncode == 1, said + out.stderr  # the two mistakes, no crash
+    assert out.returncode == 1, said + out.stderr  # the mistakes, no crash
     assert "missing library stubs or py.typed marker" not in said
     # a split keeps the items' type, a tool keeps its function's
     (split,) = [line for line in said.splitlines() if line.startswith("env.py:5: note")]
@@ -54,3 +60,6 @@ def test_an_env_authors_type_checker_reads_the_runtimes_types(tmp_path):
     assert 'env.py:14: note: Revealed type is "def (a: int, b: int) -> int"' in said
     assert 'env.py:6: error: Missing key "prompt" for TypedDict "Task"' in said
     assert "env.py:15: error: Incompatible types in assignment" in said
+    # the judge is asked through a chat server (a ModelClient is one), not a URL
+    assert 'env.py:20: error: Argument 1 to "ask_judge" has incompatible type "str"' in said
+    assert said.count("error:") == 3, said

@@ -16,7 +16,7 @@ import shlex
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AgentResult
 from hermes_envgen.runtime.tasks import Task
@@ -95,6 +95,15 @@ def parse_judge_score(text: str | None) -> float | None:
     return float(score)
 
 
+class ChatServer(Protocol):
+    """What the judge is asked through: a :class:`ModelClient` (``judge_client``), the env's
+    own server, anything with atroposlib's ``chat_completion(messages=..., ...)``."""
+
+    async def chat_completion(self, **kwargs: Any) -> Any:
+        """An OpenAI chat completion (``.choices[0].message.content``) for the keywords."""
+        ...
+
+
 @dataclass
 class JudgeVerdict:
     """What the judge said: a score, or why there is none."""
@@ -111,7 +120,7 @@ class JudgeVerdict:
 
 
 async def ask_judge(
-    server: Any,
+    server: ChatServer,
     task: str | Task,
     answer: str,
     reference: str | None = None,
