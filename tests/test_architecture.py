@@ -103,13 +103,16 @@ RUNTIME_API = [
     "AgentResult",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
+    "HermesAgentLoop",
     "JudgeVerdict",
     "Metric",
     "ModelClient",
     "Reward",
+    "RolloutState",
     "Task",
     "ToolContext",
-    "ToolError",
+    "ToolErrorRecord",
+    "TurnHooks",
     "answer_is",
     "ask_judge",
     "correctness_gated",
@@ -237,10 +240,10 @@ def test_names_removed_from_the_runtime_api_still_import_with_a_warning_once():
         "from hermes_envgen.runtime import agent_loop, tools\n"
         "with warnings.catch_warnings(record=True) as seen:\n"
         "    warnings.simplefilter('always')\n"
-        "    from hermes_envgen.runtime import HermesAgentLoop\n"
-        "    from hermes_envgen.runtime import HermesAgentLoop as again\n"
+        "    from hermes_envgen.runtime import ToolError\n"
+        "    from hermes_envgen.runtime import ToolError as again\n"
         "    registry = runtime.REGISTRY\n"
-        "assert HermesAgentLoop is again is agent_loop.HermesAgentLoop\n"
+        "assert ToolError is again is agent_loop.ToolError\n"
         "assert registry is tools.REGISTRY\n"
         "print([(w.category.__name__, str(w.message)) for w in seen])\n"
         "for name in runtime._DEPRECATED:\n"
@@ -369,6 +372,89 @@ def test_every_exception_class_derives_from_the_error_root():
     )
     assert outside == [], f"exceptions outside hermes_envgen.errors.HermesEnvgenError: {outside}"
     assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"
+
+
+# Import cycles that another branch of issue 27 breaks (chat_template <-> trajectory): allowed
+# until it lands, then this set is emptied.
+CYCLES_BEING_BROKEN = [{"hermes_envgen.runtime.chat_template", "hermes_envgen.runtime.trajectory"}]
+
+
+def test_the_runtime_has_no_import_cycles_not_even_through_lazy_imports():
+    # A module imported inside a function still forms a cycle: the design hides it, it does
+    # not remove it. Imports under `if TYPE_CHECKING:` never run and do not count.
+    modules = {_dotted(path): path for path in _modules_of("runtime")}
+    graph = {name: _runtime_imports(path, modules) - {name} for name, path in modules.items()}
+    cycles = [c for c in _cycles(graph) if c not in CYCLES_BEING_BROKEN]
+    assert cycles == []
+
+
+def test_the_cycle_check_sees_an_import_inside_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [{"a", "b", "c"}]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _dotted(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts).removesuffix(".__init__")
+
+
+def _runtime_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The runtime modules ``path`` imports anywhere (functions included), TYPE_CHECKING aside."""
+    name = _dotted(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                module = child.module or ""
+                if child.level:
+                    parts = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    module = ".".join(filter(None, [*parts, module]))
+                for alias in child.names:  # `from package import submodule` is the submodule
+                    deeper = f"{module}.{alias.name}"
+                    found.add(deeper if deeper in modules else module)
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found & set(modules)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
 
 
 # -- one place maps errors to exit codes -----------------------------------------------------

@@ -23,11 +23,11 @@ from hermes_envgen.runtime.exact_tokens import MASKED_LOGPROB
 from hermes_envgen.runtime.inference import (
     Endpoint,
     ModelClient,
-    _parse_completions,
     check_model_server,
     judge_client,
     same_server,
 )
+from hermes_envgen.runtime.inference.wire import read_completions
 from hermes_envgen.runtime.rewards import ask_judge
 from hermes_envgen.runtime.trajectory import MASKED, trained_runs
 from hermes_envgen.testing.envs import build_env
@@ -99,7 +99,7 @@ def test_vllm_env_gets_exact_tokens_from_stock_vllm_completions(
         group_size=2,
     )
     group, _ = asyncio.run(env.collect_trajectories(TASKS[0]))
-    assert env.model.api == "completions"
+    assert env.policy.api == "completions"
     expected = [generated_text(t) + END for t in Script.load(SCRIPT).conversations[0].turns]
     for tokens, masks, logprobs in zip(
         group["tokens"], group["masks"], group["inference_logprobs"]
@@ -125,7 +125,7 @@ def test_completions_reply_without_token_ids_is_read_from_the_logprob_tokens():
             }
         ]
     }
-    assert _parse_completions(reply) == ([[72, 105]], [[-1.0, -2.0]], ["stop"])
+    assert read_completions(reply) == ([[72, 105]], [[-1.0, -2.0]], ["stop"])
 
 
 # -- what is retried, and what an error says ----------------------------------------------------
@@ -424,7 +424,7 @@ from hermes_envgen.runtime import Reward, ask_judge, judge_client
 
 class JudgedEnv(TerminalTaskEnv):
     def make_judge(self):
-        return judge_client(self.model, os.environ["JUDGE_URL"], "judge-model", "JUDGE_KEY")
+        return judge_client(self.policy, os.environ["JUDGE_URL"], "judge-model", "JUDGE_KEY")
 
     async def compute_reward(self, item, result, ctx):
         verdict = await ask_judge(self.judge, "task", result.final_response or "-", "ref")

@@ -36,7 +36,7 @@ class JudgedEnv(HermesAgentBaseEnv):
         return config, [server]
 
     def make_judge(self):
-        return judge_client(self.model, self.judge_url, "judge" if self.judge_url else None)
+        return judge_client(self.policy, self.judge_url, "judge" if self.judge_url else None)
 
     async def setup(self) -> None:
         pass

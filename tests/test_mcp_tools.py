@@ -211,7 +211,7 @@ def test_an_env_with_mcp_servers_offers_their_tools_and_stops_when_one_cannot_st
         enabled_toolsets=["terminal", "mcp"],
         mcp_servers=[notes_server()],
     )
-    _, names = env._resolve_tools_for_group()
+    _, names = env._resolve_tools()
     assert {"terminal", "notes_add_note", "notes_read_note"} <= names
     assert "read_file" not in names
     with pytest.raises(EnvConfigError, match="mcp_servers\\[notes\\]: cannot list its tools"):

@@ -17,7 +17,7 @@ import pytest
 from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, make_manager
 
 from hermes_envgen.runtime.errors import ToolExecutionError
-from hermes_envgen.runtime.sandbox.base import tagged_processes
+from hermes_envgen.runtime.sandbox.reaping import tagged_processes
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.tools.interpreter import MAX_CODE_BYTES, PythonSettings

@@ -173,17 +173,17 @@ def test_a_sandbox_running_a_long_command_is_not_reaped(tmp_path):
 def test_sandboxes_closed_together_share_one_scan_and_lose_every_escaped_process(
     sandboxes, monkeypatch
 ):
-    from hermes_envgen.runtime.sandbox import base
+    from hermes_envgen.runtime.sandbox import reaping
 
     sweeps = []
-    real_sweep = base.kill_processes
+    real_sweep = reaping.kill_processes
 
     def counted(pgid, tag):
         if pgid is None:  # a sweep for what left the process groups
             sweeps.append(tag)
         return real_sweep(pgid, tag)
 
-    monkeypatch.setattr(base, "kill_processes", counted)
+    monkeypatch.setattr(reaping, "kill_processes", counted)
 
     async def main():
         pids = []
@@ -202,12 +202,12 @@ def test_sandboxes_closed_together_share_one_scan_and_lose_every_escaped_process
 
 
 def test_a_sandbox_that_ran_nothing_closes_without_a_scan(sandboxes, monkeypatch):
-    from hermes_envgen.runtime.sandbox import base
+    from hermes_envgen.runtime.sandbox import reaping
 
     def no_scan(tag):
         raise AssertionError("scanned /proc for a sandbox that never ran a command")
 
-    monkeypatch.setattr(base, "tagged_processes", no_scan)
+    monkeypatch.setattr(reaping, "tagged_processes", no_scan)
 
     async def main():
         sandbox = sandboxes.get("files-only")
@@ -221,17 +221,17 @@ def test_a_sandbox_that_ran_nothing_closes_without_a_scan(sandboxes, monkeypatch
 def test_scans_of_proc_keep_their_distance_on_a_host_where_they_are_slow(sandboxes, monkeypatch):
     # A scan that took 50 ms of CPU (a host with thousands of processes) is followed by the
     # next only SWEEP_SPACING times that later; what closes meanwhile waits and shares it.
-    from hermes_envgen.runtime.sandbox import base
+    from hermes_envgen.runtime.sandbox import reaping
 
     starts = []
-    real_kill = base._timed_kill
+    real_kill = reaping._timed_kill
 
     def slow_scan(prefixes):
         starts.append(time.monotonic())
         real_kill(prefixes)
         return 0.05
 
-    monkeypatch.setattr(base, "_timed_kill", slow_scan)
+    monkeypatch.setattr(reaping, "_timed_kill", slow_scan)
 
     async def main():
         for names in ("a", "bcd"):
@@ -241,7 +241,7 @@ def test_scans_of_proc_keep_their_distance_on_a_host_where_they_are_slow(sandbox
 
     asyncio.run(main())
     assert len(starts) == 2, starts
-    assert starts[1] - starts[0] >= base.SWEEP_SPACING * 0.05
+    assert starts[1] - starts[0] >= reaping.SWEEP_SPACING * 0.05
 
 
 def test_the_run_keeps_its_directory_between_rollouts_and_gives_it_up_at_close_all(tmp_path):

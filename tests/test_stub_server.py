@@ -95,6 +95,28 @@ def test_unmatched_conversations_are_handed_out_in_order(stub_server):
     assert answers == ["first in order", "second in order", "first in order"]
 
 
+def test_a_conversation_in_words_continues_by_what_it_said(stub_server):
+    # No call id marks these conversations: between their turns a simulated user speaks.
+    server = stub_server(
+        {
+            "conversations": [
+                {"match": "game", "turns": [{"content": "10"}, {"content": "5"}]},
+                {"match": "game", "turns": [{"content": "90"}, {"content": "99"}]},
+            ]
+        }
+    )
+    openings = [chat(server, [{"role": "user", "content": "game"}])[1] for _ in range(2)]
+    said = [body["choices"][0]["message"]["content"] for body in openings]
+    assert said == ["10", "90"]
+    for first, second in (("90", "99"), ("10", "5"), ("90", "99")):
+        messages = [
+            {"role": "user", "content": "game"},
+            {"role": "assistant", "content": first},
+            {"role": "user", "content": "Lower."},
+        ]
+        assert chat(server, messages)[1]["choices"][0]["message"]["content"] == second
+
+
 def test_n_greater_than_one_returns_n_choices(stub_server):
     server = stub_server(SCRIPT)
     _, body = chat(server, [{"role": "user", "content": "weather"}], tools=TOOLS, n=3)

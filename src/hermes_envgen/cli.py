@@ -458,7 +458,7 @@ def check(
         FAIL,
         TRAINERS,
         Budget,
-        Endpoint,
+        RealModel,
         format_table,
         run_checks,
     )
@@ -487,7 +487,7 @@ def check(
         if not isinstance(parsed, dict):
             fail(f"--extra-body must be a JSON object, not {extra_body!r}")
     endpoint = (
-        Endpoint(
+        RealModel(
             base_url,
             model,
             server_type,

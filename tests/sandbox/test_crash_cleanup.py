@@ -31,7 +31,7 @@ from sandbox_helpers import (
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox import runs as runs_module
-from hermes_envgen.runtime.sandbox.docker import RUN_LABEL, run_label
+from hermes_envgen.runtime.sandbox.docker_engine import RUN_LABEL, run_label
 from hermes_envgen.runtime.sandbox.host_limits import (
     cgroup_parents,
     mount_workspace,

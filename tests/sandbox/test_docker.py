@@ -37,18 +37,20 @@ from hermes_envgen.runtime.sandbox import (
 )
 from hermes_envgen.runtime.sandbox.base import RUN_TAG_VARIABLE, CommandResult
 from hermes_envgen.runtime.sandbox.docker import (
+    DockerSandbox,
+    container_path,
+    escaped_path,
+    explain_start_failure,
+)
+from hermes_envgen.runtime.sandbox.docker_engine import RUN_LABEL
+from hermes_envgen.runtime.sandbox.docker_engine import docker_cli as _docker
+from hermes_envgen.runtime.sandbox.docker_engine import docker_exec as _exec
+from hermes_envgen.runtime.sandbox.docker_shell import (
     KILL_ALL_SCRIPT,
     KILL_SCRIPT,
     LIST_SCRIPT,
     READ_SCRIPT,
-    RUN_LABEL,
     WRITE_SCRIPT,
-    DockerSandbox,
-    _docker,
-    _exec,
-    container_path,
-    escaped_path,
-    explain_start_failure,
 )
 
 # -- without an engine: the argv, the path rules, the scripts ----------------------------------

@@ -16,7 +16,7 @@ import pytest
 from conftest import render_template
 from sandbox_helpers import docker_containers, docker_test_image, needs_docker
 
-from hermes_envgen.runtime.sandbox.docker import LABEL
+from hermes_envgen.runtime.sandbox.docker_engine import LABEL
 from hermes_envgen.testing.envs import read_eval_results, validate_groups
 from hermes_envgen.testing.policy import scripted_policy
 from hermes_envgen.testing.runner import offline_environment, run_env_mode

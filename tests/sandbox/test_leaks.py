@@ -20,7 +20,7 @@ from sandbox_helpers import (
     processes_running,
 )
 
-from hermes_envgen.runtime.sandbox.docker import LABEL
+from hermes_envgen.runtime.sandbox.docker_engine import LABEL
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import ToolExecutionError
 

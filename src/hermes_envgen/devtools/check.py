@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hermes_envgen.errors import CheckError
 from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE
+from hermes_envgen.runtime.sandbox import procfs
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
@@ -83,8 +84,9 @@ def find_env(path: str | Path) -> EnvTarget:
     )
 
 
-def probe(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
-    """Import the env in a subprocess and describe it (or, with args, replay rewards).
+def in_env_process(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
+    """Import the env in a subprocess of its own and describe it (with args: replay rewards, ask
+    its judge); see ``env_process``.
 
     CheckError when the env cannot be imported.
     """
@@ -92,7 +94,7 @@ def probe(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
 
     try:
         completed = subprocess.run(
-            [sys.executable, "-m", "hermes_envgen.devtools.probe", target.entry, *args],
+            [sys.executable, "-m", "hermes_envgen.devtools.env_process", target.entry, *args],
             cwd=target.root,
             env=offline_environment(target.environment()),
             capture_output=True,
@@ -101,7 +103,7 @@ def probe(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise CheckError(f"the env's probe took more than {timeout:g} s") from None
+        raise CheckError(f"importing and describing the env took more than {timeout:g} s") from None
     lines = completed.stdout.strip().splitlines()
     try:
         description = json.loads(lines[-1])
@@ -114,7 +116,7 @@ def probe(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
 
 
 @dataclass
-class Endpoint:
+class RealModel:
     """A real model to check against instead of the stub."""
 
     base_url: str
@@ -182,7 +184,7 @@ class Budget:
 def run_checks(
     path: str | Path,
     *,
-    endpoint: Endpoint | None = None,
+    endpoint: RealModel | None = None,
     budget: Budget | None = None,
     port: int = 0,
     timeout: float = 300,
@@ -207,7 +209,7 @@ def run_checks(
     budget = budget or Budget()
     target = find_env(path)
     progress("importing the env")
-    info = probe(target)
+    info = in_env_process(target)
     results = [CheckResult("imports", PASS, f"{info['class']} (name {info['name']!r})")]
     results.append(_config_init_check(info))
     results.append(_key_check(target.root, info))
@@ -418,7 +420,7 @@ def token_fidelity_check(
     )
 
 
-def _template_variables(endpoint: Endpoint | None) -> dict | None:
+def _template_variables(endpoint: RealModel | None) -> dict | None:
     """``chat_template_kwargs`` of the endpoint's ``extra_body``, as the env renders with."""
     if endpoint is None or not endpoint.extra_body:
         return None
@@ -545,7 +547,7 @@ def _gold_and_noop_checks(
     from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
     tokenizer = build_offline_tokenizer(work / "tokenizer")
-    report = probe(
+    report = in_env_process(
         target,
         "rewards",
         str(tokenizer),
@@ -602,7 +604,7 @@ def _injection_check(
 
     tokenizer = build_offline_tokenizer(work / "tokenizer")
     try:
-        report = probe(
+        report = in_env_process(
             target,
             "injection",
             str(tokenizer),
@@ -652,15 +654,7 @@ def _cleanup_check(*roots: Path) -> CheckResult:
 
 def _processes_under(directory: Path) -> list[int]:
     """Pids whose working directory is inside ``directory`` (Linux /proc)."""
-    found = []
-    prefix = str(directory.resolve())
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.readlink(entry / "cwd").startswith(prefix):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return procfs.working_in(str(directory.resolve()))
 
 
 def _timed_out(exc: BaseException) -> bool:

@@ -72,7 +72,7 @@ def run_demo(
     progress: Callable[[str], None] = lambda message: None,
 ) -> DemoResult:
     """Generate an env into ``directory`` (a temp dir by default) and run it end to end."""
-    from hermes_envgen.devtools.check import find_env, probe, stub_judge_flags
+    from hermes_envgen.devtools.check import find_env, in_env_process, stub_judge_flags
     from hermes_envgen.generate import new_project
     from hermes_envgen.runtime.sandbox.choice import bwrap_unusable
     from hermes_envgen.runtime.sandbox.runs import reap_stale_runs, runs_directory
@@ -92,7 +92,7 @@ def run_demo(
     progress(f"generating {DEMO_NAME} in {base}")
     project = new_project(DEMO_NAME, base, data=dict(data or {}), defaults=True).path
     target = find_env(project)
-    info = probe(target)
+    info = in_env_process(target)
     samples = info["samples"]
     outputs = base / "demo-output"  # beside the project, so its git tree stays clean
     groups_file = outputs / "data" / "rollouts.jsonl"

@@ -1,11 +1,11 @@
 """The runtime generated environments import: their one declared API.
 
 ``__all__`` is what an env author uses: the base env and its settings, the task type and its
-loaders, the agent's result, the reward building blocks, the rollout's sandbox as a reward sees
-it, the tool decorator and the metric names. Everything else is internal and imported by its
-module path (``hermes_envgen.runtime.agent_loop.HermesAgentLoop``). Names are loaded on first
-use, so ``import hermes_envgen.runtime`` (or the CLI) does not pay for atroposlib and
-transformers.
+loaders, the agent loop with its turn hooks and its result, the reward building blocks, the
+rollout's sandbox as a reward sees it, the tool decorator and the metric names. Everything else
+is internal and imported by its module path (``hermes_envgen.runtime.tools.REGISTRY``). Names
+are loaded on first use, so ``import hermes_envgen.runtime`` (or the CLI) does not pay for
+atroposlib and transformers.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ _EXPORTS = {
     "load_items": "datasets",
     "split_train_eval": "datasets",
     "training_order": "datasets",
-    # what a rollout gives the reward
+    # the agent loop, its hooks and its result
+    "HermesAgentLoop": "agent_loop",
+    "TurnHooks": "agent_loop",
+    "RolloutState": "agent_loop",
     "AgentResult": "agent_loop",
-    "ToolError": "agent_loop",
+    "ToolErrorRecord": "records",
     "ToolContext": "tool_context",
     # rewards
     "Reward": "rewards",
@@ -59,13 +62,16 @@ __all__ = [
     "AgentResult",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
+    "HermesAgentLoop",
     "JudgeVerdict",
     "Metric",
     "ModelClient",
     "Reward",
+    "RolloutState",
     "Task",
     "ToolContext",
-    "ToolError",
+    "ToolErrorRecord",
+    "TurnHooks",
     "answer_is",
     "ask_judge",
     "correctness_gated",
@@ -87,8 +93,8 @@ __all__ = [
 # still importable from here for projects that use them, with a DeprecationWarning (once per
 # name) that gives their module path.
 _DEPRECATED = {
-    "HermesAgentLoop": "agent_loop",
-    "Rollout": "base_env",
+    "ToolError": "agent_loop",  # ToolErrorRecord's earlier name
+    "Rollout": "records",
     "EnvConfigError": "errors",
     "DatasetError": "errors",
     "SandboxError": "errors",
@@ -127,12 +133,17 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from hermes_envgen.runtime.agent_loop import AgentResult, ToolError
+    from hermes_envgen.runtime.agent_loop import (
+        AgentResult,
+        HermesAgentLoop,
+        RolloutState,
+        TurnHooks,
+    )
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
     from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
     from hermes_envgen.runtime.inference import ModelClient, judge_client
-    from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, metric
+    from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
     from hermes_envgen.runtime.rewards import (
         JudgeVerdict,
         Reward,

@@ -2,44 +2,47 @@
 
 ``HermesAgentLoop.run(messages)`` returns an ``AgentResult`` with the whole conversation in
 OpenAI message format. Nothing the model does ends the loop with an exception: an unknown tool,
-arguments that are not JSON, a tool that fails, a call that does not parse (Phase 2), each
-becomes a ``ToolError`` and a message back to the model; a server that keeps failing ends the
-rollout with ``AgentResult.error`` set; a rollout past its time budget (``max_seconds``) is
+arguments that are not JSON, a tool that fails, a call that does not parse (token mode), each
+becomes a ``ToolErrorRecord`` and a message back to the model; a server that keeps failing ends
+the rollout with ``AgentResult.error`` set; a rollout past its time budget (``max_seconds``) is
 ended where it stands, with ``AgentResult.timed_out`` set. Every text of a reply is made valid
 Unicode as it arrives (lone surrogates replaced, counted in ``replaced_characters``).
+
+After every turn the loop asks its ``TurnHooks`` (the env, in a rollout the base env runs),
+each given the rollout's ``RolloutState``: ``env_response`` (messages the environment adds: a
+simulated user, a game's board, a test runner's verdict), then ``turn_reward``, then
+``is_done``. A reply without tool calls ends the rollout unless the environment responded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from hermes_envgen.runtime.errors import InferenceError
 from hermes_envgen.runtime.parsers.base import new_alnum_id
-from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX
+from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX, ToolErrorRecord
+from hermes_envgen.runtime.retries import with_retries
 from hermes_envgen.runtime.text import valid_unicode
+from hermes_envgen.runtime.token_trace import TokenTrace
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools.registry import printable
 
 logger = logging.getLogger(__name__)
 
-# The tool name of a ToolError for a call that could not be parsed from the model's text.
+# The tool name of a ToolErrorRecord for a call that could not be parsed from the model's text.
 UNPARSED_TOOL = "(unparsed)"
 
+# The roles of the messages an env's env_response may add.
+ENV_ROLES = ("user", "system", "tool")
 
-@dataclass
-class ToolError:
-    """A tool call that could not be carried out, as the model made it."""
-
-    turn: int
-    tool_name: str
-    arguments: str
-    error: str
-    tool_result: str
+# The record's earlier name (it is no exception); projects of earlier releases may import it.
+ToolError = ToolErrorRecord
 
 
 @dataclass
@@ -48,12 +51,19 @@ class AgentResult:
 
     messages: list[dict[str, Any]]
     turns_used: int = 0
+    # Ended by the model's answer or the env's is_done, not by turns, time or a failed server.
     finished_naturally: bool = False
-    tool_errors: list[ToolError] = field(default_factory=list)
+    tool_errors: list[ToolErrorRecord] = field(default_factory=list)
     reasoning_per_turn: list[str | None] = field(default_factory=list)
-    error: str | None = None  # why the rollout stopped early (server failure), if it did
+    error: str | None = None  # why the rollout stopped early (server or hook failure), if it did
+    failed_hook: str | None = None  # the turn hook whose failure ``error`` is, if one's is
     timed_out: bool = False  # ended by the loop's time budget (max_rollout_seconds)
     replaced_characters: int = 0  # lone surrogates in the model's replies, made U+FFFD
+    turn_rewards: list[float | None] = field(default_factory=list)  # turn_reward, per turn
+    metadata: dict[str, Any] = field(default_factory=dict)  # the env's own state (hooks')
+    # Token mode: the exact tokens the model saw and generated, masks and logprobs; None in
+    # chat mode, whose training data is rebuilt from ``messages``.
+    token_trace: TokenTrace | None = None
 
     @property
     def final_response(self) -> str:
@@ -79,6 +89,81 @@ class AgentResult:
     def tools_used(self) -> list[str]:
         """The names of the tools the model called, each once, in order of first use."""
         return list(dict.fromkeys(call["name"] for call in self.tool_calls))
+
+
+@dataclass
+class RolloutState:
+    """One rollout as every turn hook sees it, after each turn of the model.
+
+    ``messages``, ``turn_rewards`` and ``metadata`` are the result's own: keep the env's state
+    (a game's board, a simulated user's mood) in ``metadata``; ``compute_reward`` finds it in
+    ``result.metadata``. Add messages by returning them from ``env_response``, never by editing
+    ``messages``: in token mode the model's prompt is the exact tokens of what came before.
+    """
+
+    task: Any  # the item of the dataset, as format_prompt got it
+    task_id: str
+    result: AgentResult  # the rollout so far
+    tool_context: ToolContext  # the rollout's tools and sandbox
+    split: str = "train"  # or "eval"
+    turn: int = 0  # turns of the model so far; the hooks run after turn ``turn``
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation so far (the result's; read it, do not edit it)."""
+        return self.result.messages
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The env's own state for this rollout, empty at its start."""
+        return self.result.metadata
+
+    @property
+    def turn_rewards(self) -> list[float | None]:
+        """The ``turn_reward`` of each turn so far (None where it gave none)."""
+        return self.result.turn_rewards
+
+    @property
+    def last_reply(self) -> dict[str, Any]:
+        """The model's message of this turn (``content``, maybe ``tool_calls``); {} before one."""
+        return next((m for m in reversed(self.messages) if m.get("role") == "assistant"), {})
+
+
+class TurnHooks:
+    """The turn logic an env overrides; the defaults add nothing (the plain tool-calling loop).
+
+    After each turn the loop calls ``env_response``, then ``turn_reward``, then ``is_done``.
+    Each may be ``async def`` or plain ``def``. One that raises ends the rollout with
+    ``AgentResult.error`` set (logged with its traceback); the rollout is scored as a failure.
+    """
+
+    async def env_response(self, state: RolloutState) -> list[dict[str, Any]]:
+        """Messages the environment adds after this turn (after any tool results).
+
+        A simulated user's reply, a game's new state, a test runner's verdict: usually
+        ``{"role": "user", "content": ...}``. When the model answered without tool calls, the
+        rollout goes on if this returns any message and ends if it returns none. Roles
+        ``user``, ``system`` or ``tool``: an ``assistant`` message (chat mode would train it)
+        ends the rollout as a failed hook. In token mode they are part of the next prompt,
+        masked: never trained.
+        """
+        return []
+
+    async def turn_reward(self, state: RolloutState) -> float | None:
+        """The reward of this turn, or None for none; kept in ``AgentResult.turn_rewards``."""
+        return None
+
+    async def is_done(self, state: RolloutState) -> bool:
+        """Whether the rollout ends now, before the model's next turn (a custom stopping rule).
+
+        The rollout then counts as finished naturally. Turns and time still run out as set
+        (``max_agent_turns``, ``max_rollout_seconds``), whatever this says.
+        """
+        return False
+
+
+class _HookFailed(Exception):
+    """A turn hook failed: the rollout ends (its reason is already in ``AgentResult.error``)."""
 
 
 @dataclass
@@ -255,6 +340,8 @@ class HermesAgentLoop:
         backend: Any = None,
         tool_choice: str | None = None,
         max_seconds: float | None = None,
+        hooks: TurnHooks | None = None,
+        task: Any = None,
     ) -> None:
         self.tool_schemas = tool_schemas
         self.valid_tool_names = set(valid_tool_names)
@@ -272,31 +359,38 @@ class HermesAgentLoop:
         self.backend = backend or ChatCompletionBackend(server)
         self.tool_choice = tool_choice
         self.max_seconds = max_seconds  # the rollout's wall-clock budget; None: no limit
+        self.hooks = hooks or TurnHooks()  # the env's turn logic; the defaults add nothing
+        self.task = task  # what the hooks see as ``state.task``
         self._tool_slots = asyncio.Semaphore(max_parallel_tools)
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
-        """Run the conversation until the model answers without a tool call, turns run out or
-        the time budget does."""
+        """Run the conversation until the model answers without a tool call (and the env adds
+        nothing), the env's ``is_done`` says so, or turns or the time budget run out."""
         result = AgentResult(messages=[dict(m) for m in messages])
-        if self.max_seconds is None:
-            await self._turns(result)
-            return result
         try:
-            # Cancelling the turns kills the commands under way (finish_command) and drops a
-            # request in flight; ``result`` keeps every message up to that point.
-            await asyncio.wait_for(self._turns(result), self.max_seconds)
-        except asyncio.TimeoutError:
-            result.timed_out = True
-            _answer_stopped_calls(result.messages, self.max_seconds)
-            logger.warning(
-                "task %s: the rollout ran past its %g s budget (max_rollout_seconds); ended",
-                self.task_id,
-                self.max_seconds,
-            )
-        return result
+            if self.max_seconds is None:
+                await self._turns(result)
+                return result
+            try:
+                # Cancelling the turns kills the commands under way (finish_command) and drops
+                # a request or a hook in flight; ``result`` keeps every message up to that point.
+                await asyncio.wait_for(self._turns(result), self.max_seconds)
+            except asyncio.TimeoutError:
+                result.timed_out = True
+                _answer_stopped_calls(result.messages, self.max_seconds)
+                logger.warning(
+                    "task %s: the rollout ran past its %g s budget (max_rollout_seconds); ended",
+                    self.task_id,
+                    self.max_seconds,
+                )
+            return result
+        finally:
+            # Token mode: the backend traced every token of this rollout; the result carries it.
+            result.token_trace = getattr(self.backend, "trace", None)
 
     async def _turns(self, result: AgentResult) -> None:
         """The turns of a rollout, each appended to ``result`` as it completes."""
+        state = RolloutState(self.task, self.task_id, result, self.tool_context, self.split)
         for turn in range(1, self.max_turns + 1):
             try:
                 reply = await self._complete(result.messages)
@@ -322,31 +416,81 @@ class HermesAgentLoop:
             if reply.reasoning:
                 assistant["reasoning_content"] = reply.reasoning
             result.messages.append(assistant)
-            result.turns_used = turn
+            result.turns_used = state.turn = turn
             result.reasoning_per_turn.append(reply.reasoning)
+            answered = False  # the model replied without calling a tool
             if reply.parse_error and not reply.tool_calls:
                 # The model meant to call a tool: tell it the call did not parse, and go on.
                 # A user message, as there is no call id to answer and every template has one.
                 message = f"{TOOL_ERROR_PREFIX} {reply.parse_error}"
                 result.tool_errors.append(
-                    ToolError(turn, UNPARSED_TOOL, reply.content, reply.parse_error, message)
+                    ToolErrorRecord(turn, UNPARSED_TOOL, reply.content, reply.parse_error, message)
                 )
                 result.messages.append({"role": "user", "content": message})
-                continue
-            if not reply.tool_calls:
+            elif not reply.tool_calls:
+                answered = True
+            else:
+                await self._run_tools(reply.tool_calls, turn, result)
+            try:
+                responded, done = await self._after_turn(state)
+            except _HookFailed:
+                break
+            if done:
+                result.finished_naturally = True
+                break
+            if answered and not responded:
                 # A reply cut at the token limit did not finish: the model was stopped.
                 result.finished_naturally = reply.finish_reason != "length"
                 break
-            if len(reply.tool_calls) == 1:  # the common case: no task per call
-                outputs = [await self._execute(reply.tool_calls[0], turn, result)]
-            else:
-                outputs = await asyncio.gather(
-                    *(self._execute(call, turn, result) for call in reply.tool_calls)
-                )
-            for call, output in zip(reply.tool_calls, outputs):
-                result.messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": output}
-                )
+
+    async def _run_tools(self, calls: list[dict[str, Any]], turn: int, result: AgentResult) -> None:
+        """Run the turn's tool calls (concurrently when several) and append their results."""
+        if len(calls) == 1:  # the common case: no task per call
+            outputs = [await self._execute(calls[0], turn, result)]
+        else:
+            outputs = await asyncio.gather(*(self._execute(call, turn, result) for call in calls))
+        for call, output in zip(calls, outputs):
+            result.messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+
+    async def _after_turn(self, state: RolloutState) -> tuple[bool, bool]:
+        """Run the hooks after a turn: whether the env responded, and whether it is done."""
+        added = await self._hook("env_response", state)
+        if not isinstance(added, list) or not all(isinstance(m, dict) for m in added):
+            self._hook_failed(
+                state, "env_response", f"it returned {type(added).__name__}, not a list of dicts"
+            )
+        if spoken := [m.get("role") for m in added if m.get("role") not in ENV_ROLES]:
+            # Assistant text is trained (chat mode): the env must not put words in its mouth.
+            self._hook_failed(
+                state,
+                "env_response",
+                f"a message of role {spoken[0]!r} (the env speaks as {', '.join(ENV_ROLES)})",
+            )
+        state.result.messages.extend(dict(m) for m in added)
+        reward = await self._hook("turn_reward", state)
+        if reward is not None:
+            try:
+                reward = float(reward)
+            except (TypeError, ValueError):
+                self._hook_failed(state, "turn_reward", f"it returned {reward!r}, not a number")
+        state.result.turn_rewards.append(reward)
+        return bool(added), bool(await self._hook("is_done", state))
+
+    async def _hook(self, name: str, state: RolloutState) -> Any:
+        """Call one hook, sync or async; a hook that raises ends the rollout (``_HookFailed``)."""
+        try:
+            value = getattr(self.hooks, name)(state)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            logger.exception("task %s: %s failed; the rollout ends", self.task_id, name)
+            self._hook_failed(state, name, f"{type(exc).__name__}: {exc}")
+        return value
+
+    def _hook_failed(self, state: RolloutState, name: str, why: str) -> NoReturn:
+        state.result.error = f"{name} failed: {why}"
+        state.result.failed_hook = name
+        raise _HookFailed(name)
 
     async def _complete(self, messages: list[dict[str, Any]]) -> AssistantTurn:
         kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature, "split": self.split}
@@ -358,23 +502,25 @@ class HermesAgentLoop:
             kwargs["max_tokens"] = self.max_tokens
         if self.extra_body:
             kwargs["extra_body"] = self.extra_body
-        for attempt in range(self.request_retries + 1):
-            try:
-                return await asyncio.wait_for(
-                    self.backend.complete(messages, **kwargs), self.request_timeout
-                )
-            except Exception as exc:
-                if attempt == self.request_retries or not getattr(exc, "retryable", True):
-                    raise
-                delay = self.retry_backoff * 2**attempt
-                logger.info(
-                    "task %s: request failed (%s), retrying in %.1f s", self.task_id, exc, delay
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+
+        async def attempt(number: int) -> AssistantTurn:
+            del number
+            return await asyncio.wait_for(
+                self.backend.complete(messages, **kwargs), self.request_timeout
+            )
+
+        # A server of its own (not a ModelClient, which retries by kind) is asked again unless
+        # its error says it cannot succeed.
+        return await with_retries(
+            attempt,
+            retries=self.request_retries,
+            backoff=self.retry_backoff,
+            may_pass=lambda exc: getattr(exc, "retryable", True),
+            what=f"task {self.task_id}: request failed",
+        )
 
     async def _execute(self, call: dict[str, Any], turn: int, result: AgentResult) -> str:
-        """Run one tool call; every failure becomes a ToolError and a message for the model."""
+        """Run one tool call; every failure becomes a ToolErrorRecord and a message to the model."""
         name = call["function"]["name"]
         raw_arguments = call["function"]["arguments"]
         errors = result.tool_errors
@@ -382,7 +528,7 @@ class HermesAgentLoop:
         def refuse(error: str) -> str:
             error = printable(error)  # it may quote names the agent made
             message = f"{TOOL_ERROR_PREFIX} {error}"
-            errors.append(ToolError(turn, name, raw_arguments, error, message))
+            errors.append(ToolErrorRecord(turn, name, raw_arguments, error, message))
             return message
 
         if name not in self.valid_tool_names:

@@ -1,9 +1,11 @@
 """HermesAgentBaseEnv: an Atropos environment whose rollouts are multi-turn, tool-using agents.
 
 A subclass writes what is particular to its task (``config_init``, ``setup``,
-``get_next_item``, ``format_prompt``, ``compute_reward``, ``evaluate``); the base runs the
-group's rollouts concurrently, each in its own sandbox, scores them, turns the conversations
-into exact training data, and keeps training and evaluation metrics apart.
+``get_next_item``, ``format_prompt``, ``compute_reward``, ``evaluate``) and, for turn logic of
+its own, the turn hooks of :class:`TurnHooks` (``env_response``, ``turn_reward``, ``is_done``)
+or ``make_loop``; the base runs the group's rollouts concurrently, each in its own sandbox,
+scores them, turns the conversations into exact training data, and keeps training and
+evaluation metrics apart.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
-from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop
+from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, TurnHooks
 from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
@@ -63,7 +65,7 @@ from hermes_envgen.runtime.trajectory import tokenize_conversation
 logger = logging.getLogger(__name__)
 
 
-class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atroposlib: no types
+class HermesAgentBaseEnv(TurnHooks, ServeDelivery, BaseEnv):  # type: ignore[misc]  # atroposlib
     """Base class of tool-using agent environments on Atropos."""
 
     env_config_cls = HermesAgentEnvConfig
@@ -71,6 +73,13 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
     # The client of the reward's LLM judge (from make_judge): checked at start-up beside the
     # policy's server; a judge that fails every request for good stops the run.
     judge: ModelClient | None = None
+    # The client of the policy's server (every rollout's requests): made in __init__.
+    policy: ModelClient
+
+    @property
+    def model(self) -> ModelClient:
+        """``policy``'s earlier name: judge envs of earlier releases pass ``self.model``."""
+        return self.policy
 
     def __init__(
         self,
@@ -123,14 +132,14 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             except EnvConfigError:
                 self._discard_empty_output()
                 raise
-        self._resolve_tools_for_group()  # an unknown toolset fails here, at startup
-        # Every request to the model goes through one client: its retries, its errors.
-        self.model = ModelClient.of(
+        self._resolve_tools()  # an unknown toolset fails here, at startup
+        # Every request to the policy goes through one client: its retries, its errors.
+        self.policy = ModelClient.of(
             [s.config for s in self.server.servers],
             api=config.inference_api,
             retries=config.request_retries,
         )
-        self._token_server = self.model.token_level  # Phase 2: exact tokens and logprobs
+        self._token_server = self.policy.token_level  # Phase 2: exact tokens and logprobs
         try:  # a setting that cannot work stops the env here, in one line, with no output
             if self._token_server:
                 try:
@@ -145,10 +154,10 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
                 exact_tokens=self._token_server,
                 system_prompt=config.system_prompt,
                 template_variables=(config.extra_body or {}).get("chat_template_kwargs"),
-                server_type=self.model.endpoints[0].server_type,
+                server_type=self.policy.endpoints[0].server_type,
             )
             self.judge = self.make_judge()
-            if self.judge is not None and self.judge is self.model:
+            if self.judge is not None and self.judge is self.policy:
                 logger.warning(
                     "warning: the judge is the policy's own server: the policy grades its own "
                     "answers, and an answer can try to talk it into a high score; set "
@@ -156,7 +165,7 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
                 )
             # The toolsets' settings and clients, in every rollout's ToolContext; those the
             # env names in enabled_toolsets are checked now.
-            named = self._resolve_tools_for_group()[1] if config.enabled_toolsets else set()
+            named = self._resolve_tools()[1] if config.enabled_toolsets else set()
             self.tool_services = config.tool_services(named)
         except EnvConfigError:
             self._discard_empty_output()
@@ -193,9 +202,9 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
         One small request per server, as the rollouts will make it (same API, tools and
         tool_choice), retried for ``startup_wait`` seconds while the server may be starting.
         """
-        schemas, _ = self._resolve_tools_for_group()
+        schemas, _ = self._resolve_tools()
         await check_model_server(
-            self.model,
+            self.policy,
             tools=schemas,
             tool_choice=self.config.tool_choice,
             extra_body=self.config.extra_body,
@@ -203,11 +212,11 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             rollout_server_url=self.config.rollout_server_url,
         )
         judge = self.judge
-        if judge is self.model and self.model.token_level:
+        if judge is self.policy and self.policy.token_level:
             # The judge asks the policy's server for chat completions, which Atropos's
             # /generate-only server does not serve: ask it one.
-            judge = ModelClient(self.model.endpoints, api="chat", retries=0)
-        if judge is not None and judge is not self.model:
+            judge = ModelClient(self.policy.endpoints, api="chat", retries=0)
+        if judge is not None and judge is not self.policy:
             await check_model_server(judge, startup_wait=self.config.startup_wait, judge=True)
 
     def _announce_training_data(self) -> None:
@@ -247,8 +256,8 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
 
     # -- tools --------------------------------------------------------------------------------
 
-    def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
-        """The tool schemas offered to the model and the names it may call."""
+    def _resolve_tools(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """The tool schemas offered to the model and the names it may call (each rollout's)."""
         tools = self.tool_registry.resolve(
             self.config.enabled_toolsets, self.config.disabled_toolsets
         )
@@ -271,36 +280,36 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             return self.config.max_tokens_per_turn
         return self.config.max_token_length if self._token_server else None
 
-    async def run_agent(
+    def make_loop(
         self,
         item: Any,
+        ctx: ToolContext,
         *,
-        split: str = "train",
-        temperature: float | None = None,
-        tools: tuple[list[dict[str, Any]], set[str]] | None = None,
-    ) -> Rollout:
-        """Run one full rollout with tools in a fresh sandbox, score it, clean up the sandbox."""
-        schemas, names = tools or self._resolve_tools_for_group()
-        task_id = f"{split}-{uuid.uuid4().hex[:16]}"
-        ctx = ToolContext(task_id, self.sandboxes, self.tool_registry, self.tool_services)
-        if temperature is None:
-            temperature = (
-                self.config.agent_temperature if split == "train" else self.config.eval_temperature
-            )
+        split: str,
+        temperature: float,
+        tools: tuple[list[dict[str, Any]], set[str]],
+    ) -> HermesAgentLoop:
+        """The agent loop of one rollout of ``item``; ``ctx`` is its tools' and sandbox's.
+
+        Override it for a loop of your own per task: change the one made here (``max_turns``,
+        ``max_seconds``) or return a ``HermesAgentLoop`` subclass. Its hooks are this env's
+        (``env_response``, ``turn_reward``, ``is_done``), its task ``item``.
+        """
         backend = None
         if self._token_server:  # vllm/sglang: token ids in and out, tool calls parsed here
             backend = ExactTokensBackend(
-                self.model,
+                self.policy,
                 self.tokenizer,
                 self.config.tool_call_parser,
                 default_max_tokens=self.config.max_token_length,
             )
-        loop = HermesAgentLoop(
-            self.model,
+        schemas, names = tools
+        return HermesAgentLoop(
+            self.policy,
             schemas,
             names,
             max_turns=self.config.max_agent_turns,
-            task_id=task_id,
+            task_id=ctx.task_id,
             temperature=temperature,
             max_tokens=self.config.max_tokens_per_turn,
             extra_body=self.config.extra_body,
@@ -312,12 +321,32 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             backend=backend,
             tool_choice=self.config.tool_choice,
             max_seconds=self.config.max_rollout_seconds,
+            hooks=self,
+            task=item,
         )
+
+    async def run_agent(
+        self,
+        item: Any,
+        *,
+        split: str = "train",
+        temperature: float | None = None,
+        tools: tuple[list[dict[str, Any]], set[str]] | None = None,
+    ) -> Rollout:
+        """Run one full rollout with tools in a fresh sandbox, score it, clean up the sandbox."""
+        tools = tools or self._resolve_tools()
+        task_id = f"{split}-{uuid.uuid4().hex[:16]}"
+        ctx = ToolContext(task_id, self.sandboxes, self.tool_registry, self.tool_services)
+        if temperature is None:
+            temperature = (
+                self.config.agent_temperature if split == "train" else self.config.eval_temperature
+            )
+        loop = self.make_loop(item, ctx, split=split, temperature=temperature, tools=tools)
         try:
             try:
                 # A sandbox that cannot start fails before the model is asked; rollouts whose
                 # tools take no sandbox make none (prepare_sandbox makes one if it needs it).
-                if any("sandbox" in self.tool_registry.get(name).injected for name in names):
+                if any("sandbox" in self.tool_registry.get(name).injected for name in tools[1]):
                     await ctx.sandbox.start()
                 await self.prepare_sandbox(item, ctx)
             except SandboxUnavailable as exc:
@@ -336,7 +365,6 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             reward_error,
             reward.counts,
             reward.signals,
-            sequence=backend.trace if backend is not None else None,
             failure=reward.failure,
         )
 
@@ -369,13 +397,15 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             error = f"non-finite reward {reward.score!r}"
             return _reward_error(error), error
         if result.error is not None and reward.failure is None:
-            # The server gave up mid-rollout: whatever the reward says, the model was not measured.
-            reward.failure = f"inference failed: {result.error}"
+            # The server (or a turn hook) gave up mid-rollout: whatever the reward says, the
+            # model was not measured.
+            failed = result.error if result.failed_hook else f"inference failed: {result.error}"
+            reward.failure = failed
         return reward, None
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """Run ``group_size`` rollouts of the item concurrently and build the scored group."""
-        tools = self._resolve_tools_for_group()
+        tools = self._resolve_tools()  # once for the group's rollouts
         rollouts = await asyncio.gather(
             *(
                 self.run_agent(item, split="train", tools=tools)
@@ -391,12 +421,12 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             self._train_stats.add(rollout)
             if not any(m["role"] == "assistant" for m in rollout.result.messages):
                 continue  # the model never answered (server down): nothing to train on
-            if rollout.sequence is not None:
-                # Phase 2: the tokens the server saw and generated, with its logprobs.
-                if not rollout.sequence.num_trained:
+            if (trace := rollout.result.token_trace) is not None:
+                # Token mode: the tokens the server saw and generated, with its logprobs.
+                if not trace.num_trained:
                     continue
-                tokens, masks = rollout.sequence.tokens, rollout.sequence.masks
-                logprobs.append(rollout.sequence.logprobs)
+                tokens, masks = trace.tokens, trace.masks
+                logprobs.append(trace.logprobs)
             else:  # Phase 1: rebuilt from the conversation with the chat template
                 try:
                     sequence = tokenize_conversation(
@@ -411,9 +441,9 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             group["scores"].append(rollout.reward)
             group["messages"].append(rollout.result.messages)
         self._report_group(rollouts, kept=len(group["tokens"]) >= self.config.group_size)
-        if not group["tokens"] and self.model.hopeless():
+        if not group["tokens"] and self.policy.hopeless():
             # Every rollout failed on a request that cannot succeed: asking again will not help.
-            raise self._stop_run(ModelServerError(f"every request fails: {self.model.last_fatal}"))
+            raise self._stop_run(ModelServerError(f"every request fails: {self.policy.last_fatal}"))
         judge = self.judge
         if judge is not None and judge.hopeless() and all(r.failure for r in rollouts):
             # Every score is a stand-in for a judge that cannot answer: training on them is
@@ -465,7 +495,7 @@ class HermesAgentBaseEnv(ServeDelivery, BaseEnv):  # type: ignore[misc]  # atrop
             # A fixed pool pulling from the plan: no task object per rollout of the whole run.
             for task in pending:
                 rollout = await self.run_agent(task.item, split="eval")
-                journal.append(rollout.sample() | task.identity())
+                journal.append(rollout.record() | task.identity())
                 record_rollout(progress, rollout)
                 progress.advance()
 

@@ -13,8 +13,8 @@ from typing import Any
 from hermes_envgen.errors import HermesEnvgenError, report
 from hermes_envgen.runtime.config import renamed_flags
 from hermes_envgen.runtime.errors import EnvConfigError
-from hermes_envgen.runtime.inference import same_server
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
+from hermes_envgen.runtime.urls import is_local, same_server
 
 
 def run_env_cli(atropos_cli: Callable[[], None]) -> None:
@@ -30,9 +30,6 @@ def run_env_cli(atropos_cli: Callable[[], None]) -> None:
         sys.exit(report(exc))
     except ValidationError as exc:  # a flag's value: a configuration mistake like the others
         sys.exit(report(EnvConfigError(validation_line(exc))))
-
-
-_LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
 
 
 def check_not_rollout_server(server_config: Any, rollout_server_url: str | None) -> None:
@@ -72,8 +69,7 @@ def check_api_key(server_config: Any) -> None:
     if not hasattr(server_config, "api_key") or server_config.api_key:
         return
     base_url = server_config.base_url or ""
-    host = base_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
-    if host in _LOCAL_HOSTS or host.startswith("127.") or not base_url:
+    if not base_url or is_local(base_url):
         server_config.api_key = "EMPTY"  # the OpenAI client refuses to start without a key
         return
     raise EnvConfigError(

@@ -70,17 +70,73 @@ class GenerationPromptNotContinued(ChatTemplateError):
 class InferenceError(HermesEnvgenError):
     """A request to the model server failed; the message says what came back (status, words).
 
-    ``retryable`` is True for faults that may pass (refused or lost connection, timeout, HTTP
-    408, 429 and 5xx, a malformed reply), False for a request that cannot succeed.
+    Each kind of failure is a subclass, raised where the reply (or its absence) is read:
+    ``retryable`` is the kind's (True for faults that may pass: a refused or lost connection,
+    a timeout, HTTP 408, 429 and 5xx, a malformed reply), unless the raiser says otherwise.
     """
 
+    retryable_kind = False
+
     def __init__(
-        self, message: str, *, url: str, status: int | None = None, retryable: bool = False
+        self,
+        message: str,
+        *,
+        url: str,
+        status: int | None = None,
+        retryable: bool | None = None,
     ) -> None:
         super().__init__(message)
         self.url = url
         self.status = status
-        self.retryable = retryable
+        self.retryable = self.retryable_kind if retryable is None else retryable
+
+
+class RequestRefused(InferenceError):
+    """HTTP 4xx (but 401, 403, 404, 408, 429): the server refuses the request as it is made."""
+
+
+class ContextOverflow(RequestRefused):
+    """HTTP 400 saying the prompt and the tokens asked for exceed the model's context."""
+
+
+class AuthRefused(InferenceError):
+    """HTTP 401 or 403: the API key is missing, wrong or not allowed this model."""
+
+
+class NotFound(InferenceError):
+    """HTTP 404: no such endpoint at that URL."""
+
+
+class ModelNotFound(NotFound):
+    """HTTP 404 whose message is about the model: the server serves no model of that name."""
+
+
+class Unreachable(InferenceError):
+    """No connection: refused, reset, or lost before the reply."""
+
+    retryable_kind = True
+
+
+class UnknownHost(Unreachable):
+    """The server's host name does not resolve."""
+
+
+class NoReplyInTime(InferenceError):
+    """Connected, but no (whole) reply before the request's timeout."""
+
+    retryable_kind = True
+
+
+class ServerError(InferenceError):
+    """HTTP 5xx, 408 or 429: the server failed or is busy; asking again may succeed."""
+
+    retryable_kind = True
+
+
+class MalformedReply(InferenceError):
+    """A reply the server sent that lacks what its API promises (not JSON, no choices...)."""
+
+    retryable_kind = True
 
 
 class ModelServerError(EnvConfigError):

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 if TYPE_CHECKING:  # only annotations: agent_loop imports this module, which stays a leaf
     from hermes_envgen.runtime.agent_loop import AgentResult
-    from hermes_envgen.runtime.exact_tokens import TokenTrace
 
 # The files an evaluation writes into --env.data_dir_to_save_evals.
 SAMPLES_FILE = "samples.jsonl"  # one RolloutRecord per scored rollout
@@ -24,14 +23,23 @@ METRICS_FILE = "metrics.json"  # atroposlib's evaluate_log, with our config_gene
 TOOL_ERROR_PREFIX = "Error:"
 
 
-class ToolErrorRecord(TypedDict):
-    """A tool call that failed, as saved (``AgentResult.tool_errors``)."""
+@dataclass
+class ToolErrorRecord:
+    """A tool call that could not be carried out, as the model made it: a record, no exception.
+
+    ``AgentResult.tool_errors`` holds these; a rollout record saves each as the dict of its
+    fields (``as_json``).
+    """
 
     turn: int
     tool_name: str
     arguments: str
-    error: str
-    tool_result: str
+    error: str  # what went wrong
+    tool_result: str  # what the model was told instead of the tool's output
+
+    def as_json(self) -> dict[str, Any]:
+        """The record as saved in a rollout record's ``tool_errors``."""
+        return asdict(self)
 
 
 class RolloutRecord(TypedDict, total=False):
@@ -48,7 +56,8 @@ class RolloutRecord(TypedDict, total=False):
     finished_naturally: bool
     tool_calls: int
     tools_used: list[str]
-    tool_errors: list[ToolErrorRecord]
+    tool_errors: list[dict[str, Any]]  # each a ToolErrorRecord's fields
+    turn_rewards: list[float | None]  # the env's turn_reward of each turn (None: none given)
     reward_error: str | None
     reward_counts: dict[str, float]
     reward_signals: dict[str, float]
@@ -66,6 +75,7 @@ class Metric:
     FAILURES = "failures"
     MEAN_REWARD = "mean_reward"
     MEAN_TURNS = "mean_turns"
+    MEAN_TURN_REWARD = "mean_turn_reward"  # over the turns the env's turn_reward scored
     PASS_AT_1 = "pass@1"
     TOOL_CALLS_PER_ROLLOUT = "tool_calls_per_rollout"
     TOOL_ERRORS_PER_ROLLOUT = "tool_errors_per_rollout"
@@ -138,11 +148,10 @@ class Rollout:
     reward_error: str | None = None
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
-    sequence: TokenTrace | None = None  # Phase 2 (vllm/sglang): the exact tokens and logprobs
     failure: str | None = None  # why the score was not measured: evaluation leaves it out
 
-    def sample(self) -> RolloutRecord:
-        """A JSON-ready record of the rollout, as evaluation saves it."""
+    def record(self) -> RolloutRecord:
+        """The JSON-ready record of the rollout, as evaluation saves it."""
         return {
             "item": _jsonable(self.item),
             "task_id": self.task_id,
@@ -152,8 +161,8 @@ class Rollout:
             "finished_naturally": self.result.finished_naturally,
             "tool_calls": len(self.result.tool_calls),
             "tools_used": self.result.tools_used,
-            # ToolError's fields are ToolErrorRecord's: the record is its dict
-            "tool_errors": [cast(ToolErrorRecord, asdict(e)) for e in self.result.tool_errors],
+            "tool_errors": [e.as_json() for e in self.result.tool_errors],
+            "turn_rewards": list(self.result.turn_rewards),
             "reward_error": self.reward_error,
             "reward_counts": self.counts,
             "reward_signals": self.signals,
@@ -178,6 +187,7 @@ class RolloutStats:
     finished_naturally: int = 0
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, list[float]] = field(default_factory=dict)
+    turn_rewards: list[float] = field(default_factory=list)  # every turn's the env scored
 
     def add(self, rollout: Rollout) -> None:
         self.rewards.append(rollout.reward)
@@ -191,6 +201,7 @@ class RolloutStats:
             self.counts[name] = self.counts.get(name, 0.0) + value
         for name, value in rollout.signals.items():
             self.signals.setdefault(name, []).append(value)
+        self.turn_rewards += [r for r in rollout.result.turn_rewards if r is not None]
 
     def metrics(self, prefix: str) -> dict[str, float]:
         n = len(self.rewards)
@@ -200,6 +211,9 @@ class RolloutStats:
         reward_metrics.update(
             {metric(prefix, name): sum(v) / len(v) for name, v in self.signals.items()}
         )
+        if self.turn_rewards:  # the env's turn_reward: the mean over every turn that got one
+            mean = sum(self.turn_rewards) / len(self.turn_rewards)
+            reward_metrics[metric(prefix, Metric.MEAN_TURN_REWARD)] = mean
         calls = self.tool_calls
         values = {
             Metric.MEAN_REWARD: sum(self.rewards) / n,

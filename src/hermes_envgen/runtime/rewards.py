@@ -16,9 +16,8 @@ import shlex
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from hermes_envgen.runtime.agent_loop import AgentResult
+from hermes_envgen.runtime.agent_loop import AgentResult, ChatServer
 from hermes_envgen.runtime.tasks import Task
 from hermes_envgen.runtime.tool_context import CommandOutput, ToolContext
 
@@ -93,15 +92,6 @@ def parse_judge_score(text: str | None) -> float | None:
     if not 0.0 <= score <= 1.0:
         return None
     return float(score)
-
-
-class ChatServer(Protocol):
-    """What the judge is asked through: a :class:`ModelClient` (``judge_client``), the env's
-    own server, anything with atroposlib's ``chat_completion(messages=..., ...)``."""
-
-    async def chat_completion(self, **kwargs: Any) -> Any:
-        """An OpenAI chat completion (``.choices[0].message.content``) for the keywords."""
-        ...
 
 
 @dataclass

@@ -71,7 +71,7 @@ def load_rollouts(path: str | Path) -> list[RolloutCard]:
 
 
 def _sample_card(record: dict, number: int) -> RolloutCard:
-    """A card from one evaluation record (``Rollout.sample()`` plus its key)."""
+    """A card from one evaluation record (``Rollout.record()`` plus its key)."""
     messages = [m for m in record["messages"] if isinstance(m, dict)]
     reward = record.get("reward")
     facts = {

@@ -130,11 +130,7 @@ class Script:
         """
         if known_index is not None and 0 <= known_index < len(self.conversations):
             return known_index, self.conversations[known_index]
-        candidates = tuple(
-            i
-            for i, conversation in enumerate(self.conversations)
-            if conversation.match is not None and conversation.match.search(first_user_message)
-        ) or tuple(self._in_order)
+        candidates = self.candidates(first_user_message)
         if candidates:
             with self._lock:
                 turn = self._handed_out.get(candidates, 0)
@@ -144,6 +140,14 @@ class Script:
         if self.default is not None:
             return -1, self.default
         return -1, UNSCRIPTED
+
+    def candidates(self, first_user_message: str) -> tuple[int, ...]:
+        """The conversations a new conversation with this prompt may get: matching, or in order."""
+        return tuple(
+            i
+            for i, conversation in enumerate(self.conversations)
+            if conversation.match is not None and conversation.match.search(first_user_message)
+        ) or tuple(self._in_order)
 
 
 def _conversation(data: Any, where: str) -> ScriptedConversation:

@@ -238,10 +238,12 @@ class StubServer:
             (_text(m.get("content")) for m in messages if m.get("role") == "user"), ""
         )
         turn_index = sum(1 for m in messages if m.get("role") == "assistant")
+        with_tools = bool(body.get("tools"))
         known = _conversation_marker(messages)
+        if known is None and turn_index:
+            known = self._continued_in_words(first_user, messages, with_tools)
         index, conversation = self.script.select(first_user, known)
         turn = conversation.turn(turn_index)
-        with_tools = bool(body.get("tools"))
         choices = [
             {
                 "index": i,
@@ -423,6 +425,29 @@ class StubServer:
         if isinstance(max_tokens, int) and 0 <= max_tokens < len(ids):
             ids, finish_reason = ids[:max_tokens], "length"
         return ids, finish_reason
+
+    def _continued_in_words(
+        self, first_user: str, messages: list[dict], with_tools: bool
+    ) -> int | None:
+        """The one conversation whose script said the request's assistant messages, if one did.
+
+        Conversations in words only carry no call id to continue by (an env's simulated user
+        answers between their turns); without this each turn would be handed out anew.
+        """
+        said = [_text(m.get("content")) for m in messages if m.get("role") == "assistant"]
+        found = [
+            index
+            for index in self.script.candidates(first_user)
+            if [
+                self._message(self.script.conversations[index].turn(k), index, with_tools).get(
+                    "content"
+                )
+                or ""
+                for k in range(len(said))
+            ]
+            == said
+        ]
+        return found[0] if len(found) == 1 else None
 
     def _message(self, turn: ScriptedTurn, conversation: int, with_tools: bool) -> dict:
         message: dict[str, Any] = {"role": "assistant", "content": turn.content}

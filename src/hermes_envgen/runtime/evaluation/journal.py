@@ -77,6 +77,8 @@ def summary(record: dict) -> dict:
         "tool_errors": tool_error_count(record),
         "reward_counts": record.get("reward_counts") or {},
         "reward_signals": record.get("reward_signals") or {},
+        # the env's turn_reward values (those given; None is none)
+        "turn_rewards": [r for r in record.get("turn_rewards") or () if r is not None],
     }
 
 

@@ -98,6 +98,9 @@ def summarize(
         rate(Metric.TOOL_ERROR_RATE, errors / calls, calls)
     else:
         metrics[name(Metric.TOOL_ERROR_RATE)] = 0.0
+    given = [float(x) for r in scored for x in r.get("turn_rewards") or () if x is not None]
+    if given:  # the env's turn_reward: the mean over every turn that got one
+        metrics[name(Metric.MEAN_TURN_REWARD)] = statistics.fmean(given)
     n = len(scored)
     finished = sum(bool(r.get("finished_naturally")) for r in scored)
     metrics |= {

@@ -16,7 +16,7 @@ and a cgroup move, 2x to 9x with the host's load; see benchmarks/bench_sandbox.p
 the local backend, background processes outlive the command that started them, until the
 task's sandbox is closed: closing kills the namespace's init, and with it, by the kernel,
 every process of the sandbox. A timeout kills the command's process group and every process
-carrying its run tag (see ``base.kill_processes``): ``setsid`` and ``nohup`` children.
+carrying its run tag (see ``reaping.kill_processes``): ``setsid`` and ``nohup`` children.
 
 Process limit. RLIMIT_NPROC is set (``ulimit -u``) in each command's shell, inside the
 sandbox's own user namespace, where the kernel counts the processes of (namespace, uid): the
@@ -65,11 +65,11 @@ from hermes_envgen.runtime.sandbox.anchor import (
     sandbox_python,
 )
 from hermes_envgen.runtime.sandbox.base import (
-    HostDirectorySandbox,
     SandboxError,
     SandboxSettings,
     check_file_name,
 )
+from hermes_envgen.runtime.sandbox.host_directory import HostDirectorySandbox
 from hermes_envgen.runtime.sandbox.host_limits import (
     SandboxCgroup,
     detached_workspace,

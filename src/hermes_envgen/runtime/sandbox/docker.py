@@ -34,15 +34,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import posixpath
 import re
 import shutil
 import signal
-import socket
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -50,7 +47,6 @@ from hermes_envgen.runtime.errors import FileTooLarge
 from hermes_envgen.runtime.sandbox.base import (
     MAX_HOST_READ_BYTES,
     RUN_TAG_VARIABLE,
-    TIMEOUT_EXIT_CODE,
     CommandResult,
     PathOutsideWorkspace,
     Sandbox,
@@ -59,8 +55,35 @@ from hermes_envgen.runtime.sandbox.base import (
     SandboxUnavailable,
     check_file_name,
     command_environment,
-    finish_command,
-    kill_processes,
+)
+from hermes_envgen.runtime.sandbox.command_output import finish_command
+from hermes_envgen.runtime.sandbox.docker_engine import (
+    ENGINE_GONE,
+    LABEL,
+    RUN_LABEL,
+    kill_container_processes,
+    record_engine,
+    run_label,
+    start_failure,
+)
+from hermes_envgen.runtime.sandbox.docker_engine import docker_cli as _docker
+from hermes_envgen.runtime.sandbox.docker_engine import docker_exec as _exec
+from hermes_envgen.runtime.sandbox.docker_shell import (
+    DENIED,
+    DIRECTORY,
+    HEAD_SCRIPT,
+    INSTALL_SCRIPT,
+    KILL_ALL_SCRIPT,
+    KILL_SCRIPT,
+    LIST_SCRIPT,
+    MISSING,
+    NO_PARENT,
+    NOT_REGULAR,
+    OUTSIDE,
+    SIZED_SCRIPT,
+    TOO_LARGE,
+    VERIFICATION_TMP_SCRIPT,
+    WRITE_SCRIPT,
 )
 from hermes_envgen.runtime.sandbox.limits import (
     ISOLATED_DEFAULTS,
@@ -68,9 +91,7 @@ from hermes_envgen.runtime.sandbox.limits import (
     tmpfs_size_options,
 )
 from hermes_envgen.runtime.sandbox.process import spawn
-from hermes_envgen.runtime.sandbox.procfs import parent_pid, start_time
-from hermes_envgen.runtime.sandbox.runs import ENGINE_FILE
-from hermes_envgen.runtime.sandbox.workspace_files import MAX_LIST_DEPTH, MAX_LISTED_FILES
+from hermes_envgen.runtime.sandbox.reaping import kill_processes
 
 logger = logging.getLogger(__name__)
 
@@ -82,123 +103,9 @@ AGENT_USER = "65534:65534"  # nobody: every command and file script runs as it
 # of another user than the agent's, which can neither ptrace nor signal them.
 ANCHOR_USER = "0:0"
 TMP_SIZE_MB = 512  # a tmpfs, as the workspace (limits.workspace_mb): the host's memory
-LABEL = "hermes-envgen.sandbox"
-RUN_LABEL = "hermes-envgen.run"  # host/run directory: what a next run reaps if this one dies
 START_TIMEOUT = 600.0  # includes pulling the image the first time
-ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
 RUNTIME_EXEC_FAILED = "OCI runtime exec failed"  # docker exec's start failure, exit code 126
 CANNOT_START = 126
-FILE_TIMEOUT = 300.0  # seconds a file script may take (a GiB through docker exec: a few)
-# Exit codes of the file scripts.
-OUTSIDE, MISSING, DIRECTORY, NO_PARENT, NOT_REGULAR, DENIED, TOO_LARGE = 3, 4, 5, 6, 7, 8, 9
-
-# Each file script gets the workspace as $1 and the path as $2 (already absolute and
-# lexically inside, its bytes escaped by escaped_path); it resolves symlinks with realpath,
-# as the container sees them. The dots keep a name's trailing newlines from $(...).
-_CONFINE = """ws=$1
-t=$(printf '%b.' "$2"); t=${t%.}
-p=$(realpath -m -- "$t" && echo .) || exit 3
-p=${p%.}; p=${p%?}
-case $p in "$ws"|"$ws"/*) ;; *) echo "$t resolves to $p" >&2; exit 3 ;; esac
-"""
-_READABLE = """[ -e "$p" ] || exit 4
-[ -d "$p" ] && exit 5
-[ -f "$p" ] || exit 7
-[ -r "$p" ] || exit 8
-"""
-# A path checked is not yet a file opened: a link swapped in meanwhile by a process of the
-# agent's would lead outside. So the file is opened first (descriptor 3), and what the
-# descriptor holds is checked before a byte moves.
-_OPENED_INSIDE = """case $(readlink /proc/self/fd/3) in
-  "$ws"/*) ;; *) echo "$t changed into a link while it was opened" >&2; exit 3 ;; esac
-"""
-_OPEN_TO_READ = _CONFINE + _READABLE + 'exec 3< "$p"\n' + _OPENED_INSIDE
-READ_SCRIPT = _OPEN_TO_READ + "exec cat <&3\n"
-# At most the first $3 bytes: a huge (or sparse) file never crosses docker exec whole.
-HEAD_SCRIPT = _OPEN_TO_READ + 'exec head -c "$3" <&3\n'
-# The same, refusing (exit 9) a file whose size is over $4 before a byte moves.
-SIZED_SCRIPT = (
-    _OPEN_TO_READ + '[ "$(stat -L -c %s /proc/self/fd/3)" -le "$4" ] || exit 9\n'
-    'exec head -c "$3" <&3\n'
-)
-# The agent's user may not write every place of the workspace (chmod): the checks say so
-# with an exit code, as the other backends say "permission denied", not in sh's words.
-# $a: the deepest part of the parent directory that exists, where mkdir would start. The
-# script enters the parent (a link swapped in later cannot move it), opens the file there
-# without truncating it, checks what it opened, and only then truncates and writes it.
-WRITE_SCRIPT = (
-    _CONFINE
-    + """[ -d "$p" ] && exit 5
-parent=${p%/*}
-a=$parent
-while [ -n "$a" ] && [ ! -e "$a" ]; do a=${a%/*}; done
-[ -d "$a" ] || exit 6
-[ "$a" = "$parent" ] || [ -w "$a" ] || exit 8
-mkdir -p -- "$parent" || exit 1
-cd -P -- "$parent" || exit 1
-case $(pwd -P) in "$ws"|"$ws"/*) ;; *) echo "$t changed into a link" >&2; exit 3 ;; esac
-name=./${p##*/}
-if [ -e "$name" ]; then [ -f "$name" ] || exit 7; [ -w "$name" ] || exit 8; fi
-[ -e "$name" ] || [ -w . ] || exit 8
-exec 3>> "$name"
-"""
-    + _OPENED_INSIDE
-    + "exec cat > /proc/self/fd/3\n"
-)
-# Bounded as the other backends' listing (workspace_files): no deeper than MAX_LIST_DEPTH
-# directories, at most MAX_LISTED_FILES files; what cannot be read is left out.
-LIST_SCRIPT = (
-    _CONFINE
-    + f"""if [ -f "$p" ] && [ ! -L "$p" ]; then printf '%s\\0' "$p"; exit 0; fi
-[ -d "$p" ] || exit 0
-find "$p" -maxdepth {MAX_LIST_DEPTH + 1} -type f -print0 2>/dev/null |
-  head -z -n {MAX_LISTED_FILES}
-"""
-)
-# Kills every process whose environment holds the tag ($1); run by bash as the container's
-# user. Only builtins: a fork bomb may hold every process slot the container has. Rounds
-# catch children forked while their parents were being killed.
-KILL_SCRIPT = """for round in 1 2 3 4 5 6 7 8 9 10; do
-  found=
-  for d in /proc/[0-9]*; do
-    pid=${d#/proc/}
-    [ "$pid" = "$$" ] && continue
-    while IFS= read -r -d '' variable; do
-      if [ "$variable" = "$1" ]; then kill -9 "$pid"; found=1; break; fi
-    done < "$d/environ"
-  done 2>/dev/null
-  [ -z "$found" ] && break
-done
-exit 0
-"""
-
-# Kills every process of the container but docker's init (pid 1) and its first child, the
-# ``sleep infinity`` that keeps the container up; run by bash, builtins only (no process
-# slot needed beyond its own); rounds catch what forked meanwhile.
-KILL_ALL_SCRIPT = """read -r anchor _ < /proc/1/task/1/children
-for round in 1 2 3 4 5 6 7 8 9 10; do
-  found=
-  for d in /proc/[0-9]*; do
-    pid=${d#/proc/}
-    if [ "$pid" = 1 ] || [ "$pid" = "$anchor" ] || [ "$pid" = "$$" ]; then continue; fi
-    kill -9 "$pid" 2>/dev/null && found=1
-  done
-  [ -z "$found" ] && break
-done
-exit 0
-"""
-# Before verification, as the agent's user (the owner of all it left): /tmp emptied (as on
-# bwrap, where verification gets a fresh one) and the verification's HOME ($1) made.
-VERIFICATION_TMP_SCRIPT = """chmod -R u+rwX /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null
-find /tmp -mindepth 1 -delete 2>/dev/null
-mkdir -m 0700 -- "$1"
-"""
-# Writes stdin to the check file $2 below the fresh check directory $1, as root: the
-# directory (in the sticky /tmp) and the file are root's and read-only to everyone else.
-INSTALL_SCRIPT = """umask 022
-[ -d "$1" ] || mkdir -m 0755 -- "$1" || exit 1
-mkdir -p -- "$(dirname -- "$2")" && cat > "$2" && chmod 0444 -- "$2"
-"""
 
 
 def container_path(path: str, workdir: str = WORKDIR) -> str:
@@ -492,83 +399,6 @@ class DockerSandbox(Sandbox):
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
 
 
-async def _exec(
-    argv: list[str], data: bytes | None, timeout: float = FILE_TIMEOUT
-) -> tuple[int, bytes, str]:
-    """Run a ``docker exec`` argv with ``data`` on its stdin: its exit code, stdout, stderr.
-
-    After ``timeout`` seconds the client is killed (what it ran inside goes with the
-    sandbox's processes): a file operation that blocks (a FIFO swapped in for a file) fails
-    rather than hold its rollout forever.
-    """
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE if data is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(data), timeout)
-    except asyncio.TimeoutError:
-        process.kill()
-        await process.wait()
-        return TIMEOUT_EXIT_CODE, b"", f"the file operation timed out after {timeout:g} s"
-    return await process.wait(), out, err.decode(errors="replace")  # exited: at once
-
-
-def kill_container_processes(init_pid: int) -> None:
-    """SIGKILL, from the host, every process of a container but its init and that one's first child.
-
-    Only when the engine runs on this machine and we may signal the container's processes
-    (root); otherwise nothing happens and the in-container script does the work.
-    """
-    try:
-        namespace = os.readlink(f"/proc/{init_pid}/ns/pid")
-    except OSError:
-        return
-    children = [pid for pid in _pids() if parent_pid(pid) == init_pid]
-    # The anchor is init's oldest child: what the agent orphaned came to init later.
-    oldest = min(children, key=lambda pid: int(start_time(pid) or 2**63), default=None)
-    keep = {init_pid, oldest}
-    for _ in range(20):
-        found = False
-        for pid in _pids():
-            if pid in keep:
-                continue
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/ns/pid") == namespace:
-                    os.kill(pid, signal.SIGKILL)
-                    found = True
-        if not found:
-            return
-
-
-def _pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-async def _docker(argv: list[str], timeout: float) -> tuple[int, str]:
-    """Run a docker CLI command; its exit code and combined output."""
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-    except FileNotFoundError:
-        raise SandboxUnavailable(
-            "the docker backend needs the docker CLI on PATH (Debian: apt-get install docker.io)"
-        ) from None
-    try:
-        out, _ = await asyncio.wait_for(process.communicate(), timeout)
-    except asyncio.TimeoutError:
-        process.kill()
-        await process.wait()
-        return TIMEOUT_EXIT_CODE, f"{argv[1]} timed out after {timeout:g} s"
-    return await process.wait(), out.decode(errors="replace")  # exited: at once
-
-
 def explain_start_failure(result: CommandResult) -> CommandResult:
     """A command runc could not start, said in the sandbox's words rather than the runtime's.
 
@@ -580,80 +410,3 @@ def explain_start_failure(result: CommandResult) -> CommandResult:
     detail = result.output.strip().splitlines()[0][:300]
     message = "the command could not start: the sandbox is out of processes or memory"
     return dataclasses.replace(result, output=f"{message} ({detail})\n")
-
-
-def run_label(run_directory: Path) -> str:
-    """The run label's value: the host and the run, unique on an engine that hosts share."""
-    return f"{socket.gethostname()}/{run_directory.name}"
-
-
-def record_engine(run_directory: Path) -> None:
-    """Note in the run's directory which engine its containers run on (for ``reap``)."""
-    engine = {name: value for name, value in os.environ.items() if name.startswith("DOCKER_")}
-    path = run_directory / ENGINE_FILE
-    if not path.exists():
-        with contextlib.suppress(OSError):
-            path.write_text(json.dumps(engine))
-
-
-def remove_run_containers(run_directory: Path) -> int:
-    """Remove the containers a run left on its engine, if it used one; how many."""
-    try:
-        engine = json.loads((run_directory / ENGINE_FILE).read_text())
-    except (OSError, ValueError):
-        return 0  # the run started no container
-    environment = {**os.environ, **engine}
-    docker = shutil.which("docker") or "docker"
-
-    def cli(*args: str) -> str:
-        return subprocess.run(
-            [docker, *args], env=environment, capture_output=True, text=True, timeout=120
-        ).stdout
-
-    try:
-        label = f"label={RUN_LABEL}={run_label(run_directory)}"
-        containers = cli("ps", "--all", "--quiet", "--filter", label).split()
-        if containers:
-            cli("rm", "--force", "--volumes", *containers)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        logger.warning("cannot remove the containers of run %s: %s", run_directory.name, exc)
-        return 0
-    return len(containers)
-
-
-def engine_address() -> str:
-    """The Docker engine the CLI talks to, as a message names it."""
-    host = os.environ.get("DOCKER_HOST")
-    return host or "the docker CLI's default (DOCKER_HOST is unset: /var/run/docker.sock)"
-
-
-def start_failure(output: str, image: str) -> str:
-    """One line saying why ``docker run`` could not start a sandbox, and what to do."""
-    engine = engine_address()
-    if "tls:" in output or "x509:" in output or "remote error: tls" in output:
-        # The engine answers but the certificates do not match: not "no engine" (the CLI
-        # never falls back to plain TCP with DOCKER_TLS_VERIFY set).
-        reason = next(line for line in output.splitlines() if "tls" in line or "x509" in line)
-        where = os.environ.get("DOCKER_CERT_PATH") or "~/.docker"
-        return (
-            f"docker backend: the TLS handshake with the engine at {engine} fails "
-            f"({reason.strip()[-200:]}); the certificates in {where} (ca.pem, cert.pem, "
-            "key.pem) must be the engine's CA and a client certificate it trusts"
-        )
-    if ENGINE_GONE in output or "error during connect" in output:
-        return (
-            f"docker backend: no Docker engine answers at {engine}; start one (dockerd, or"
-            " systemctl start docker) or set DOCKER_HOST to one that runs"
-        )
-    if "Unable to find image" in output or "No such image" in output:
-        return (
-            f"docker backend: image {image!r} is not on the engine at {engine} and could not"
-            " be pulled; pull or build it there, or set sandbox_image to an image it has"
-        )
-    if "executable file not found" in output and "bash" in output:
-        return (
-            f"docker backend: image {image!r} has no bash, which every command runs with;"
-            " use an image with bash and coreutils (e.g. python:3.11-slim, debian:bookworm)"
-        )
-    last_line = (output.strip().splitlines() or ["no output"])[-1][:500]
-    return f"docker backend: could not start a container of {image!r} on {engine}: {last_line}"

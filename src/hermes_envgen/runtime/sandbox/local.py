@@ -16,7 +16,8 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from hermes_envgen.runtime.sandbox.base import HostDirectorySandbox, check_file_name
+from hermes_envgen.runtime.sandbox.base import check_file_name
+from hermes_envgen.runtime.sandbox.host_directory import HostDirectorySandbox
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 

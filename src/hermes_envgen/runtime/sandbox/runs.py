@@ -23,20 +23,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from hermes_envgen.runtime.sandbox.base import kill_processes
+from hermes_envgen.runtime.sandbox import procfs
+from hermes_envgen.runtime.sandbox.docker_engine import ENGINE_FILE, remove_run_containers
 from hermes_envgen.runtime.sandbox.host_limits import (
     cgroup_parents,
     mount_points,
     remove_run_cgroups,
     unmount_below,
 )
+from hermes_envgen.runtime.sandbox.reaping import kill_processes
 from hermes_envgen.runtime.sandbox.workspace_files import remove_tree
 
 logger = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
 RUNS_DIRECTORY = "hermes-envgen"
-ENGINE_FILE = ".docker-engine"  # in a run's directory: the Docker engine of its containers
 
 
 def runs_directory(root: str | Path | None) -> Path:
@@ -137,7 +138,7 @@ def reap_dead_runs_on_host() -> None:
         except OSError:
             continue
         for name in names:
-            if _is_run_name(name) and not _pid_exists(name.partition("-")[0]):
+            if _is_run_name(name) and not procfs.exists(name.partition("-")[0]):
                 remove_run_cgroups(name)
     marker = f"/{RUNS_DIRECTORY}/".encode()
     parents = set()
@@ -153,15 +154,13 @@ def reap(parent: Path, name: str) -> None:
     """Kill every process of run ``name``'s sandboxes and delete its directory."""
     directory = str(parent / name)
     kill_processes(None, f"{name}.")  # commands: their run tags start with the run's name
-    for pid in _processes_naming(directory):  # bwrap sandboxes: their argv binds a workspace
+    for pid in procfs.naming(directory):  # bwrap sandboxes: their argv binds a workspace
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     unmount_below(parent / name)  # size-limited workspaces (bwrap as root)
     if (parent / name / ENGINE_FILE).exists():  # containers on a Docker engine
-        from hermes_envgen.runtime.sandbox.docker import remove_run_containers
-
         remove_run_containers(parent / name)
     remove_run_cgroups(name)
     remove_tree(parent / name)
@@ -172,16 +171,12 @@ def _is_run_name(name: str) -> bool:
     return pid.isdigit() and stamp.isdigit()
 
 
-def _pid_exists(pid: str) -> bool:
-    return os.path.exists(f"/proc/{pid}")
-
-
 def _run_is_live(parent: Path, name: str) -> bool:
     """Whether the run still holds its lock (or, lockless, an older run's pid still lives)."""
     try:
         fd = os.open(parent / (name + LOCK_SUFFIX), os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:  # made without a lock: trust its pid
-        return _pid_exists(name.partition("-")[0])
+        return procfs.exists(name.partition("-")[0])
     except OSError:
         return True
     try:
@@ -191,22 +186,6 @@ def _run_is_live(parent: Path, name: str) -> bool:
     finally:
         os.close(fd)
     return False
-
-
-def _processes_naming(directory: str) -> list[int]:
-    """Processes whose command line names a path in ``directory``."""
-    needle = directory.encode() + b"/"
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as file:
-                if needle in file.read():
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
 
 
 # The runs of this process that hold their lock, whether or not their manager still exists.

@@ -132,7 +132,7 @@ def injection_report(
 
     samples = builtin_samples(env_cls) or [{"prompt": "What is 2 + 2?", "answer": "4"}]
     server = {"model_name": model} if model else None
-    # The env's own judge (its judge_base_url), not the stub: the probe asks the judge it uses.
+    # The env's own judge (its judge_base_url), not the stub: the check asks the judge it uses.
     # One it cannot set up (a remote judge without its key, offline) could not be asked.
     said = io.StringIO()
     try:
@@ -148,13 +148,13 @@ def injection_report(
     if outcome is None:
         return {"skipped": "the reward asks no LLM judge (make_judge returns None)"}
     report = asdict(outcome)
-    report["judge_error"] = report.pop("error")  # "error" says the probe itself failed
+    report["judge_error"] = report.pop("error")  # "error" says the report itself failed
     return report
 
 
 def main() -> None:
-    """``probe TARGET`` describes the env; ``probe TARGET rewards ...`` replays;
-    ``probe TARGET injection ...`` asks the env's judge to grade an injection answer."""
+    """``env_process TARGET`` describes the env; ``... TARGET rewards ...`` replays;
+    ``... TARGET injection ...`` asks the env's judge to grade an injection answer."""
     target, *rest = sys.argv[1:]
     try:
         env_cls = find_class(target)
