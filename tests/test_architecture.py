@@ -347,6 +347,7 @@ def test_a_project_generated_before_the_layered_api_passes_its_tests_and_check(t
 INTERNAL_EXCEPTIONS = {
     "hermes_envgen.runtime.parsers.base.UnreadableCall",  # a parser's "not a call", made a miss
     "hermes_envgen.runtime.parsers.base.NoCallMeant",  # a parser's "no call meant", made a miss
+    "hermes_envgen.runtime.agent_loop._HookFailed",  # a hook raised: the rollout ends, recorded
 }
 
 

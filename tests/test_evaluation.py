@@ -235,6 +235,40 @@ def test_every_metric_key_is_declared_in_records():
     assert not is_declared("eval/pass@0") and not is_declared("eval/mean_reward_items")
 
 
+def test_training_and_evaluation_have_one_mean_reward():
+    # The same rollouts give train/ and eval/mean_reward alike: each item weighs the same
+    # (alpha has 3 measured samples, beta 1), and a stand-in score (beta's failed judge,
+    # 0.0 in training) is no measurement in either.
+    result = AgentResult([{"role": "assistant", "content": "done"}], turns_used=1)
+    judged = [("alpha", 1.0, None), ("alpha", 1.0, None), ("alpha", 0.0, None)]
+    judged += [("beta", 0.5, None), ("beta", 0.0, "judge failed: not strict JSON")]
+    rollouts = [
+        Rollout(item, result, r, f"t{i}", failure=why) for i, (item, r, why) in enumerate(judged)
+    ]
+    stats = RolloutStats()
+    for rollout in rollouts:
+        stats.add(rollout)
+    tasks = plan_eval(["alpha", "beta"], samples_per_item=3)
+    by_item: dict[str, list] = {"alpha": [], "beta": []}
+    for task in tasks:
+        by_item[task.item].append(task)
+    records = [r.record() | by_item[r.item].pop(0).identity() for r in rollouts]
+    evaluated = summarize(records, samples_per_item=3, pass_threshold=1.0)
+    trained = stats.metrics(TRAIN)
+    expected = (2 / 3 + 0.5) / 2
+    assert trained[metric(TRAIN, Metric.MEAN_REWARD)] == pytest.approx(expected)
+    assert evaluated[metric(EVAL, Metric.MEAN_REWARD)] == pytest.approx(expected)
+
+
+def test_a_window_of_stand_in_scores_has_no_mean_reward():
+    stats = RolloutStats()
+    result = AgentResult([{"role": "assistant", "content": "done"}], turns_used=1)
+    stats.add(Rollout("alpha", result, 0.0, "t", failure="judge failed: timeout"))
+    trained = stats.metrics(TRAIN)
+    assert metric(TRAIN, Metric.MEAN_REWARD) not in trained
+    assert trained[metric(TRAIN, Metric.FAILURES)] == 1.0
+
+
 # -- the whole evaluation on the stub --------------------------------------------------------
 
 

@@ -35,6 +35,20 @@ def test_every_command_in_the_readme_exists():
     assert "trainer" in used
 
 
+def test_the_docker_image_the_readme_names_is_the_default():
+    from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE
+
+    assert f"(default `{DEFAULT_DOCKER_IMAGE}`, pulled on first use)" in README
+
+
+def test_the_check_thresholds_the_readme_names_are_the_defaults():
+    from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
+
+    text = " ".join(README.split())  # the sentence wraps
+    assert f"`--gold-threshold` ({GOLD_THRESHOLD})" in text
+    assert f"`--noop-threshold` ({NOOP_THRESHOLD})" in text
+
+
 def test_every_script_and_benchmark_the_readme_names_exists():
     named = set(re.findall(r"\b((?:scripts|benchmarks)/[\w-]+\.(?:sh|py))\b", README))
     assert {"scripts/setup.sh", "scripts/lock.sh", "benchmarks/bench_setup.py"} <= named

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +17,21 @@ from hermes_envgen.runtime.sandbox import (
     check_backend,
 )
 from hermes_envgen.runtime.sandbox.procfs import is_alive as pid_alive  # a zombie is dead
+
+
+async def until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    """Poll ``check`` in the event loop until it holds or ``seconds`` pass; whether it held."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def until_dead(pid: int) -> bool:
+    """Whether a killed process is gone within 10 s (far less than any test's sleep in it)."""
+    return await until(lambda: not pid_alive(pid))
 
 
 def test_commands_run_in_a_private_workspace(sandboxes):
@@ -58,16 +74,17 @@ def test_a_timeout_kills_the_command_and_everything_it_started(sandboxes):
         result = await sandbox.run("sleep 30 & echo $! > child.pid; sleep 30", timeout=0.5)
         elapsed = time.monotonic() - start
         child = int((await sandbox.read_bytes("child.pid")).decode())
-        await asyncio.sleep(0.1)
-        alive = pid_alive(child)
+        # SIGKILLed: gone within moments (a busy host may take a while to schedule its exit),
+        # long before its own 30 s
+        gone = await until_dead(child)
         await sandboxes.close_all()
-        return result, elapsed, alive
+        return result, elapsed, gone
 
-    result, elapsed, alive = asyncio.run(main())
+    result, elapsed, gone = asyncio.run(main())
     assert result.exit_code == TIMEOUT_EXIT_CODE and result.timed_out
     assert "timed out after 0.5 s" in result.output
     assert elapsed < 20, elapsed  # cut off at 0.5 s, not after the 30 s sleep
-    assert not alive
+    assert gone
 
 
 def test_output_is_capped(tmp_path):
@@ -105,30 +122,39 @@ def test_cleanup_kills_background_processes_and_removes_the_workspace(sandboxes)
         pid = int((await sandbox.read_bytes("bg.pid")).decode())
         assert pid_alive(pid)
         await sandboxes.release("c")
-        await asyncio.sleep(0.1)
-        return pid, sandbox.workspace
+        return await until_dead(pid), sandbox.workspace
 
-    pid, workspace = asyncio.run(main())
-    assert not pid_alive(pid)
+    gone, workspace = asyncio.run(main())
+    assert gone  # within moments, not after its 60 s
     assert not workspace.exists()
     assert len(sandboxes) == 0
 
 
-def test_idle_sandboxes_are_reaped(tmp_path):
-    manager = SandboxManager(SandboxSettings(root=str(tmp_path)), lifetime=0.2)
+def test_idle_sandboxes_are_reaped_and_used_ones_kept(tmp_path):
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path)), lifetime=60)
 
     async def main():
-        sandbox = manager.get("idle")
-        manager.get("busy")
-        for _ in range(8):  # keep one busy while the other idles
-            await asyncio.sleep(0.1)
-            await manager.get("busy").run("true")
-        idle_gone = "idle" not in manager and not sandbox.workspace.exists()
-        busy_kept = "busy" in manager
+        idle, busy = manager.get("idle"), manager.get("busy")
+        idle.last_used -= 61  # idle for longer than the lifetime; "busy" was just used
+        reaped = await manager.reap_idle()
+        kept = "busy" in manager and busy.workspace.exists()
         await manager.close_all()
-        return idle_gone, busy_kept
+        return reaped, idle.workspace.exists(), kept
 
-    assert asyncio.run(main()) == (True, True)
+    assert asyncio.run(main()) == (["idle"], False, True)
+
+
+def test_the_reaper_runs_on_its_own(tmp_path):
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path)), lifetime=0.05)
+
+    async def main():
+        sandbox = manager.get("idle")  # starts the reaper, which checks every 50 ms
+        # handed out no more, then closed (its workspace goes last)
+        reaped = await until(lambda: "idle" not in manager and not sandbox.workspace.exists())
+        await manager.close_all()
+        return reaped
+
+    assert asyncio.run(main())
 
 
 def test_paths_outside_the_workspace_are_refused(sandboxes, tmp_path):
@@ -160,14 +186,24 @@ def test_an_unknown_backend_names_the_valid_ones():
 
 
 def test_a_sandbox_running_a_long_command_is_not_reaped(tmp_path):
-    manager = SandboxManager(SandboxSettings(root=str(tmp_path)), lifetime=0.1)
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path)), lifetime=60)
 
     async def main():
-        result = await manager.get("long").run("sleep 0.6; echo finished")
+        sandbox = manager.get("long")
+        command = asyncio.ensure_future(
+            sandbox.run("touch started; while [ ! -e go ]; do sleep 0.01; done; echo finished")
+        )
+        assert await until(lambda: (sandbox.workspace / "started").exists())
+        sandbox.last_used -= 61  # its command started longer ago than the lifetime
+        reaped_while_running = await manager.reap_idle()
+        (sandbox.workspace / "go").touch()
+        result = await command
+        sandbox.last_used -= 61  # and now idle as long, with nothing running
+        reaped_after = await manager.reap_idle()
         await manager.close_all()
-        return result
+        return reaped_while_running, result.output, reaped_after
 
-    assert asyncio.run(main()).output == "finished\n"
+    assert asyncio.run(main()) == ([], "finished\n", ["long"])
 
 
 def test_sandboxes_closed_together_share_one_scan_and_lose_every_escaped_process(

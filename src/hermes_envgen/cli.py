@@ -19,6 +19,8 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
+
 app = typer.Typer(
     name="hermes-envgen",
     help="Generate, run and test multi-turn, tool-using RL environments for Atropos.",
@@ -427,10 +429,10 @@ def check(
     ] = None,
     gold_threshold: Annotated[
         float, typer.Option(help="Least reward a sample's gold solution must earn.")
-    ] = 0.9,
+    ] = GOLD_THRESHOLD,
     noop_threshold: Annotated[
         float, typer.Option(help="Most reward answering at once, without tools, may earn.")
-    ] = 0.1,
+    ] = NOOP_THRESHOLD,
     trainer: Annotated[
         str,
         typer.Option(

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox.sandbox_helpers import eventually
 
 from hermes_envgen.runtime.sandbox.host_limits import mounts_below
+from hermes_envgen.runtime.sandbox.runs import RUNS_DIRECTORY
 from hermes_envgen.testing.runner import offline_environment
 
 
@@ -87,20 +89,24 @@ def test_ctrl_c_stops_every_process_the_demo_started(tmp_path):
         env=offline_environment(),
         stdin=subprocess.DEVNULL,
     )
+    runs = tmp_path / "demo-output" / "sandboxes" / RUNS_DIRECTORY
     try:
         deadline = time.monotonic() + 300
         for line in demo.stderr:  # wait until the env's process mode is running
             if "process:" in line or time.monotonic() > deadline:
                 break
-        time.sleep(2)
-        assert processes_mentioning(str(tmp_path)), "the env should be running now"
+        # Interrupted mid-rollout: once the env has made its run's sandbox directory
+        rolling = eventually(lambda: any(runs.glob("*/*")), seconds=120)
+        assert rolling and processes_mentioning(str(tmp_path)), "the env should be running now"
         demo.send_signal(signal.SIGINT)
         assert demo.wait(timeout=60) == 130
     finally:
         if demo.poll() is None:
             demo.kill()
-    time.sleep(1)
-    assert processes_mentioning(str(tmp_path)) == []
+    # What was killed may take a moment to be gone; what was left would not be in 10 s.
+    assert eventually(lambda: processes_mentioning(str(tmp_path)) == [], seconds=10), (
+        processes_mentioning(str(tmp_path))
+    )
     assert mounts_below(tmp_path) == [], "size-limited workspaces left mounted"
     assert not list((tmp_path / "demo-output").glob("sandboxes/*"))
 

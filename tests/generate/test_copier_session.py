@@ -7,9 +7,11 @@ errors.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import copier
 import pytest
+from copier.errors import InvalidTypeError
 
 from hermes_envgen.errors import UsageError
 from hermes_envgen.generate import hooks
@@ -44,6 +46,47 @@ def test_a_bad_answer_becomes_a_usage_error_naming_the_question(tmp_path):
         copier_session(data, prompts=False, git_env={}),
     ):
         _render(tmp_path / "x", **data)
+
+
+# -- only user mistakes become UsageError (exit 2): copier raises plain ValueErrors (pydantic's
+# ValidationError among them) and InvalidTypeError for a template's bugs too, which must
+# surface as bugs.
+
+
+def _template(tmp_path: Path, questions: str) -> Path:
+    template = tmp_path / "template"
+    template.mkdir()
+    (template / "copier.yml").write_text(questions)
+    (template / "README.md.jinja").write_text("made\n")
+    return template
+
+
+def _copy(template: Path, target: Path, **data) -> None:
+    with copier_session(data, prompts=False, git_env={}):
+        copier.run_copy(str(template), str(target), data=data, defaults=True, quiet=True)
+
+
+def test_a_template_bug_worded_as_a_value_error_surfaces_as_itself(tmp_path):
+    template = _template(tmp_path, "token:\n  type: str\n  secret: true\n")  # no default
+    with pytest.raises(ValueError, match="Secret question requires a default value"):
+        _copy(template, tmp_path / "out")
+
+
+def test_a_question_of_a_type_copier_lacks_surfaces_as_a_type_error(tmp_path):
+    template = _template(tmp_path, "q:\n  type: nosuch\n  default: x\n")
+    with pytest.raises(InvalidTypeError, match='Unsupported type "nosuch"'):
+        _copy(template, tmp_path / "out")
+
+
+def test_an_answer_of_the_wrong_type_is_the_users_mistake(tmp_path):
+    template = _template(tmp_path, "name:\n  type: str\n  default: x\n")
+    with pytest.raises(UsageError, match=r'^Invalid answer "None" .* to question "name"'):
+        _copy(template, tmp_path / "out", name=None)
+
+
+def test_a_value_error_raised_inside_the_session_is_not_a_usage_error():
+    with pytest.raises(ValueError, match=r"^a bug$"), copier_session({}, prompts=False, git_env={}):
+        raise ValueError("a bug")
 
 
 # -- a version the template does not hold: source.py refuses unknown *release tags* before

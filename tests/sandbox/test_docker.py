@@ -29,6 +29,7 @@ from sandbox_helpers import (
 
 from hermes_envgen.runtime.sandbox import (
     BACKENDS,
+    DEFAULT_DOCKER_IMAGE,
     PathOutsideWorkspace,
     SandboxError,
     SandboxManager,
@@ -90,7 +91,7 @@ def test_the_container_is_locked_down_by_default(tmp_path, monkeypatch):
     environment = option_values(argv, "--env")
     assert "HOME=/workspace" in environment
     assert not any("sk-host-secret" in value or value.startswith("PATH=") for value in environment)
-    assert argv[-2:] == ["python:3.11-slim", "infinity"]
+    assert argv[-2:] == [DEFAULT_DOCKER_IMAGE, "infinity"]
     assert option_values(argv, "--entrypoint") == ["sleep"]
 
 

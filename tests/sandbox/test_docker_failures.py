@@ -22,7 +22,7 @@ from sandbox_helpers import (
     needs_docker,
 )
 
-from hermes_envgen.runtime.sandbox import SandboxError, SandboxUnavailable
+from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxError, SandboxUnavailable
 
 NO_BASH_IMAGE = "hermes-envgen-test-nobash:1"
 
@@ -113,7 +113,8 @@ def test_an_image_without_bash_is_one_clear_error_and_leaves_no_container(
     error, again, _, name = fail_to_start(tmp_path, docker_image=image_without_bash)
     assert error == (
         f"docker backend: image '{image_without_bash}' has no bash, which every command runs"
-        " with; use an image with bash and coreutils (e.g. python:3.11-slim, debian:bookworm)"
+        " with; use an image with bash and coreutils"
+        f" (e.g. {DEFAULT_DOCKER_IMAGE}, debian:bookworm)"
     )
     assert again == error
     assert containers_named(name) == []  # it was created, failed to start, and was removed

@@ -20,6 +20,7 @@ from pathlib import Path
 from hermes_envgen.errors import CheckError
 from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE
 from hermes_envgen.runtime.sandbox import procfs
+from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
@@ -189,8 +190,8 @@ def run_checks(
     port: int = 0,
     timeout: float = 300,
     workdir: Path | None = None,
-    gold_threshold: float = 0.9,
-    noop_threshold: float = 0.1,
+    gold_threshold: float = GOLD_THRESHOLD,
+    noop_threshold: float = NOOP_THRESHOLD,
     trainer: str = "grpo",
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[CheckResult]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.errors import EnvRunFailed, Interrupted, UsageError
-from hermes_envgen.runtime.records import EVAL, Metric, metric
+from hermes_envgen.runtime.records import EVAL, METRICS_FILE, Metric, metric
 
 DEMO_NAME = "demo-env"
 BACKEND_NOTES = {
@@ -56,7 +56,7 @@ class DemoResult:
                 "",
                 f"rollouts (JSONL):  {self.groups_file}",
                 f"rollouts (HTML):   {self.html_file}",
-                f"eval metrics:      {self.eval_dir / 'metrics.json'}",
+                f"eval metrics:      {self.eval_dir / METRICS_FILE}",
                 f"eval samples:      {self.eval_dir / 'samples.jsonl'}",
             ]
         )

@@ -46,26 +46,31 @@ def copier_session(
         yield
 
 
-def answer_error(exc: Exception, data: Mapping[str, Any]) -> UsageError:
-    """Copier's ValueError for a bad answer, as a one-line message naming the question."""
+def answer_error(exc: Exception, data: Mapping[str, Any]) -> UsageError | None:
+    """Copier's ValueError for a bad answer or version, as one line naming what is wrong.
+
+    None for any other ValueError: copier raises plain ValueErrors for its bugs and a
+    template's too, and those must surface as bugs, not as the user's mistake.
+    """
     message = one_line(str(exc))
-    found = _VALIDATION_ERROR.match(message)
-    if found:
+    if found := _VALIDATION_ERROR.match(message):
         key, reason = found.groups()
         given = f" {data[key]!r}" if key in data else ""
-        message = f"invalid {key}{given}: {reason}"
-    elif required := _REQUIRED.match(message):
+        return UsageError(f"invalid {key}{given}: {reason}")
+    if required := _REQUIRED.match(message):
         key = required[1]
-        message = f"{key} has no default for these answers: pass --data {key}=VALUE"
-    elif choice := _INVALID_CHOICE.match(message):
+        return UsageError(f"{key} has no default for these answers: pass --data {key}=VALUE")
+    if choice := _INVALID_CHOICE.match(message):
         key, reason = choice.groups()
-        message = f"invalid {key}: {reason}"
-    return UsageError(message)
+        return UsageError(f"invalid {key}: {reason}")
+    if message.startswith("Unknown revision: "):  # a ref the template repository lacks
+        return UsageError(f"template version not found: {message}")
+    return None
 
 
 @contextmanager
 def _translate_errors(data: Mapping[str, Any]) -> Iterator[None]:
-    """Turn copier's exceptions into ours, with messages fit for one line."""
+    """Turn copier's exceptions that mean a user mistake into ours, with one-line messages."""
     try:
         yield
     except InteractiveSessionError as exc:
@@ -75,15 +80,20 @@ def _translate_errors(data: Mapping[str, Any]) -> Iterator[None]:
         ) from exc
     except UserMessageError as exc:
         raise UsageError(one_line(str(exc))) from exc
+    except InvalidTypeError as exc:  # also copier's word for a question of a type it lacks
+        if not str(exc).startswith("Invalid answer "):
+            raise
+        raise UsageError(one_line(str(exc))) from exc
     except ProcessExecutionError as exc:
         detail = one_line(exc.stderr or str(exc))
         if "invalid reference" in detail:  # a version the template source does not hold
             raise UsageError(f"template version not found: {detail}") from exc
         raise GitError(f"git failed: {detail}") from exc
-    except (ValueError, InvalidTypeError) as exc:  # copier's bad answers are plain ValueErrors
-        if "Unknown revision" in str(exc):
-            raise UsageError(f"template version not found: {one_line(str(exc))}") from exc
-        raise answer_error(exc, data) from exc
+    except ValueError as exc:  # copier words bad answers as plain ValueErrors
+        error = answer_error(exc, data)
+        if error is None:
+            raise
+        raise error from exc
 
 
 # What a typed question's answer must be, said where copier's prompt says only "Invalid input".

@@ -51,7 +51,7 @@ from hermes_envgen.runtime.inference import (
 )
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
-from hermes_envgen.runtime.records import Metric, Rollout, RolloutStats
+from hermes_envgen.runtime.records import METRICS_FILE, Metric, Rollout, RolloutStats
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
@@ -522,7 +522,7 @@ class HermesAgentBaseEnv(TurnHooks, ServeDelivery, BaseEnv):  # type: ignore[mis
             samples=None,  # already in samples.jsonl, written as the rollouts finished
         )
         if config.data_dir_to_save_evals is not None:
-            record_run(Path(config.data_dir_to_save_evals) / "metrics.json", run_record(self))
+            record_run(Path(config.data_dir_to_save_evals) / METRICS_FILE, run_record(self))
         failed = [r for r in records if r.get("failure")]
         if records and len(failed) == len(records):
             raise NothingMeasured(

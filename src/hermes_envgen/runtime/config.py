@@ -8,7 +8,8 @@ from typing import Any, Literal
 from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, Json, field_validator, model_validator
 
-from hermes_envgen.runtime.sandbox import SandboxSettings
+from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxSettings
+from hermes_envgen.runtime.sandbox.manager import DEFAULT_IDLE_LIFETIME
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
         default=False, description="Let bwrap/docker sandboxes reach the network."
     )
     sandbox_image: str = Field(
-        default="python:3.11-slim", description="Image of the docker backend's containers."
+        default=DEFAULT_DOCKER_IMAGE, description="Image of the docker backend's containers."
     )
     sandbox_cpu_seconds: int | None = Field(
         default=None, ge=1, description="CPU seconds per command (bwrap/docker; None: default)."
@@ -137,7 +138,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
         "scored, and its sandbox removed. None: no limit.",
     )
     sandbox_idle_lifetime: float = Field(
-        default=600.0,
+        default=DEFAULT_IDLE_LIFETIME,
         gt=0,
         description="Seconds a sandbox may sit idle before it is reaped.",
     )
@@ -147,7 +148,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     )
     chat_template: str | None = Field(
         default=None,
-        description="Chat template that renders the training data (and Phase 2 prompts) in "
+        description="Chat template that renders the training data (and token-mode prompts) in "
         "place of the tokenizer's: a built-in ('hermes', 'qwen': Hermes/Qwen <tool_call> tags; "
         "'chatml-tools': the same calls, results in 'tool' turns) or a path to a Jinja file. "
         "Needed when the tokenizer's template drops tool calls, as plain ChatML does.",

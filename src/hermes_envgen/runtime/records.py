@@ -1,12 +1,17 @@
 """The rollout record and the metric names: one typed definition for everything that writes or
 reads them (the base env, evaluation, ``check``, ``view``, the testing kit, generated tests);
-the finished rollout (:class:`Rollout`) and the running sums its metrics come from
-(:class:`RolloutStats`).
+the finished rollout (:class:`Rollout`), the running sums its metrics come from
+(:class:`RolloutStats`), and the one estimator of ``train/`` and ``eval/mean_reward``
+(:func:`mean_reward`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
@@ -132,6 +137,25 @@ _DECLARED = re.compile(
 )
 
 
+def item_key(item: Any) -> str:
+    """A key of the item's content: unchanged across runs, seeds and orderings."""
+    try:
+        canonical = json.dumps(item, sort_keys=True, ensure_ascii=False, default=repr)
+    except TypeError:  # keys that cannot be sorted together (str and int)
+        canonical = repr(item)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def mean_reward(rewards_by_item: Iterable[Sequence[float]]) -> float:
+    """The mean reward of training and of evaluation alike, from measured rewards only.
+
+    Each item's mean over its measured rollouts, averaged over the items that have one: an
+    item weighs the same however many of its samples were measured. A stand-in score (see
+    ``Rollout.failure``) is no measurement and is not passed in. ValueError without any.
+    """
+    return statistics.fmean(statistics.fmean(rewards) for rewards in rewards_by_item if rewards)
+
+
 def is_declared(name: str) -> bool:
     """Whether ``name`` is a full metric name that this module declares (not an env's own)."""
     return _DECLARED.fullmatch(name) is not None
@@ -185,6 +209,7 @@ class RolloutStats:
     rollout_errors: int = 0
     failures: int = 0  # scores that are stand-ins (e.g. the judge failed): see Rollout.failure
     finished_naturally: int = 0
+    measured: dict[str, list[float]] = field(default_factory=dict)  # by item_key: mean_reward's
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, list[float]] = field(default_factory=dict)
     turn_rewards: list[float] = field(default_factory=list)  # every turn's the env scored
@@ -196,6 +221,8 @@ class RolloutStats:
         self.tool_errors += len(rollout.result.tool_errors)
         self.rollout_errors += rollout.result.error is not None
         self.failures += rollout.failure is not None
+        if rollout.failure is None:
+            self.measured.setdefault(item_key(rollout.item), []).append(rollout.reward)
         self.finished_naturally += rollout.result.finished_naturally
         for name, value in rollout.counts.items():
             self.counts[name] = self.counts.get(name, 0.0) + value
@@ -216,7 +243,6 @@ class RolloutStats:
             reward_metrics[metric(prefix, Metric.MEAN_TURN_REWARD)] = mean
         calls = self.tool_calls
         values = {
-            Metric.MEAN_REWARD: sum(self.rewards) / n,
             Metric.MEAN_TURNS: sum(self.turns) / n,
             Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
             Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,
@@ -227,6 +253,8 @@ class RolloutStats:
             Metric.FAILURES: float(self.failures),
             Metric.ROLLOUTS: float(n),
         }
+        if self.measured:  # none when every rollout's score was a stand-in
+            values[Metric.MEAN_REWARD] = mean_reward(self.measured.values())
         return reward_metrics | {metric(prefix, name): value for name, value in values.items()}
 
 

@@ -9,15 +9,19 @@ evaluation leaves the rollout out of its metrics and lists it in ``failures.json
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import shlex
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hermes_envgen.runtime.agent_loop import AgentResult, ChatServer
+from hermes_envgen.runtime.errors import InferenceError
 from hermes_envgen.runtime.tasks import Task
 from hermes_envgen.runtime.tool_context import CommandOutput, ToolContext
 
@@ -109,6 +113,34 @@ class JudgeVerdict:
         return self.score is None
 
 
+def is_judge_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the judge's own failure (its call failed), not a bug in the caller.
+
+    Our clients raise InferenceError; the OpenAI SDK's (the testing kit's DirectChatServer,
+    an env's own client) raise ``openai.APIError``, and json's own error for a reply body
+    that is not JSON; atroposlib's servers give up with tenacity's ``RetryError``. Looked up
+    in ``sys.modules``: an exception of a library never imported cannot have been raised,
+    and the runtime does not import them for this.
+    """
+    # asyncio.TimeoutError: TimeoutError's alias from 3.11, a class of its own on 3.10
+    judged = (InferenceError, TimeoutError, asyncio.TimeoutError, json.JSONDecodeError)
+    if isinstance(exc, judged):
+        return True
+    for module, name in (("openai", "APIError"), ("tenacity", "RetryError")):
+        kind = getattr(sys.modules.get(module), name, None)
+        if isinstance(kind, type) and isinstance(exc, kind):
+            return True
+    return False
+
+
+def _reply_text(response: Any) -> str | None:
+    """The text of a chat completion's first choice; None when the reply has none."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        return None
+    return getattr(getattr(choices[0], "message", None), "content", None)
+
+
 async def ask_judge(
     server: ChatServer,
     task: str | Task,
@@ -124,6 +156,9 @@ async def ask_judge(
     ``server``: what answers ``chat_completion(messages=..., ...)``, a :class:`ModelClient`
     (``judge_client``) or the env's own server; ``task``: the task's text, or the
     :class:`Task` itself, whose ``answer`` is then the reference unless ``reference`` is given.
+    A failed call (see :func:`is_judge_failure`) or a reply that is not a strict verdict is
+    the judge's failure, in the verdict; anything else raised (a TypeError of a client that
+    takes other arguments, say) is a bug and propagates.
     """
     if isinstance(task, str):
         prompt = task
@@ -139,10 +174,12 @@ async def ask_judge(
             response = await server.chat_completion(
                 messages=messages, n=1, temperature=0.0, max_tokens=max_tokens, split=split
             )
-            text = response.choices[0].message.content
-        except Exception as exc:  # a failed call is a judge failure, never a crash
+        except Exception as exc:
+            if not is_judge_failure(exc):
+                raise
             error = f"judge call failed: {type(exc).__name__}: {exc}"
             continue
+        text = _reply_text(response)
         score = parse_judge_score(text)
         if score is not None:
             return JudgeVerdict(score, attempt)

@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.testing.policy import GIVE_UP_ANSWER, anchored, gold_turns, judge_conversation
-
-GOLD_THRESHOLD = 0.9
-NOOP_THRESHOLD = 0.1
+from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
 
 # What an agent that games the reward leaves behind, without solving anything: fake tools on a
 # PATH its shell start-up files set, a Python user site that makes every interpreter exit 0,

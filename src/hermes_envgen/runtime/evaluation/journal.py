@@ -4,7 +4,6 @@ finished ones (samples.jsonl, failures.jsonl) that lets an interrupted run resum
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -13,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.runtime.errors import ResumeError
-from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE, SETTINGS_FILE
+from hermes_envgen.runtime.records import (
+    FAILURES_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    SETTINGS_FILE,
+    item_key,
+)
 from hermes_envgen.runtime.text import valid_unicode
 
 logger = logging.getLogger(__name__)
@@ -35,15 +40,6 @@ class EvalTask:
     def identity(self) -> dict[str, Any]:
         """The fields that tie a saved record to this rollout."""
         return {"key": self.key, "item_key": self.item_key, "sample_index": self.index}
-
-
-def item_key(item: Any) -> str:
-    """A key of the item's content: unchanged across runs, seeds and orderings."""
-    try:
-        canonical = json.dumps(item, sort_keys=True, ensure_ascii=False, default=repr)
-    except TypeError:  # keys that cannot be sorted together (str and int)
-        canonical = repr(item)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def plan_eval(items: Iterable[Any], samples_per_item: int) -> list[EvalTask]:

@@ -13,7 +13,7 @@ from hermes_envgen.runtime.evaluation.stats import (
     passed,
     wilson_interval,
 )
-from hermes_envgen.runtime.records import EVAL, Metric, metric
+from hermes_envgen.runtime.records import EVAL, Metric, mean_reward, metric
 
 INTERVALS = (
     "95% intervals: Wilson score over items for mean reward and pass rates, Wilson over tool "
@@ -64,7 +64,7 @@ def summarize(
         full = name(base)
         metrics.update({full: value, Metric.ci_low(full): low, Metric.ci_high(full): high})
 
-    rate(Metric.MEAN_REWARD, statistics.fmean(statistics.fmean(g) for g in rewards), n_items)
+    rate(Metric.MEAN_REWARD, mean_reward(rewards), n_items)
     rate(
         Metric.PASS_AT_1,
         statistics.fmean(c / len(g) for g, c in zip(rewards, passes)),

@@ -1,6 +1,7 @@
 """Sandboxes: where a rollout's commands run and its files live, one per task id."""
 
 from hermes_envgen.runtime.sandbox.base import (
+    DEFAULT_DOCKER_IMAGE,
     TIMEOUT_EXIT_CODE,
     CommandResult,
     PathOutsideWorkspace,
@@ -18,6 +19,7 @@ from hermes_envgen.runtime.sandbox.manager import (
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_DOCKER_IMAGE",
     "TIMEOUT_EXIT_CODE",
     "CommandResult",
     "PathOutsideWorkspace",

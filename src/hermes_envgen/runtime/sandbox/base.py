@@ -37,6 +37,8 @@ TIMEOUT_EXIT_CODE = 124
 # The most ``read_bytes`` takes of a workspace file into the host's memory unless the caller
 # asks for more: the agent makes the files (``truncate -s 1G`` costs it nothing).
 MAX_HOST_READ_BYTES = 32 * 1024 * 1024
+# The docker backend's image unless the env names one: small, with bash and coreutils.
+DEFAULT_DOCKER_IMAGE = "python:3.11-slim"
 
 
 @dataclass
@@ -67,7 +69,7 @@ class SandboxSettings:
     max_file_mb: int | None = None
     workspace_mb: int | None = None  # the workspace's size (and 64 files per MiB)
     cpus: float | None = None  # CPUs the sandbox's processes may use together
-    docker_image: str = "python:3.11-slim"  # the docker backend's image
+    docker_image: str = DEFAULT_DOCKER_IMAGE  # the docker backend's image
 
 
 # Variables a command may see. Everything else, API keys and tokens included, stays out.

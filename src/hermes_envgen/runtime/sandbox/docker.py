@@ -1,6 +1,6 @@
 """The docker backend: one container per task, commands through ``docker exec``.
 
-The container (``settings.docker_image``, default ``python:3.11-slim``; it must have bash)
+The container (``settings.docker_image``, default ``DEFAULT_DOCKER_IMAGE``; it needs bash)
 starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
 (``--network none``) unless ``settings.network``; a read-only root filesystem with size-capped
 tmpfs mounts at ``/workspace`` (the working directory and ``HOME``; ``workspace_mb``) and
@@ -45,6 +45,7 @@ from pathlib import Path
 
 from hermes_envgen.runtime.errors import FileTooLarge
 from hermes_envgen.runtime.sandbox.base import (
+    DEFAULT_DOCKER_IMAGE,
     MAX_HOST_READ_BYTES,
     RUN_TAG_VARIABLE,
     CommandResult,
@@ -97,7 +98,6 @@ logger = logging.getLogger(__name__)
 
 WORKDIR = "/workspace"
 HOSTNAME = "sandbox"
-DEFAULT_IMAGE = "python:3.11-slim"
 AGENT_USER = "65534:65534"  # nobody: every command and file script runs as it
 # docker's init and the anchor run as root (with no capabilities, as all in the container):
 # of another user than the agent's, which can neither ptrace nor signal them.
@@ -162,7 +162,7 @@ class DockerSandbox(Sandbox):
     def __init__(self, task_id: str, settings: SandboxSettings, workspace: Path) -> None:
         super().__init__(task_id, settings)
         self.docker = shutil.which("docker") or "docker"
-        self.image = getattr(settings, "docker_image", None) or DEFAULT_IMAGE
+        self.image = getattr(settings, "docker_image", None) or DEFAULT_DOCKER_IMAGE
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
         self.container = container_name(task_id)
         self.run_directory = workspace.parent  # the run's (see runs): reaped with it

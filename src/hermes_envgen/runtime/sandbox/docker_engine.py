@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hermes_envgen.runtime.errors import SandboxUnavailable
 from hermes_envgen.runtime.sandbox import procfs
-from hermes_envgen.runtime.sandbox.base import TIMEOUT_EXIT_CODE
+from hermes_envgen.runtime.sandbox.base import DEFAULT_DOCKER_IMAGE, TIMEOUT_EXIT_CODE
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def start_failure(output: str, image: str) -> str:
     if "executable file not found" in output and "bash" in output:
         return (
             f"docker backend: image {image!r} has no bash, which every command runs with;"
-            " use an image with bash and coreutils (e.g. python:3.11-slim, debian:bookworm)"
+            f" use an image with bash and coreutils (e.g. {DEFAULT_DOCKER_IMAGE}, debian:bookworm)"
         )
     last_line = (output.strip().splitlines() or ["no output"])[-1][:500]
     return f"docker backend: could not start a container of {image!r} on {engine}: {last_line}"

@@ -62,10 +62,15 @@ def check_backend(name: str) -> None:
         )
 
 
+DEFAULT_IDLE_LIFETIME = 600.0  # seconds a sandbox may sit idle before it is reaped
+
+
 class SandboxManager:
     """Hands out the sandbox of a task id, and reaps those idle longer than ``lifetime``."""
 
-    def __init__(self, settings: SandboxSettings | None = None, lifetime: float = 600.0) -> None:
+    def __init__(
+        self, settings: SandboxSettings | None = None, lifetime: float = DEFAULT_IDLE_LIFETIME
+    ) -> None:
         self.settings = settings or SandboxSettings()
         check_backend(self.settings.backend)
         self.lifetime = lifetime
