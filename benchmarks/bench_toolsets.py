@@ -1,17 +1,23 @@
-"""Tool-call latency of the ``python`` and ``mcp`` toolsets against raw subprocesses, in one run.
+"""Tool-call latency of ``search_files`` and the ``python`` and ``mcp`` toolsets, in one run.
 
+- search: ``search_files`` over a small workspace (20 files of 40 lines) with the matchers
+  kept across searches (now) against the same search with a fresh matcher per search (the
+  way before: ``matchers.MAX_IDLE = 0`` ends each one at its search's end).
 - python: ``x += 1`` through the ``python`` tool (the rollout's persistent interpreter in its
   sandbox) against the raw baseline of a fresh ``python3 -c 'x = 1'`` per call, which keeps no
   state. The ratio is what persistence inside a sandbox costs (or saves).
 - mcp: ``notes_list_notes`` through the ``mcp`` toolset (the SDK's ClientSession, the relay,
   the kit's notes server in the sandbox) against the raw baseline of one JSON-RPC
   ``tools/call`` line written to the same server run as a plain subprocess on the host, its
-  answer read back: the floor of any stdio MCP call.
+  answer read back: the floor of any stdio MCP call. And against the way before: the same
+  call with each message sent by a sandbox command (the sandbox's ``host_root`` hidden, as
+  on docker, where that is still the way).
 
-Each round alternates the two and yields time(tool) / time(raw); the median over rounds is
-reported, with ms per call. Backends: local, and bwrap when installed. The sandboxes and the
-baselines should run the same ``python3``: put the system's first on PATH (a pyenv shim there
-costs the local backend and the baselines some 100 ms per start; bwrap sees /usr's only).
+Each round alternates tool and baseline and yields time(tool) / time(baseline); the median
+over rounds is reported, with ms per call. Backends: local, and bwrap when installed. The
+sandboxes and the baselines should run the same ``python3``: put the system's first on PATH (a
+pyenv shim there costs the local backend and the baselines some 100 ms per start; bwrap sees
+/usr's only).
 
     PATH=/usr/bin:/bin .venv/bin/python benchmarks/bench_toolsets.py [--rounds 5] [--calls 20]
 """
@@ -28,7 +34,7 @@ import time
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext
-from hermes_envgen.runtime.tools import REGISTRY
+from hermes_envgen.runtime.tools import REGISTRY, matchers
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings, mcp_registry
 from hermes_envgen.testing.mcp_notes import notes_server
 
@@ -81,10 +87,12 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
     ctx = ToolContext(f"bench-{backend}", manager, registry)
     raw_mcp = RawMcp()
     await raw_mcp.start(root)
-    times: dict[str, list[float]] = {
-        name: [] for name in ("python", "raw python", "mcp", "raw mcp")
-    }
+    times: dict[str, list[float]] = {name: [] for name in ("search", "python", "mcp", *BASELINES)}
     try:
+        for number in range(20):
+            text = "".join(f"line {line} of file {number}: value = {line * number}\n"
+                           for line in range(40))  # fmt: skip
+            await ctx.call_tool("write_file", {"path": f"src/f{number}.py", "content": text})
         await ctx.call_tool("python", {"code": "x = 0"})  # started: calls measure the steady state
         await ctx.call_tool("notes_list_notes")
 
@@ -94,10 +102,34 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
         async def mcp_call() -> None:
             await ctx.call_tool("notes_list_notes")
 
+        async def search_call() -> None:
+            await ctx.call_tool("search_files", {"pattern": r"value = 1\d"})
+
+        async def fresh_search_call() -> None:
+            kept = matchers.MAX_IDLE
+            matchers.MAX_IDLE = 0  # each matcher ends with its search: one start per search
+            try:
+                await search_call()
+            finally:
+                matchers.MAX_IDLE = kept
+
+        sandbox = ctx.sandbox
+
+        async def mcp_by_command() -> None:
+            sandbox.host_root = lambda: None  # the relay unreachable: a command per message
+            try:
+                await mcp_call()
+            finally:
+                del sandbox.host_root
+
+        await search_call()
         for _ in range(rounds):
+            times["search"].append(await per_call(search_call, calls))
+            times["fresh matcher"].append(await per_call(fresh_search_call, calls))
+            times["mcp"].append(await per_call(mcp_call, calls))
+            times["command per message"].append(await per_call(mcp_by_command, calls))
             times["python"].append(await per_call(python_call, calls))
             times["raw python"].append(await per_call(raw_python, calls))
-            times["mcp"].append(await per_call(mcp_call, calls))
             times["raw mcp"].append(await per_call(raw_mcp.call, calls))
     finally:
         await raw_mcp.stop()
@@ -106,13 +138,22 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
     return times
 
 
+# Each baseline and the tool it is compared with.
+BASELINES = {
+    "fresh matcher": "search",
+    "raw python": "python",
+    "command per message": "mcp",
+    "raw mcp": "mcp",
+}
+
+
 def report(backend: str, times: dict[str, list[float]]) -> None:
-    for tool in ("python", "mcp"):
-        ratios = [t / r for t, r in zip(times[tool], times[f"raw {tool}"])]
+    for baseline, tool in BASELINES.items():
+        ratios = [t / b for t, b in zip(times[tool], times[baseline])]
         print(
-            f"{backend:6} {tool:6}: {statistics.median(times[tool]) * 1000:7.1f} ms/call, raw "
-            f"{statistics.median(times[f'raw {tool}']) * 1000:6.1f} ms/call, "
-            f"ratio {statistics.median(ratios):.2f} (median of {len(ratios)} rounds)"
+            f"{backend:6} {tool:6}: {statistics.median(times[tool]) * 1000:7.1f} ms/call; "
+            f"{baseline:19} {statistics.median(times[baseline]) * 1000:7.1f} ms/call; "
+            f"ratio {statistics.median(ratios):.3f} (median of {len(ratios)} rounds)"
         )
 
 

@@ -183,7 +183,7 @@ FAMILIES = {
         qwq,
         "hermes",
         PARALLEL,
-        chat_mode="renders a finished reply otherwise than it prompts for one",
+        chat_mode="chat mode cannot rebuild the text the model generated",
     ),
     "deepseek-r1-distill-qwen-32b": Family(
         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
@@ -193,7 +193,7 @@ FAMILIES = {
         DEEPSEEK,
         "<｜end▁of▁sentence｜>",
         "<｜begin▁of▁sentence｜>",
-        chat_mode="renders a finished reply otherwise than it prompts for one",
+        chat_mode="chat mode cannot rebuild the text the model generated",
     ),
     "hermes-2-pro-llama-3": Family(
         "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
@@ -316,8 +316,9 @@ def test_chat_mode_trains_each_turn_as_the_model_generated_it(tmp_path, name):
     messages = conversation(family.turns)
     expected = [family.generated(turn) for turn in family.turns]
     if family.chat_mode != "exact":
-        with pytest.raises(ChatTemplateDropsToolCalls, match=family.chat_mode):
+        with pytest.raises(ChatTemplateDropsToolCalls, match=family.chat_mode) as refused:
             check_tool_calls_rendered(tokenizer, name, exact_tokens=False)
+        assert len(str(refused.value).splitlines()) == 1
         with pytest.raises(ChatTemplateError, match="cannot be rebuilt"):
             tokenize_conversation(tokenizer, messages, SCHEMAS)
         return
@@ -352,13 +353,6 @@ def test_token_mode_trains_what_was_generated_and_the_template_gives_the_same_id
     family = FAMILIES[name]
     if not family.parser:
         pytest.skip("no parser reads this family's calls from raw text")
-    if family.parser == "harmony":
-        from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
-
-        try:
-            get_parser("harmony")
-        except UnknownParserError:
-            pytest.skip("the harmony parser is another branch's (issue 23, parsers)")
     directory, tokenizer = family_tokenizer(tmp_path, family)
     check_tool_calls_rendered(tokenizer, name, exact_tokens=True)
     expected = [family.generated(turn) for turn in family.turns]
@@ -407,6 +401,33 @@ def test_token_mode_trains_what_was_generated_and_the_template_gives_the_same_id
         assert fidelity == []
     else:
         assert fidelity and "cannot re-render" in fidelity[0]
+
+
+@pytest.mark.parametrize("name", ["qwq-32b", "deepseek-r1-distill-qwen-32b"])
+@pytest.mark.parametrize(
+    ("server_type", "fix"),
+    [
+        ("vllm", "--env.inference_api completions"),
+        ("sglang", "--env.inference_api generate"),
+        ("openai", "--openai.server_type vllm with --env.inference_api completions"),
+    ],
+)
+def test_a_template_whose_prompt_opens_the_reasoning_is_refused_with_token_mode_as_the_fix(
+    tmp_path, name, server_type, fix
+):
+    # QwQ's and the R1 distills' generation prompts open the think block, and no reply's
+    # reasoning is rendered: the chat-mode data cannot hold what the model wrote and no
+    # template override of another format fixes that, so the one fix named is token mode.
+    _, tokenizer = family_tokenizer(tmp_path, FAMILIES[name])
+    with pytest.raises(ChatTemplateDropsToolCalls) as refused:
+        check_tool_calls_rendered(tokenizer, name, exact_tokens=False, server_type=server_type)
+    message = str(refused.value)
+    assert "<think>" in message and "renders no reply's reasoning" in message
+    assert "Fix: token mode" in message and fix in message
+    assert "--env.chat_template" not in message
+    # A template that renders the reasoning of the last reply (Qwen3's) is not refused so.
+    _, qwen = family_tokenizer(tmp_path / "qwen3", FAMILIES["qwen3 (thinking)"])
+    check_tool_calls_rendered(qwen, "qwen3", exact_tokens=False, server_type=server_type)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, docker_test_image, nee
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext
-from hermes_envgen.runtime.tools import REGISTRY
+from hermes_envgen.runtime.tools import REGISTRY, mcp_tools
 from hermes_envgen.runtime.tools.mcp_tools import MAX_TOOLS, McpServerSettings, mcp_registry
 from hermes_envgen.testing import mcp_notes
 from hermes_envgen.testing.mcp_notes import notes_server
@@ -245,3 +245,111 @@ def test_a_stdio_server_sees_none_of_the_hosts_secrets(tmp_path, backend, monkey
     names = run(scenario())
     assert "NOTES_MODE" in names  # the server's own env setting reaches it
     assert "OPENAI_API_KEY" not in names and "TAVILY_API_KEY" not in names
+
+
+def _relay_directory(ctx: ToolContext) -> str:
+    return mcp_tools._relays[ctx.sandbox]["notes"].directory
+
+
+# Kills the rollout's relay (and the server it keeps) by their run tag, as an agent could.
+KILL_RELAY = (
+    "for p in /proc/[0-9]*; do grep -qa 'HERMES_SANDBOX_RUN=[^[:cntrl:]]*[.]mcp' $p/environ "
+    "2>/dev/null && kill -9 ${p#/proc/}; done; sleep 0.2; true"
+)
+
+
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+def test_calls_go_over_the_kept_relay_and_a_killed_relay_is_restarted(tmp_path, backend):
+    sandbox_settings = settings(tmp_path, backend)
+    registry = mcp_registry(REGISTRY, [server()], sandbox_settings)
+
+    async def scenario():
+        manager = SandboxManager(sandbox_settings)
+        ctx = ToolContext("kept", manager, registry)
+        commands = []
+        sandbox = ctx.sandbox
+        real_run = sandbox.run
+
+        async def counted(command, timeout=None):  # the real run, counted
+            commands.append(command)
+            return await real_run(command, timeout)
+
+        sandbox.run = counted
+        try:
+            await ctx.call_tool("notes_add_note", {"title": "a", "body": "x"})
+            started = len(commands)  # the relay's start (and the session's first messages)
+            for _ in range(10):
+                assert await ctx.call_tool("notes_list_notes") == '["a"]'
+            over_socket = len(commands) - started
+            await ctx.terminal(KILL_RELAY)
+            after_kill = await ctx.call_tool("notes_list_notes")  # the notes live in the file
+            restarted = len(commands) - started - over_socket - 1
+            assert await ctx.call_tool("notes_read_note", {"title": "a"}) == "x"
+            kept = mcp_tools._relays[sandbox]["notes"].stream
+            assert kept is not None
+        finally:
+            await ctx.cleanup()
+            await manager.close_all()
+        # The rollout's end closed the host's connection; the sandbox's, the relay.
+        assert mcp_tools._relays[sandbox]["notes"].stream is None and kept[1].is_closing()
+        return over_socket, after_kill, restarted, mcp_tools._relays[sandbox]["notes"].directory
+
+    over_socket, after_kill, restarted, directory = run(scenario())
+    if backend == "local":  # the host's /tmp keeps nothing of it
+        assert not os.path.exists(directory)
+    assert over_socket == 0, "a call over the kept relay ran a sandbox command"
+    assert after_kill == '["a"]'
+    assert restarted == 1  # one command started a fresh relay
+
+
+@needs_bwrap
+def test_the_host_follows_no_link_the_agent_puts_where_the_relay_was(tmp_path):
+    import contextlib
+    import socket
+    import threading
+
+    sandbox_settings = settings(tmp_path, "bwrap")
+    registry = mcp_registry(REGISTRY, [server()], sandbox_settings)
+    # A socket of the host's, that a link in the sandbox could lead the host to.
+    bait_directory = tmp_path / "bait"
+    bait_directory.mkdir()
+    bait = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bait.bind(str(bait_directory / "socket"))
+    bait.listen(4)
+    bait.settimeout(0.2)
+    reached = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                reached.append(bait.accept()[0])
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+
+    async def scenario():
+        manager = SandboxManager(sandbox_settings)
+        ctx = ToolContext("linked", manager, registry)
+        try:
+            await ctx.call_tool("notes_list_notes")
+            directory = _relay_directory(ctx)
+            await ctx.terminal(KILL_RELAY)
+            replaced = await ctx.terminal(
+                f"rm -rf {directory} && ln -s {bait_directory} {directory}"
+            )
+            assert replaced["exit_code"] == 0, replaced
+            with pytest.raises(ToolExecutionError):
+                await ctx.call_tool("notes_list_notes")
+        finally:
+            await ctx.cleanup()
+            await manager.close_all()
+
+    try:
+        run(scenario())
+    finally:
+        stop.set()
+        watcher.join(5)
+        bait.close()
+    # The command inside follows the link to nothing; the host must not follow it at all.
+    assert reached == [], "the host connected to a socket a link led it to"

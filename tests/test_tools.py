@@ -175,3 +175,82 @@ def test_file_tools_refuse_paths_outside_the_workspace(sandboxes, path):
         key = "path"
         with pytest.raises(ToolExecutionError, match="outside the workspace"):
             run_tool(sandboxes, name, **{key: path}, **args)
+
+
+@pytest.mark.timeout(120)
+def test_searches_reuse_a_matcher_and_replace_one_that_was_killed_or_died(tmp_path):
+    import os
+    import signal
+
+    from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+    from hermes_envgen.runtime.tools import matchers
+
+    manager = SandboxManager(SandboxSettings(root=str(tmp_path), command_timeout=2))
+
+    async def main():
+        ctx = ToolContext("reuse", manager)
+        other = ToolContext("other", manager)
+        await ctx.call_tool("write_file", {"path": "a.txt", "content": "needle one\n"})
+        await other.call_tool("write_file", {"path": "b.txt", "content": "needle two\n"})
+        pool = await matchers.pool()
+        first = [await ctx.call_tool("search_files", {"pattern": "needle"}) for _ in range(3)]
+        mine = await other.call_tool("search_files", {"pattern": "needle"})
+        reused = (pool.started, [m.process.pid for m in pool.idle])
+        # Two searches at once never share a matcher.
+        both = await asyncio.gather(
+            ctx.call_tool("search_files", {"pattern": "one"}),
+            other.call_tool("search_files", {"pattern": "two"}),
+        )
+        at_once = (pool.started, len(pool.idle))
+        # One that died while idle is replaced.
+        for matcher in pool.idle:
+            os.kill(matcher.process.pid, signal.SIGKILL)
+            await matcher.process.wait()
+        after_death = await ctx.call_tool("search_files", {"pattern": "needle"})
+        started_after_death = pool.started
+        # One killed at the time limit is not reused, and the next search works.
+        await ctx.terminal("head -c 1999999 /dev/zero | tr '\\0' a > long.txt")
+        before = {m.process.pid for m in pool.idle}
+        slow = await ctx.call_tool(
+            "search_files", {"pattern": "[a-z]{1,1000}[a-z]{1,1000}!", "file_glob": "long*"}
+        )
+        killed = before - {m.process.pid for m in pool.idle}
+        after_timeout = await ctx.call_tool("search_files", {"pattern": "one"})
+        await manager.close_all()
+        return (first, mine, reused, both, at_once, after_death, started_after_death, slow,
+                killed, after_timeout, pool)  # fmt: skip
+
+    (first, mine, reused, both, at_once, after_death, started_after_death, slow, killed,
+     after_timeout, pool) = asyncio.run(main())  # fmt: skip
+    assert first == ["a.txt:1: needle one"] * 3
+    assert mine == "b.txt:1: needle two"  # the same matcher, and none of a.txt
+    assert reused[0] == 1 and len(reused[1]) == 1
+    assert list(both) == ["a.txt:1: needle one", "b.txt:1: needle two"]
+    assert at_once == (2, 2)
+    assert after_death == "a.txt:1: needle one" and started_after_death == 3
+    assert "search stopped after 2 s" in slow and len(killed) == 1
+    assert after_timeout == "a.txt:1: needle one"
+    assert not pool.idle  # the loop's end ended them
+    for pid in killed:
+        assert not os.path.exists(f"/proc/{pid}"), "a killed matcher was left running"
+
+
+def test_a_search_finds_the_lines_a_line_by_line_search_finds(sandboxes):
+    import re
+
+    # One file a case: the matcher looks at a file's lines only when its text has a match.
+    texts = ["foo\r\nbar", "baz\rfoo", "x\n\ny", "bar foo\u2028z", "foo-bar", "  foo\nq",
+             "qux\x0cfoo", "end foo", "BAR\nfoo"]  # fmt: skip
+    for number, text in enumerate(texts):
+        run_tool(sandboxes, "write_file", path=f"t{number}.txt", content=text)
+    patterns = [r"foo$", r"^foo", r"^$", r"\bfoo\b", r"^\s+foo$", r"qux$", r"\Afoo",
+                r"foo\z", r"(?i)^bar", r"o b", r"r$"]  # fmt: skip
+    for pattern in patterns:
+        expected = [
+            f"t{number}.txt:{line_number}: {line}"
+            for number, text in enumerate(texts)
+            for line_number, line in enumerate(text.splitlines(), 1)
+            if re.search(pattern.replace(r"\z", r"\Z"), line)
+        ]
+        found = run_tool(sandboxes, "search_files", pattern=pattern)
+        assert found == ("\n".join(expected) or "no matches"), pattern

@@ -23,7 +23,6 @@ from typing import Any
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
 from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, TurnHooks
-from hermes_envgen.runtime.chat_template import prepare_chat_template
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
 from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
@@ -57,6 +56,7 @@ from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
 from hermes_envgen.runtime.serve_log import EqualScoreSkips
+from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 from hermes_envgen.runtime.tools.mcp_tools import mcp_registry

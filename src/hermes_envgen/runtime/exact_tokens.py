@@ -27,15 +27,15 @@ import logging
 from typing import Any, Protocol
 
 from hermes_envgen.runtime.agent_loop import AssistantTurn
-from hermes_envgen.runtime.chat_template import (
+from hermes_envgen.runtime.errors import ChatTemplateError
+from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
+from hermes_envgen.runtime.template_render import (
     encode,
     end_marker,
     for_template,
     render,
     text_after_turn,
 )
-from hermes_envgen.runtime.errors import ChatTemplateError
-from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
 from hermes_envgen.runtime.token_trace import MASKED_LOGPROB, TokenTrace
 
 # TokenTrace and MASKED_LOGPROB live in token_trace.py since the trace travels in AgentResult;

@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_envgen.runtime.chat_template import (
+from hermes_envgen.runtime.errors import ChatTemplateError, GenerationPromptNotContinued
+from hermes_envgen.runtime.template_render import (
     as_sent,
     encode,
     end_marker,
@@ -21,7 +22,6 @@ from hermes_envgen.runtime.chat_template import (
     render,
     text_after_turn,
 )
-from hermes_envgen.runtime.errors import ChatTemplateError, GenerationPromptNotContinued
 
 logger = logging.getLogger(__name__)
 

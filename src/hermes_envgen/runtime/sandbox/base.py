@@ -122,6 +122,14 @@ class Sandbox(ABC):
     def workdir(self) -> str:
         """The working directory as commands inside the sandbox see it."""
 
+    def host_root(self) -> str | None:
+        """Where the host sees the sandbox's filesystem, if it can: the path that a path of
+        the sandbox's is found below (``/`` for local), or None (a container's, say).
+
+        The agent can change what lies there: open below it without following links.
+        """
+        return None
+
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:
         """Run a shell command in the workspace; a timeout kills it and all it started."""
         if self.closed:

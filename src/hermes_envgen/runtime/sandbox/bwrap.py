@@ -291,6 +291,13 @@ class BwrapSandbox(HostDirectorySandbox):
     def workdir(self) -> str:
         return WORKDIR
 
+    def host_root(self) -> str | None:
+        """The running sandbox's root, through its anchor's /proc entry (None: not running)."""
+        anchor = self._anchor
+        if anchor is None or anchor.target is None or not anchor.alive():
+            return None
+        return f"/proc/{anchor.target}/root"
+
     @property
     def verification_home(self) -> str:
         return "/tmp"  # the fresh tmpfs of the sandbox restarted for verification

@@ -31,6 +31,9 @@ class LocalSandbox(HostDirectorySandbox):
     def workdir(self) -> str:
         return str(self.workspace)
 
+    def host_root(self) -> str:
+        return "/"
+
     @property
     def verification_home(self) -> str:
         if self._home is None:  # beside the workspace, made when verification starts

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fnmatch
 import json
 import math
-import sys
-from pathlib import Path
+from collections.abc import Generator
 
 from hermes_envgen.runtime.errors import ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
+from hermes_envgen.runtime.tools import matchers as search_matchers
 from hermes_envgen.runtime.tools import search_worker
 from hermes_envgen.runtime.tools.registry import printable, tool
 
 MAX_SEARCH_MATCHES = search_worker.MAX_MATCHES
 MAX_SEARCH_FILE_BYTES = 2_000_000  # larger files are skipped, unread
+READ_AHEAD = 4  # files a search reads ahead (the host holds at most 5 x the size above)
 MAX_SEARCH_TOTAL_BYTES = 64_000_000  # a search stops after reading this much
 MAX_PATTERN_CHARS = 2_000  # a longer pattern is refused (RE2's work grows with its size)
 MAX_READ_BYTES = 8_000_000  # read_file reads no further into a file
@@ -166,32 +168,31 @@ async def search_files(
     searched: list[str] = []  # the names of the files sent to the matcher, in order
     found: list[list] = []
     notes: list[str] = []
-    # The matching runs in its own process, killed at the time limit: no pattern can hold
-    # the event loop (Python's re keeps the interpreter lock through a catastrophic match).
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", _WORKER, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    assert worker.stdout is not None  # a pipe
-    reader = asyncio.ensure_future(_read_matches(worker.stdout, found))
+    # The matching runs in a process of its own, killed at the time limit: no pattern can
+    # hold the event loop (Python's re keeps the interpreter lock through a catastrophic
+    # match). The process is kept for later searches when this one ends cleanly.
+    matchers = await search_matchers.pool()
+    matcher = await matchers.acquire()
+    assert matcher.process.stdout is not None  # a pipe
+    reader = asyncio.ensure_future(_read_matches(matcher.process.stdout, found))
+    clean = False
 
     async def search() -> int:
-        skipped = await _feed(sandbox, worker, pattern, files, searched, found, notes)
-        await reader
-        if await worker.wait() != 0:
-            raise ToolExecutionError(f"search_files: the matcher failed (exit {worker.returncode})")
+        skipped = await _feed(sandbox, matcher.process, pattern, files, searched, found, notes)
+        if not await reader:
+            code = await matcher.process.wait()
+            raise ToolExecutionError(f"search_files: the matcher failed (exit {code})")
         return skipped
 
     try:
         skipped = await asyncio.wait_for(search(), limit)
+        clean = True
     except asyncio.TimeoutError:
         notes.append(f"[search stopped after {limit:g} s: the pattern is too slow on these files]")
         skipped = 0
     finally:
-        if worker.returncode is None:
-            worker.kill()
-            await worker.wait()
         reader.cancel()
+        await matchers.release(matcher, clean)
     if skipped:
         notes.append(f"[{skipped} binary or larger than {MAX_SEARCH_FILE_BYTES} bytes skipped]")
     if len(found) >= MAX_SEARCH_MATCHES:
@@ -201,9 +202,6 @@ async def search_files(
         for index, number, line in found[:MAX_SEARCH_MATCHES]
     ]
     return "\n".join(matches + notes) if matches else "\n".join(["no matches", *notes])
-
-
-_WORKER = str(Path(search_worker.__file__))
 
 
 def _check_pattern(pattern: str) -> None:
@@ -233,17 +231,22 @@ async def _feed(
     found: list[list],
     notes: list[str],
 ) -> int:
-    """Send the pattern and the files to the matcher, one at a time; how many were skipped."""
+    """Send the pattern and the files to the matcher, in order; how many were skipped.
+
+    The files stop at ``MAX_SEARCH_MATCHES`` matches or the byte budget; the end marker
+    follows in every case but a matcher that stopped reading (it failed: it is not reused).
+    """
     stdin = worker.stdin
     assert stdin is not None  # a pipe
     stdin.write(json.dumps(pattern).encode() + b"\n")
     skipped = 0
     budget = MAX_SEARCH_TOTAL_BYTES
+    reads = _read_ahead(sandbox, files)
     try:
-        for name in files:
+        for name, read in reads:
             if len(found) >= MAX_SEARCH_MATCHES:
                 break
-            data = await _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
+            data = await read
             if len(data) > MAX_SEARCH_FILE_BYTES or b"\x00" in data[:8192]:
                 skipped += 1
                 continue  # binary or huge: not worth a line search
@@ -254,17 +257,45 @@ async def _feed(
             if budget <= 0:
                 notes.append(f"[stopped after reading {MAX_SEARCH_TOTAL_BYTES} bytes]")
                 break
+        stdin.write(search_worker.END.to_bytes(8, "big"))
+        await stdin.drain()
     except (BrokenPipeError, ConnectionResetError):
-        pass  # the matcher stopped (enough matches): what it found is read
+        pass  # the matcher died: the reader sees its end without the end line
     finally:
-        stdin.close()
+        reads.close()
     return skipped
 
 
-async def _read_matches(stdout: asyncio.StreamReader, found: list[list]) -> None:
-    """Collect the matcher's matches as they come (a timeout keeps those found so far)."""
+def _read_ahead(
+    sandbox: Sandbox, files: list[str]
+) -> Generator[tuple[str, asyncio.Future[bytes]], None, None]:
+    """Each file's name and its read, ``READ_AHEAD`` files read at once (a read is a hop to a
+    thread, and one after another they cost more than the matching of a small workspace)."""
+    pending: collections.deque[tuple[str, asyncio.Future[bytes]]] = collections.deque()
+    names = iter(files)
+    try:
+        while True:
+            while len(pending) < READ_AHEAD and (name := next(names, None)) is not None:
+                head = _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
+                pending.append((name, asyncio.ensure_future(head)))
+            if not pending:
+                return
+            yield pending.popleft()
+    finally:  # stopped early (enough matches, a timeout): the reads ahead are not wanted
+        for _, read in pending:
+            if read.done() and not read.cancelled():
+                read.exception()  # retrieved: a failed read no one waits for is no error
+            read.cancel()
+
+
+async def _read_matches(stdout: asyncio.StreamReader, found: list[list]) -> bool:
+    """Collect the matcher's matches as they come (a timeout keeps those found so far);
+    whether the search's end came (False: the matcher ended first)."""
     while line := await stdout.readline():
+        if line.strip() == search_worker.END_LINE.encode():
+            return True
         found.append(json.loads(line))
+    return False
 
 
 async def _guard(awaitable):

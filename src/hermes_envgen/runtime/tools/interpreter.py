@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import json
 import shlex
 import shutil
@@ -24,11 +23,11 @@ import tempfile
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hermes_envgen.runtime.errors import ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox
+from hermes_envgen.runtime.tools.programs import boot_argv
 from hermes_envgen.runtime.tools.registry import tool
 
 MAX_CODE_BYTES = 64_000  # a call's code travels in the command's argv (128 KiB per argument)
@@ -58,16 +57,6 @@ class _Interpreter:
 _interpreters: weakref.WeakKeyDictionary[Sandbox, _Interpreter] = weakref.WeakKeyDictionary()
 
 
-@functools.cache
-def program_source() -> str:
-    """The interpreter program, base64-encoded as each call's command carries it."""
-    text = Path(__file__).with_name("interpreter_program.py").read_bytes()
-    return base64.b64encode(text).decode("ascii")
-
-
-BOOT = "import binascii,sys;exec(binascii.a2b_base64(sys.argv[1]))"
-
-
 def _interpreter(sandbox: Sandbox, context: Any) -> _Interpreter:
     state = _interpreters.get(sandbox)
     if state is None:
@@ -87,8 +76,8 @@ def _remove(directory: str) -> None:
 def python_command(settings: PythonSettings, directory: str, code: str) -> str:
     """The sandbox command of one call."""
     encoded = base64.b64encode(code.encode("utf-8", "surrogateescape")).decode("ascii")
-    argv = [settings.command, "-I", "-S", "-c", BOOT, program_source(), "client", directory,
-            f"{settings.timeout:g}", str(settings.max_output_bytes), encoded]  # fmt: skip
+    argv = boot_argv(settings.command, "interpreter_program", "client", directory,
+                     f"{settings.timeout:g}", str(settings.max_output_bytes), encoded)  # fmt: skip
     return shlex.join(argv)
 
 

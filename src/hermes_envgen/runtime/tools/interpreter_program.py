@@ -1,9 +1,9 @@
 """The ``python`` toolset's program inside a sandbox: a persistent interpreter and its client.
 
-Never imported by the host: ``interpreter.py`` sends this file's text, base64-encoded, as
-part of each ``python`` call's sandbox command, so it runs wherever commands run (the local
-host, a bwrap sandbox, a container) with the sandbox's own ``python3``. Written for any
-python3 from 3.8, standard library only.
+Never imported by the host: ``interpreter.py`` sends this file's text (``sandbox_channel``
+inlined, see ``programs``), base64-encoded, as part of each ``python`` call's sandbox
+command, so it runs wherever commands run (the local host, a bwrap sandbox, a container)
+with the sandbox's own ``python3``. Written for any python3 from 3.8, standard library only.
 
 - ``client DIR TIMEOUT MAX_OUTPUT CODE``: one call. Connects to the interpreter listening
   at ``DIR/socket`` (starting one if none answers), sends the code, prints the reply as one
@@ -26,6 +26,18 @@ import _socket
 import os
 import sys
 
+from hermes_envgen.runtime.tools.sandbox_channel import (
+    connect,
+    listen,
+    make_directory,
+    publish,
+    read_log,
+    receive_message,
+    send_message,
+    serve_forever,
+    start_server,
+)
+
 # serve() imports these into the module's globals once it runs (not at start-up, which every
 # command waits for); type checkers treat this name as true, Python never runs the block.
 TYPE_CHECKING = False
@@ -34,38 +46,12 @@ if TYPE_CHECKING:
     import select
     import threading
 
-RUN_TAG = "HERMES_SANDBOX_RUN"
-START_TIMEOUT = 20.0  # for a new interpreter to listen
 INTERRUPT_GRACE = 2.0  # after SIGINT, for the interpreter to answer before it is killed
 MAX_REPR = 4000  # characters of the last expression's repr
 FIONREAD = 0x541B  # ioctl: bytes waiting in a pipe (Linux)
 
 
 SIGINT, SIGKILL = 2, 9
-
-
-def send_message(sock, data):
-    """Send bytes, their length first."""
-    sock.sendall(len(data).to_bytes(4, "big") + data)
-
-
-def receive_message(sock):
-    """The bytes of one message, or None at the end of the connection."""
-    header = receive_exactly(sock, 4)
-    if header is None:
-        return None
-    return receive_exactly(sock, int.from_bytes(header, "big"))
-
-
-def receive_exactly(sock, size):
-    chunks, remaining = [], size
-    while remaining:
-        chunk = sock.recv(min(remaining, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
 
 
 # -- the client: one call -------------------------------------------------------------------
@@ -93,48 +79,13 @@ def kill_interpreter(directory):
             pass
 
 
-def connect(directory):
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        sock.connect(os.path.join(directory, "socket"))
-    except OSError:
-        sock.close()
-        return None
-    return sock
-
-
 def start_interpreter(directory, max_output, source):
     """Start a fresh interpreter; its socket, or an error message."""
-    import subprocess
-    import time
-
     kill_interpreter(directory)  # a stale one (it stopped answering, or its socket is left)
-    env = dict(os.environ)
-    tag = env.get(RUN_TAG, "")
-    env[RUN_TAG] = tag.rsplit(".", 1)[0] + ".python" if "." in tag else "python"
-    log_path = os.path.join(directory, "log")
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-c", BOOT, source, "serve", directory, str(max_output)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        sock = connect(directory)
-        if sock is not None:
-            return sock, None
-        if process.poll() is not None:
-            break
-        time.sleep(0.005)
-    try:
-        with open(log_path, "rb") as log:
-            message = log.read(4000).decode("utf-8", "replace").strip()
-    except OSError:
-        message = ""
+    sock, process = start_server(directory, source, [str(max_output)], "python")
+    if sock is not None:
+        return sock, None
+    message = read_log(directory, 4000)
     kill_interpreter(directory)
     code = process.poll()
     why = f"exited with {code}" if code is not None else "did not start in time"
@@ -145,10 +96,7 @@ def client(directory, timeout, max_output, code_b64, source):
     """One call: print the interpreter's reply, with what happened to it, as one JSON line."""
     import binascii
 
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
+    make_directory(directory)
     code = binascii.a2b_base64(code_b64)
     new = "false"
     sock = connect(directory)
@@ -296,32 +244,22 @@ def serve(directory, max_output):
     import threading
 
     os.chdir(os.environ.get("PWD") or ".")
-    path = os.path.join(directory, "socket")
-    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    listener.bind(path + ".new")
-    listener.listen(8)
-    os.set_inheritable(listener.fileno(), False)
+    listener = listen(directory)
     stdout, stderr = CappedPipe(1, max_output), CappedPipe(2, max_output)
     sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with open(os.path.join(directory, "pid"), "w") as file:
         file.write(str(os.getpid()))
-    os.rename(path + ".new", path)  # listening, and its pid known: clients may come
+    publish(directory)  # listening, and its pid known: clients may come
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     sys.argv = [""]
-    while True:
-        try:
-            fd, _ = listener._accept()  # type: ignore[attr-defined]  # private, not in typeshed
-        except (OSError, KeyboardInterrupt):
-            continue
-        connection = _socket.socket(fileno=fd)
-        try:
-            answer(connection, namespace, stdout, stderr, json)
-        except (OSError, KeyboardInterrupt):  # a late interrupt lands here, not in the code
-            pass
-        finally:
-            connection.close()
+    # A late interrupt (after the code's end) lands in the loop, not in the code.
+    serve_forever(
+        listener,
+        lambda connection: answer(connection, namespace, stdout, stderr, json),
+        (OSError, KeyboardInterrupt),
+    )
 
 
 def answer(connection, namespace, stdout, stderr, json):
@@ -344,10 +282,6 @@ def answer(connection, namespace, stdout, stderr, json):
     if error is not None:
         reply["error"] = error
     send_message(connection, json.dumps(reply).encode("ascii"))  # the client passes it on
-
-
-# The bootstrap both halves run with ``python3 -c BOOT SOURCE_B64 ...``.
-BOOT = "import binascii,sys;exec(binascii.a2b_base64(sys.argv[1]))"
 
 
 def main():

@@ -1,8 +1,9 @@
 """The ``mcp`` toolset's program inside a sandbox: it keeps a stdio MCP server and relays to it.
 
-Never imported by the host: ``mcp_tools.py`` sends this file's text with each message, as
-``interpreter.py`` does its program, so a stdio server runs inside the rollout's sandbox
-(its user, limits, network rules) on every backend. Standard library, any python3 from 3.8.
+Never imported by the host: ``mcp_tools.py`` sends this file's text (``sandbox_channel``
+inlined, see ``programs``) to start the relay, as ``interpreter.py`` does its program, so a
+stdio server runs inside the rollout's sandbox (its user, limits, network rules) on every
+backend. Standard library, any python3 from 3.8.
 
 - ``client DIR TIMEOUT MESSAGE SPEC``: one JSON-RPC message (base64) to the server that the
   relay at ``DIR/socket`` keeps (starting the relay, which starts the server from SPEC, a
@@ -10,92 +11,50 @@ Never imported by the host: ``mcp_tools.py`` sends this file's text with each me
   [...]}`` (what the server wrote up to its answer to this message), ``{"dead": code,
   "stderr": tail}`` or ``{"timeout": true, "lines": [...]}``. Past ``INLINE_REPLY`` bytes the
   reply goes to a file of the working directory, and the line names it: ``{"file": path}``.
-- ``serve DIR SPEC``: the relay. One message at a time; the server's stderr is kept, its
-  last ``STDERR_TAIL`` bytes, for the reason of a death.
+- ``serve DIR SPEC``: the relay. One connection at a time, as many messages on it as its
+  client sends (the env keeps one open where it can reach ``DIR/socket``, a command sends
+  one): each a length-prefixed ``TIMEOUT\nMESSAGE``, each answered with one of the JSON
+  objects above. The server's stderr is kept, its last ``STDERR_TAIL`` bytes, for the reason
+  of a death.
 """
 
 # ruff: noqa: SIM105  (try/except/pass: contextlib would cost every message its import)
-import _socket
 import os
 import sys
 
-START_TIMEOUT = 20.0
+from hermes_envgen.runtime.tools.sandbox_channel import (
+    connect,
+    listen,
+    make_directory,
+    publish,
+    read_log,
+    receive_message,
+    send_message,
+    serve_forever,
+    start_server,
+)
+
 INLINE_REPLY = 32_000  # bytes of a reply printed; more goes through a file
 MAX_LINE = 8 << 20  # a longer line from the server is an error
 STDERR_TAIL = 4000
 
 
-def send_message(sock, data):
-    sock.sendall(len(data).to_bytes(4, "big") + data)
-
-
-def receive_message(sock):
-    header = receive_exactly(sock, 4)
-    return None if header is None else receive_exactly(sock, int.from_bytes(header, "big"))
-
-
-def receive_exactly(sock, size):
-    chunks, remaining = [], size
-    while remaining:
-        chunk = sock.recv(min(remaining, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-def connect(directory):
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        sock.connect(os.path.join(directory, "socket"))
-    except OSError:
-        sock.close()
-        return None
-    return sock
-
-
 def start_relay(directory, spec, source):
-    import subprocess
-    import time
-
     try:
         os.unlink(os.path.join(directory, "socket"))
     except OSError:
         pass
-    env = dict(os.environ)  # a run tag of its own: killing one message's command spares it
-    tag = env.get("HERMES_SANDBOX_RUN", "")
-    env["HERMES_SANDBOX_RUN"] = tag.rsplit(".", 1)[0] + ".mcp" if "." in tag else "mcp"
-    with open(os.path.join(directory, "log"), "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-c", BOOT, source, "serve", directory, spec],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env,
-        )  # fmt: skip
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        sock = connect(directory)
-        if sock is not None:
-            return sock
-        if process.poll() is not None:
-            return None
-        time.sleep(0.005)
-    return None
+    sock, _ = start_server(directory, source, [spec], "mcp")
+    return sock
 
 
 def client(directory, timeout, message_b64, spec, source):
     import binascii
 
-    try:
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
+    make_directory(directory)
     sock = connect(directory) or start_relay(directory, spec, source)
     if sock is None:
-        try:
-            with open(os.path.join(directory, "log"), "rb") as log:
-                why = log.read(2000).decode("utf-8", "replace")
-        except OSError:
-            why = ""
+        why = read_log(directory, 2000)
         sys.stdout.write(f'{{"dead": null, "stderr": {json_string(why)}}}\n')
         return
     try:
@@ -155,11 +114,8 @@ def serve(directory, spec_b64):
     threading.Thread(target=keep_stderr, daemon=True).start()
     out = server.stdout.fileno()
     pending = bytearray()
-    path = os.path.join(directory, "socket")
-    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    listener.bind(path + ".new")
-    listener.listen(8)
-    os.rename(path + ".new", path)
+    listener = listen(directory)
+    publish(directory)
 
     def dead():
         try:
@@ -210,20 +166,13 @@ def serve(directory, spec_b64):
                     return dead()
                 pending.extend(chunk)
 
-    while True:
-        fd, _ = listener._accept()  # type: ignore[attr-defined]  # private, not in typeshed
-        connection = _socket.socket(fileno=fd)
-        try:
-            request = receive_message(connection)
-            if request is not None:
-                send_message(connection, json.dumps(relay(request)).encode())
-        except OSError:
-            pass
-        finally:
-            connection.close()
+    def converse(connection):
+        # Requests until the client closes: the env keeps one connection for the rollout,
+        # a command (``client``) sends one.
+        while (request := receive_message(connection)) is not None:
+            send_message(connection, json.dumps(relay(request)).encode())
 
-
-BOOT = "import binascii,sys;exec(binascii.a2b_base64(sys.argv[1]))"
+    serve_forever(listener, converse)
 
 
 def main():

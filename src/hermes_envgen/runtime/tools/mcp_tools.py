@@ -7,10 +7,14 @@ streamable-HTTP server (``url``) is shared and reached from the host. Each serve
 listed once at start-up (in a sandbox of their own for stdio servers) and registered as
 ``<server>_<tool>`` with the server's JSON schemas, in the ``mcp`` toolset.
 
-The SDK's ``ClientSession`` speaks to a stdio server in a sandbox over a transport of ours:
-each message is one sandbox command of a small relay (``mcp_relay_program``) that keeps the
-server's pipes, so the sandbox's user, limits and network rules apply to the server on every
-backend. Bounded everywhere: a server that fails to start, dies, answers late or answers
+The SDK's ``ClientSession`` speaks to a stdio server in a sandbox over a transport of ours: a
+small relay (``mcp_relay_program``) that keeps the server's pipes, started by a sandbox
+command, so the sandbox's user, limits and network rules apply to the server on every
+backend. Where the host can reach the relay's socket (local, bwrap: ``Sandbox.host_root``) it
+keeps a connection to it for the rollout, and a message costs one round trip; elsewhere
+(docker), and to start or restart the relay, a message is one sandbox command.
+
+Bounded everywhere: a server that fails to start, dies, answers late or answers
 garbage is an ``EnvConfigError`` naming the setting at start-up and a tool error in a rollout;
 a listing is cut at ``MAX_PAGES`` pages and refused past ``MAX_TOOLS`` tools.
 """
@@ -21,17 +25,18 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
-import functools
 import json
 import logging
+import os
 import re
 import shlex
+import shutil
+import stat
 import tempfile
 import uuid
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
@@ -39,6 +44,7 @@ from pydantic import BaseModel, Field, model_validator
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox.choice import AUTO, choose_backend
+from hermes_envgen.runtime.tools.programs import boot_argv
 from hermes_envgen.runtime.tools.registry import Tool, ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -48,7 +54,7 @@ MAX_TOOLS = 512  # per server, after its allowed tools are picked
 MAX_PAGES = 50  # of a tools/list
 MAX_DESCRIPTION = 1024
 RELAY_SLACK = 15.0  # a relay command's timeout above the message's
-BOOT = "import binascii,sys;exec(binascii.a2b_base64(sys.argv[1]))"
+MAX_REPLY = 64 << 20  # bytes of one relay reply
 
 
 class McpServerSettings(BaseModel):
@@ -73,18 +79,21 @@ class McpServerSettings(BaseModel):
 # -- the transport to a stdio server in a sandbox ------------------------------------------------
 
 
-@functools.cache
-def relay_source() -> str:
-    text = Path(__file__).with_name("mcp_relay_program.py").read_bytes()
-    return base64.b64encode(text).decode("ascii")
-
-
 @dataclass
 class _Relay:
     """The host's memory of one server's relay in one sandbox."""
 
     directory: str
+    on_host: bool  # the local backend's: in the host's /tmp, removed at the rollout's end
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    stream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None  # kept open
+    reached: tuple[str | None, bool] = (None, False)  # the sandbox as it was when connected
+
+    def drop(self) -> None:
+        """Forget the connection (the relay ended it, or it cannot be trusted any more)."""
+        if self.stream is not None:
+            self.stream[1].close()
+            self.stream = None
 
 
 _relays: weakref.WeakKeyDictionary[Sandbox, dict[str, _Relay]] = weakref.WeakKeyDictionary()
@@ -94,9 +103,19 @@ def _relay(sandbox: Sandbox, name: str) -> _Relay:
     relays = _relays.setdefault(sandbox, {})
     if name not in relays:
         local = sandbox.workdir != "/workspace"  # the local backend: the host's /tmp
-        base = tempfile.gettempdir() if local else "/tmp"
-        relays[name] = _Relay(f"{base}/.hermes-mcp-{uuid.uuid4().hex}")
+        base = os.path.realpath(tempfile.gettempdir()) if local else "/tmp"
+        relays[name] = _Relay(f"{base}/.hermes-mcp-{uuid.uuid4().hex}", local)
     return relays[name]
+
+
+def _close_relay(sandbox: Sandbox, name: str) -> None:
+    """Close the host's connection to a relay, and remove its directory from the host's /tmp
+    (the relay itself ends with the sandbox's processes)."""
+    relay = _relays.get(sandbox, {}).get(name)
+    if relay is not None:
+        relay.drop()
+        if relay.on_host:
+            shutil.rmtree(relay.directory, ignore_errors=True)  # a link there: left alone
 
 
 class ServerGone(ToolExecutionError):
@@ -106,25 +125,16 @@ class ServerGone(ToolExecutionError):
 async def relay_message(
     sandbox: Sandbox, server: McpServerSettings, message: str, timeout: float
 ) -> list[str]:
-    """Send one JSON-RPC message to the server in ``sandbox``; the lines it wrote back."""
+    """Send one JSON-RPC message to the server in ``sandbox``; the lines it wrote back.
+
+    Over the relay's socket, kept open, where the host can reach it (one round trip); else,
+    and when no relay runs yet or it was killed, as one sandbox command that starts it.
+    """
     relay = _relay(sandbox, server.name)
-    spec = json.dumps({"argv": [server.command, *server.args], "env": server.env})
-    argv = ["python3", "-I", "-S", "-c", BOOT, relay_source(), "client", relay.directory,
-            f"{timeout:g}", base64.b64encode(message.encode()).decode(),
-            base64.b64encode(spec.encode()).decode()]  # fmt: skip
     async with relay.lock:
-        try:
-            result = await sandbox.run(shlex.join(argv), timeout=timeout + RELAY_SLACK)
-        except SandboxError as exc:
-            raise ServerGone(f"the sandbox failed: {exc}") from None
-    lines = result.output.strip().splitlines()
-    try:
-        reply = json.loads(lines[-1])
-        if "file" in reply:
-            reply = json.loads(await sandbox.read_head(reply["file"], 64 << 20))
-    except (ValueError, IndexError, TypeError, SandboxError):
-        detail = result.output.strip()[-500:] or "no output"
-        raise ServerGone(f"the relay failed (exit {result.exit_code}): {detail}") from None
+        reply = await _over_socket(sandbox, relay, message, timeout)
+        if reply is None:
+            reply = await _by_command(sandbox, server, relay, message, timeout)
     if "dead" in reply:
         code = reply["dead"]
         stderr = " ".join(str(reply.get("stderr") or "").split())[-600:]
@@ -133,6 +143,120 @@ async def relay_message(
     if reply.get("timeout"):
         raise ServerGone(f"the server did not answer within {timeout:g} s")
     return [str(line) for line in reply.get("lines", [])]
+
+
+async def _by_command(
+    sandbox: Sandbox, server: McpServerSettings, relay: _Relay, message: str, timeout: float
+) -> dict:
+    """The relay's reply to ``message`` sent by a command in the sandbox (which starts the
+    relay, and the server, when none answers)."""
+    spec = json.dumps({"argv": [server.command, *server.args], "env": server.env})
+    argv = boot_argv("python3", "mcp_relay_program", "client", relay.directory, f"{timeout:g}",
+                     base64.b64encode(message.encode()).decode(),
+                     base64.b64encode(spec.encode()).decode())  # fmt: skip
+    try:
+        result = await sandbox.run(shlex.join(argv), timeout=timeout + RELAY_SLACK)
+    except SandboxError as exc:
+        raise ServerGone(f"the sandbox failed: {exc}") from None
+    lines = result.output.strip().splitlines()
+    try:
+        reply = json.loads(lines[-1])
+        if "file" in reply:
+            reply = json.loads(await sandbox.read_head(reply["file"], MAX_REPLY))
+        if not isinstance(reply, dict):
+            raise TypeError
+    except (ValueError, IndexError, TypeError, SandboxError):
+        detail = result.output.strip()[-500:] or "no output"
+        raise ServerGone(f"the relay failed (exit {result.exit_code}): {detail}") from None
+    return reply
+
+
+async def _over_socket(sandbox: Sandbox, relay: _Relay, message: str, timeout: float):
+    """The relay's reply over the host's connection to it, opened at need and kept; None when
+    there is none to be had (no relay runs, or the host cannot reach it): nothing was sent."""
+    now = (sandbox.host_root(), sandbox.verifying)
+    if relay.stream is not None and (
+        relay.stream[0].at_eof() or relay.stream[1].is_closing() or relay.reached != now
+    ):
+        relay.drop()  # the relay ended, or the sandbox restarted or ended the agent's processes
+    if relay.stream is None:
+        relay.stream = await _connect(sandbox, relay.directory)
+        if relay.stream is None:
+            return None
+        relay.reached = now
+    reader, writer = relay.stream
+    request = f"{timeout!r}\n".encode() + message.encode()
+    try:
+        writer.write(len(request).to_bytes(4, "big") + request)
+        await writer.drain()
+    except OSError:  # a Unix socket refuses the write at once when the relay has gone
+        relay.drop()
+        return None
+    try:
+        try:
+            header = await asyncio.wait_for(reader.readexactly(4), timeout + RELAY_SLACK)
+        except asyncio.IncompleteReadError:
+            # The relay went as the message came (killed in the sandbox, dying while the
+            # host wrote): as before this connection, a command sends it and restarts it.
+            relay.drop()
+            return None
+        size = int.from_bytes(header, "big")
+        if size > MAX_REPLY:
+            raise ValueError(f"a reply of {size} bytes")
+        reply = json.loads(await asyncio.wait_for(reader.readexactly(size), RELAY_SLACK))
+        if not isinstance(reply, dict):
+            raise ValueError("not an object")
+    except asyncio.TimeoutError:
+        relay.drop()
+        raise ServerGone(f"the server did not answer within {timeout:g} s") from None
+    except (asyncio.IncompleteReadError, OSError):
+        relay.drop()
+        return {"dead": None, "stderr": "the relay stopped answering"}
+    except ValueError as exc:
+        relay.drop()
+        raise ServerGone(f"the relay answered garbage: {exc}") from None
+    except asyncio.CancelledError:  # its reply would come to the next message: not this way
+        relay.drop()
+        raise
+    return reply
+
+
+async def _connect(
+    sandbox: Sandbox, directory: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """A connection to the relay listening in ``directory`` of the sandbox, if the host can
+    reach it; opened without following a link, as the agent may have put one there."""
+    root = sandbox.host_root()
+    if root is None:
+        return None
+    try:
+        fd = _socket_below(root, directory)
+    except OSError:
+        return None
+    try:
+        return await asyncio.open_unix_connection(f"/proc/self/fd/{fd}", limit=MAX_REPLY)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _socket_below(root: str, directory: str) -> int:
+    """An ``O_PATH`` descriptor of ``directory/socket`` below ``root``, every step taken
+    without following a link (one would lead out of the sandbox, to a socket of the host's)."""
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)  # /proc/PID/root: the sandbox's, wanted
+    try:
+        for part in (part for part in directory.split("/") if part):
+            below = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        found = os.open("socket", os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISSOCK(os.fstat(found).st_mode):
+        os.close(found)
+        raise OSError(f"{directory}/socket is not a socket")
+    return found
 
 
 @contextlib.asynccontextmanager
@@ -178,6 +302,7 @@ async def sandbox_transport(
             yield read_receive, write_send
         finally:
             group.cancel_scope.cancel()
+            _close_relay(sandbox, server.name)
 
 
 # -- sessions ------------------------------------------------------------------------------------
