@@ -15,6 +15,7 @@ if [ "${1:-}" = --fast ]; then
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
     .venv/bin/ruff check src hooks tests examples benchmarks
     .venv/bin/ruff format --check src hooks tests examples benchmarks
+    .venv/bin/mypy  # [tool.mypy] in pyproject.toml: strict over the runtime's declared API
     exec "${PYTEST[@]}" -m "not slow and not docker and not llama_server and not vllm_server" "$@"
 fi
 
@@ -51,6 +52,7 @@ bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 .venv/bin/ruff check src hooks tests examples benchmarks
 .venv/bin/ruff format --check src hooks tests examples benchmarks
+.venv/bin/mypy
 
 # The docker backend's tests need an engine and an image: use the engine that answers, or start
 # a private one (root, Debian), stopped when this script exits. Without one they skip, saying

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from conftest import REPO, imported_modules, imported_names
 
 PACKAGE = REPO / "src" / "hermes_envgen"
@@ -90,6 +92,192 @@ def test_every_declared_name_resolves(package):
     assert set(module.__all__) == set(module._EXPORTS)
     missing = [name for name in module.__all__ if getattr(module, name, None) is None]
     assert missing == []
+
+
+# hermes_envgen.runtime's declared API: what env authors use (the template, examples/, the
+# README, the v0.1.0 project in tests/fixtures). A name added or removed changes this list on
+# purpose, in the same commit, and a removed one goes to _DEPRECATED for a release.
+RUNTIME_API = [
+    "EVAL",
+    "TRAIN",
+    "AgentResult",
+    "HermesAgentBaseEnv",
+    "HermesAgentEnvConfig",
+    "HermesAgentLoop",
+    "JudgeVerdict",
+    "Metric",
+    "ModelClient",
+    "Reward",
+    "RolloutState",
+    "Task",
+    "ToolContext",
+    "ToolErrorRecord",
+    "TurnHooks",
+    "answer_is",
+    "ask_judge",
+    "correctness_gated",
+    "efficiency_score",
+    "judge_client",
+    "load_items",
+    "metric",
+    "read_answer_file",
+    "split_train_eval",
+    "tool",
+    "tool_usage_score",
+    "training_order",
+    "verify_in_sandbox",
+    "verify_with_pytest",
+    "weighted_score",
+]
+
+
+def test_the_runtime_api_is_the_pinned_list():
+    import hermes_envgen.runtime as runtime
+
+    assert sorted(runtime.__all__) == sorted(RUNTIME_API)
+    assert len(set(runtime.__all__)) == len(runtime.__all__)
+    assert not set(runtime.__all__) & set(runtime._DEPRECATED)
+
+
+def _definition(name: str) -> tuple[str, ast.AST | None, str | None]:
+    """The module that defines a declared name, and its definition and docstring there.
+
+    A constant's docstring is the string literal right after its assignment (as Sphinx reads it).
+    """
+    import hermes_envgen.runtime as runtime
+
+    value = getattr(runtime, name)
+    module = getattr(value, "__module__", None)
+    if not (isinstance(value, type) or callable(value)) or not module:
+        module = f"hermes_envgen.runtime.{runtime._EXPORTS[name]}"
+    source = importlib.import_module(module).__file__
+    body = ast.parse(Path(source).read_text(encoding="utf-8")).body
+    for index, node in enumerate(body):
+        defines = isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        overload = defines and any(
+            getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in node.decorator_list
+        )
+        if defines and node.name == name and not overload:  # the implementation, documented
+            return module, node, ast.get_docstring(node)
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        if name in {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}:
+            after = body[index + 1] if index + 1 < len(body) else None
+            literal = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            doc = after.value.value if literal else None
+            return module, node, doc if isinstance(doc, str) else None
+    return module, None, None
+
+
+@pytest.mark.parametrize("name", RUNTIME_API)
+def test_each_declared_runtime_name_says_what_it_is_for(name):
+    module, node, doc = _definition(name)
+    assert node is not None, f"{name} is not defined at the top of {module}"
+    assert doc and len(doc.split()) >= 4, f"{module}.{name} has no docstring that says what for"
+    if isinstance(node, ast.ClassDef):  # and so does each public method and property of it
+        undocumented = [
+            f"{name}.{member.name}"
+            for member in node.body
+            if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not member.name.startswith("_")
+            and not ast.get_docstring(member)
+        ]
+        assert undocumented == []
+
+
+def _unannotated(function, qualname: str) -> list[str]:
+    signature = inspect.signature(function)
+    missing = [
+        f"{qualname}({parameter})"
+        for parameter in signature.parameters
+        if parameter not in ("self", "cls")
+        and signature.parameters[parameter].annotation is inspect.Parameter.empty
+    ]
+    if signature.return_annotation is inspect.Signature.empty and qualname.split(".")[-1] != (
+        "__init__"
+    ):
+        missing.append(f"{qualname} -> ?")
+    return missing
+
+
+@pytest.mark.parametrize("name", RUNTIME_API)
+def test_each_declared_runtime_name_is_typed(name):
+    # mypy (strict over these modules, in scripts/test.sh) checks the bodies; this names what a
+    # reader of the signature would miss, also for what a decorator wraps.
+    import hermes_envgen.runtime as runtime
+
+    value = getattr(runtime, name)
+    if isinstance(value, type):
+        methods = [
+            (f"{name}.{attr}", inspect.unwrap(getattr(member, "__func__", member)))
+            for attr, member in vars(value).items()
+            if (not attr.startswith("_") or attr == "__init__")
+            and inspect.isfunction(inspect.unwrap(getattr(member, "__func__", member)))
+        ]
+        properties = [
+            (f"{name}.{attr}", member.fget)
+            for attr, member in vars(value).items()
+            if isinstance(member, property) and not attr.startswith("_")
+        ]
+        missing = [m for q, f in methods + properties for m in _unannotated(f, q)]
+        assert missing == [], f"unannotated: {missing}"
+    elif callable(value):
+        assert _unannotated(value, name) == []
+    else:
+        _, node, _ = _definition(name)
+        assert isinstance(node, ast.AnnAssign), f"{name} is a constant without a type"
+
+
+def test_names_removed_from_the_runtime_api_still_import_with_a_warning_once():
+    # a fresh interpreter: another test may have looked these up already
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "import hermes_envgen.runtime as runtime\n"
+        "from hermes_envgen.runtime import agent_loop, tools\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from hermes_envgen.runtime import ToolError\n"
+        "    from hermes_envgen.runtime import ToolError as again\n"
+        "    registry = runtime.REGISTRY\n"
+        "assert ToolError is again is agent_loop.ToolError\n"
+        "assert registry is tools.REGISTRY\n"
+        "print([(w.category.__name__, str(w.message)) for w in seen])\n"
+        "for name in runtime._DEPRECATED:\n"
+        "    assert getattr(runtime, name) is not None, name\n"
+        "    assert name not in runtime.__all__, name\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    seen = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert [category for category, _ in seen] == ["DeprecationWarning"] * 2
+    assert "hermes_envgen.runtime.agent_loop" in seen[0][1]
+    assert "hermes_envgen.runtime.tools" in seen[1][1]
+
+
+def _strict_modules() -> set[str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    (strict,) = [o for o in config["overrides"] if o.get("disallow_untyped_defs")]
+    return set(strict["module"])
+
+
+def test_mypy_is_strict_over_every_module_the_runtime_api_comes_from():
+    import hermes_envgen.runtime as runtime
+
+    defining = {_definition(name)[0] for name in runtime.__all__} | {"hermes_envgen.runtime"}
+    # and the bases of the declared classes: their methods are the API too (ServeDelivery's)
+    bases = {
+        base.__module__
+        for name in runtime.__all__
+        if isinstance(getattr(runtime, name), type)
+        for base in getattr(runtime, name).__mro__
+        if base.__module__.startswith("hermes_envgen.")
+    }
+    assert _strict_modules() == defining | bases
 
 
 # The deep import paths projects generated before the layered API used (template v0.1.0):

@@ -1,10 +1,17 @@
-"""The train/eval split (most of a small task set is left for training) and the training order."""
+"""Tasks from a dataset or the built-in samples, the train/eval split (most of a small task set
+is left for training) and the training order."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
-from hermes_envgen.runtime.datasets import split_train_eval, training_order
+from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
+from hermes_envgen.runtime.tasks import Task
 
 
 @pytest.mark.parametrize(
@@ -33,3 +40,42 @@ def test_the_training_order_is_a_shuffle_of_its_own_seed_and_leaves_the_split_al
     assert all(sorted(order) == sorted(train) for order in orders)
     assert orders[1] == orders[2] and orders[0] != orders[1]
     assert train == split_train_eval(list(range(40)), eval_size=4, seed=0)[0]  # left as it was
+
+
+def test_a_dataset_folder_loads_as_tasks_of_its_prompt_and_answer_fields(tmp_path):
+    # A local folder is what load_dataset reads offline; a fresh process keeps its cache in
+    # tmp_path (datasets reads HF_HOME once, at import).
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    rows = [
+        {"question": "What is 3 + 4?", "solution": 7, "id": 1},
+        {"question": "Sky?", "solution": "blue"},
+    ]
+    (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    code = (
+        "import json, sys\n"
+        "from hermes_envgen.runtime.datasets import load_items\n"
+        "items, source = load_items(sys.argv[1], 'train', 'question', 'solution', [])\n"
+        "print(json.dumps([items, source]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(folder)],
+        env={**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    items, source = json.loads(out.stdout.strip().splitlines()[-1])
+    # Task's shape: the two fields as strings, nothing else of the row's
+    assert items == [
+        Task(prompt="What is 3 + 4?", answer="7"),
+        Task(prompt="Sky?", answer="blue"),
+    ]
+    assert source == f"{folder}[train]"
+
+
+def test_no_dataset_gives_a_copy_of_the_built_in_tasks():
+    samples = [Task(prompt="What is 3 + 4?", answer="7")]
+    items, source = load_items(None, "train", "prompt", "answer", samples)
+    assert items == samples and items is not samples and source == "built-in samples"

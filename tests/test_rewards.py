@@ -25,6 +25,7 @@ from hermes_envgen.runtime.rewards import (
     verify_in_sandbox,
     weighted_score,
 )
+from hermes_envgen.runtime.tasks import Task
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.testing.client import DirectChatServer
 from hermes_envgen.testing.stub_server import Faults
@@ -110,6 +111,32 @@ def test_a_judge_reply_that_is_not_strict_json_is_a_failure_not_a_score(stub_ser
     assert verdict.failed and verdict.score is None and verdict.attempts == 2
     assert "not strict JSON" in verdict.error and "Sure!" in verdict.error
     assert len(server.requests) == 2  # one retry, then it gives up
+
+
+def test_the_judge_reads_the_prompt_and_reference_of_a_task(stub_server):
+    server = stub_server({"default": {"turns": [{"content": '{"score": 1}'}]}})
+    task = Task(prompt="What is 3 + 4?", answer="7", metadata={"id": "sum"})
+
+    async def main():
+        client = DirectChatServer(server.base_url)
+        try:
+            given = await ask_judge(client, task, "7")
+            overridden = await ask_judge(client, task, "7", "seven")
+            return given, overridden
+        finally:
+            await client.close()
+
+    given, overridden = asyncio.run(main())
+    assert given.score == 1.0 and overridden.score == 1.0
+    sent = [request["messages"][1]["content"] for request in server.requests]
+    assert sent[0] == judge_messages("What is 3 + 4?", "7", "7")[1]["content"]
+    assert sent[1] == judge_messages("What is 3 + 4?", "7", "seven")[1]["content"]
+
+
+def test_a_task_without_an_answer_needs_a_reference_for_the_judge():
+    # nothing is asked: a judge with no reference would grade against nothing
+    with pytest.raises(ValueError, match="needs a reference"):
+        asyncio.run(ask_judge(None, Task(prompt="Write a poem."), "roses"))
 
 
 GRADES = {"conversations": [{"turns": [{"content": '{"score": 1}'}]}]}

@@ -167,12 +167,15 @@ def stub_server(
     if tasks is not None:
         from hermes_envgen.testing.policy import tasks_policy
 
-        script = tasks_policy(tasks)
+        policy: Path | dict[str, Any] = tasks_policy(tasks)
+    else:
+        assert script is not None  # one of the two, checked above
+        policy = script
     faults = Faults(
         error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
     )
     server = StubServer(
-        script,
+        policy,
         host=host,
         port=port,
         faults=faults,
@@ -481,7 +484,7 @@ def check(
     if extra_body is not None:
         try:
             parsed = json.loads(extra_body)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             fail(f"--extra-body is not valid JSON ({exc.msg}): {extra_body!r}")
         if not isinstance(parsed, dict):
             fail(f"--extra-body must be a JSON object, not {extra_body!r}")

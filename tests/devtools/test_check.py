@@ -114,7 +114,7 @@ def test_a_reward_the_agent_can_tamper_with_fails(project, tmp_path):
 
 # The multi_signal reward as it was: correctness found the reference anywhere in the reply,
 # and tool usage paid whatever the answer.
-OLD_MULTI_SIGNAL = """        from hermes_envgen.runtime import answer_matches
+OLD_MULTI_SIGNAL = """        from hermes_envgen.runtime.rewards import answer_matches
 
         correct = answer_matches(result.final_response, item["answer"])
         signals = {

@@ -1,6 +1,6 @@
-"""The wheel, built from a tree with no git, ships the template bundle; installed fresh, it
-generates a project offline, and the project's README set-up, followed verbatim in a fresh venv,
-installs it (hermes-envgen from that wheel) and passes its own tests.
+"""The wheel, built from a tree with no git, ships the template bundle and py.typed; installed
+fresh, it generates a project offline, and the project's README set-up, followed verbatim in a
+fresh venv, installs it (hermes-envgen from that wheel) and passes its own tests.
 
 uv installs offline (UV_OFFLINE=1) from the cache that scripts/setup.sh filled: the project's
 constraints.txt pins the versions uv.lock has, so every package is there (about a minute; pip
@@ -81,6 +81,8 @@ def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
 
     with zipfile.ZipFile(wheel) as archive:
         assert BUNDLE in archive.namelist()
+        # PEP 561: type checkers read the package's own annotations
+        assert "hermes_envgen/py.typed" in archive.namelist()
         bundle = tmp_path / "template.bundle"
         bundle.write_bytes(archive.read(BUNDLE))
     # No git, no release tag: the working tree is labelled by its content, never as a release.

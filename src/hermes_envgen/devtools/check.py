@@ -217,14 +217,14 @@ def run_checks(
     if results[1].status == FAIL:
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
         skipped = "not run: fix config_init first"
-        names = ("process", TOOL_CALLS_ROW)
+        names: tuple[str, ...] = ("process", TOOL_CALLS_ROW)
         names += (TRAINER_ROW,) if trainer != "none" else ()
         names += ("evaluate", "reward range", "gold solutions")
         names += ("no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
         names += (INJECTION_ROW, "sandbox cleanup")
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
-    samples = info.get("samples")
+    samples = info.get("samples") or []
     solvable = bool(samples) and all("prompt" in s and "solution" in s for s in samples)
     script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
     work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
@@ -305,8 +305,11 @@ def run_checks(
             target, work, gold_threshold, noop_threshold, timeout=timeout
         )
         progress("asking the judge to grade an injection answer")
-        judge_url = endpoint.base_url if endpoint is not None else stub.base_url
-        model = endpoint.model if endpoint is not None else None
+        if endpoint is not None:
+            judge_url, model = endpoint.base_url, endpoint.model
+        else:
+            assert stub is not None  # started above when there is no endpoint
+            judge_url, model = stub.base_url, None
         results.append(
             _injection_check(
                 target, work, judge_url, model, noop_threshold, endpoint is None, timeout=timeout

@@ -16,6 +16,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 
 def load_module(target: str):
@@ -23,6 +24,8 @@ def load_module(target: str):
     if target.endswith(".py"):
         path = Path(target).resolve()
         spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:  # not a file Python can load as a module
+            raise ImportError(f"cannot load {path} as a Python module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module
         spec.loader.exec_module(module)
@@ -44,7 +47,7 @@ def env_classes(module) -> list[type]:
     ]
 
 
-def find_class(target: str) -> type | str:
+def find_class(target: str) -> type[Any] | str:
     """The one env class of ``target``, or why there is not exactly one."""
     classes = env_classes(load_module(target))
     if len(classes) != 1:
@@ -53,7 +56,7 @@ def find_class(target: str) -> type | str:
     return classes[0]
 
 
-def builtin_samples(env_cls: type) -> list | None:
+def builtin_samples(env_cls: type[Any]) -> list | None:
     """The env's ``SAMPLES``: in its module, or in a ``samples`` module beside it."""
     samples = getattr(sys.modules.get(env_cls.__module__), "SAMPLES", None)
     package = env_cls.__module__.rpartition(".")[0]
@@ -65,7 +68,7 @@ def builtin_samples(env_cls: type) -> list | None:
     return samples if isinstance(samples, list) else None
 
 
-def describe(env_cls: type) -> dict:
+def describe(env_cls: type[Any]) -> dict:
     """What ``check`` needs to know of the env: its class, config and built-in tasks."""
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
@@ -94,7 +97,7 @@ def describe(env_cls: type) -> dict:
     }
 
 
-def reward_report(env_cls: type, tokenizer: str, workdir: str, gold: str, noop: str) -> dict:
+def reward_report(env_cls: type[Any], tokenizer: str, workdir: str, gold: str, noop: str) -> dict:
     """Gold and no-op replays of every built-in sample (see testing.reward_checks)."""
     from hermes_envgen.testing.reward_checks import check_rewards
 
@@ -119,7 +122,7 @@ def reward_report(env_cls: type, tokenizer: str, workdir: str, gold: str, noop: 
 
 
 def injection_report(
-    env_cls: type, tokenizer: str, workdir: str, base_url: str, model: str
+    env_cls: type[Any], tokenizer: str, workdir: str, base_url: str, model: str
 ) -> dict:
     """The env's judge asked to grade an injection answer (see testing.reward_checks)."""
     from dataclasses import asdict

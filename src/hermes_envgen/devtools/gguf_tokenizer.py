@@ -110,6 +110,14 @@ def read_vocabulary(gguf_file: Path) -> GGUFVocabulary:
     )
 
 
+def _merge(text: str) -> tuple[str, str]:
+    """A BPE merge of the GGUF's list ("a b") as the pair of tokens it joins."""
+    left, space, right = text.partition(" ")
+    if not space:
+        raise GGUFTokenizerError(f"merge {text[:80]!r} is not two tokens separated by a space")
+    return left, right
+
+
 def build_tokenizer(vocabulary: GGUFVocabulary) -> Any:
     """A ``tokenizers.Tokenizer`` equal to the GGUF's (byte-level BPE models only)."""
     from tokenizers import (
@@ -133,7 +141,7 @@ def build_tokenizer(vocabulary: GGUFVocabulary) -> Any:
         )
     digits, pattern = _PRE_TOKENIZERS[vocabulary.pre]
     vocab = {token: index for index, token in enumerate(vocabulary.tokens)}
-    merges = [tuple(merge.split(" ", 1)) for merge in vocabulary.merges]
+    merges = [_merge(merge) for merge in vocabulary.merges]
     ignore_merges = vocabulary.pre in _IGNORE_MERGES
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges))
 

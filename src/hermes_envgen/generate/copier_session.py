@@ -112,7 +112,7 @@ def _typed_answer_messages() -> Iterator[None]:
 
     question = getattr(_user_data, "Question", None)
     original = getattr(question, "get_questionary_structure", None)
-    if original is None:
+    if question is None or original is None:
         yield
         return
 

@@ -1,119 +1,86 @@
 """The runtime generated environments import: their one declared API.
 
-Everything an env author (and the template) needs is importable from here; deeper module paths
-are internal and may move. Names are loaded on first use, so ``import hermes_envgen.runtime``
-(or the CLI) does not pay for atroposlib and transformers.
+``__all__`` is what an env author uses: the base env and its settings, the task type and its
+loaders, the agent loop with its turn hooks and its result, the reward building blocks, the
+rollout's sandbox as a reward sees it, the tool decorator and the metric names. Everything else
+is internal and imported by its module path (``hermes_envgen.runtime.tools.REGISTRY``). Names
+are loaded on first use, so ``import hermes_envgen.runtime`` (or the CLI) does not pay for
+atroposlib and transformers.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from hermes_envgen._lazy import lazy_exports
 
 _EXPORTS = {
-    # the agent loop and its result
-    "AgentResult": "agent_loop",
-    "HermesAgentLoop": "agent_loop",
-    "RolloutState": "agent_loop",
-    "TurnHooks": "agent_loop",
-    "ToolError": "agent_loop",  # ToolErrorRecord's earlier name
-    "ToolErrorRecord": "records",
     # the base env and its settings
     "HermesAgentBaseEnv": "base_env",
-    "Rollout": "base_env",
     "HermesAgentEnvConfig": "config",
-    # errors
-    "EnvConfigError": "errors",
-    "DatasetError": "errors",
-    "SandboxError": "errors",
-    "ToolExecutionError": "errors",
-    "InferenceError": "errors",
-    "ModelServerError": "errors",
-    # the model server
-    "ModelClient": "inference",
-    "judge_client": "inference",
     # tasks
     "Task": "tasks",
     "load_items": "datasets",
     "split_train_eval": "datasets",
     "training_order": "datasets",
+    # the agent loop, its hooks and its result
+    "HermesAgentLoop": "agent_loop",
+    "TurnHooks": "agent_loop",
+    "RolloutState": "agent_loop",
+    "AgentResult": "agent_loop",
+    "ToolErrorRecord": "records",
+    "ToolContext": "tool_context",
     # rewards
     "Reward": "rewards",
     "JudgeVerdict": "rewards",
     "answer_is": "rewards",
-    "answer_matches": "rewards",
     "ask_judge": "rewards",
     "correctness_gated": "rewards",
     "efficiency_score": "rewards",
-    "keyword_overlap": "rewards",
-    "normalize_answer": "rewards",
     "read_answer_file": "rewards",
     "tool_usage_score": "rewards",
     "verify_in_sandbox": "rewards",
     "verify_with_pytest": "rewards",
     "weighted_score": "rewards",
-    # records and metric names
+    # the judge's model server
+    "ModelClient": "inference",
+    "judge_client": "inference",
+    # metric names
     "Metric": "records",
-    "RolloutRecord": "records",
     "metric": "records",
     "EVAL": "records",
     "TRAIN": "records",
-    # tools and sandboxes
-    "ToolContext": "tool_context",
+    # tools
     "tool": "tools",
-    "Tool": "tools",
-    "ToolRegistry": "tools",
-    "REGISTRY": "tools",
-    "SandboxManager": "sandbox",
-    "SandboxSettings": "sandbox",
-    # training data
-    "tokenize_conversation": "trajectory",
 }
 
 __all__ = [
     "EVAL",
-    "REGISTRY",
     "TRAIN",
     "AgentResult",
-    "DatasetError",
-    "EnvConfigError",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
-    "InferenceError",
     "JudgeVerdict",
     "Metric",
     "ModelClient",
-    "ModelServerError",
     "Reward",
-    "Rollout",
-    "RolloutRecord",
     "RolloutState",
-    "SandboxError",
-    "SandboxManager",
-    "SandboxSettings",
     "Task",
-    "Tool",
     "ToolContext",
-    "ToolError",
     "ToolErrorRecord",
-    "ToolExecutionError",
-    "ToolRegistry",
     "TurnHooks",
     "answer_is",
-    "answer_matches",
     "ask_judge",
     "correctness_gated",
     "efficiency_score",
     "judge_client",
-    "keyword_overlap",
     "load_items",
     "metric",
-    "normalize_answer",
     "read_answer_file",
     "split_train_eval",
-    "tokenize_conversation",
     "tool",
     "tool_usage_score",
     "training_order",
@@ -122,8 +89,47 @@ __all__ = [
     "weighted_score",
 ]
 
+# Names this package exported before its API was cut to ``__all__`` (0.1.0 and 0.2 previews):
+# still importable from here for projects that use them, with a DeprecationWarning (once per
+# name) that gives their module path.
+_DEPRECATED = {
+    "ToolError": "agent_loop",  # ToolErrorRecord's earlier name
+    "Rollout": "records",
+    "EnvConfigError": "errors",
+    "DatasetError": "errors",
+    "SandboxError": "errors",
+    "ToolExecutionError": "errors",
+    "InferenceError": "errors",
+    "ModelServerError": "errors",
+    "answer_matches": "rewards",
+    "keyword_overlap": "rewards",
+    "normalize_answer": "rewards",
+    "RolloutRecord": "records",
+    "Tool": "tools",
+    "ToolRegistry": "tools",
+    "REGISTRY": "tools",
+    "SandboxManager": "sandbox",
+    "SandboxSettings": "sandbox",
+    "tokenize_conversation": "trajectory",
+}
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+_declared_getattr, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """A declared name, loaded on first use; or a deprecated one, with its warning."""
+    module = _DEPRECATED.get(name)
+    if module is None:
+        return _declared_getattr(name)
+    warnings.warn(
+        f"hermes_envgen.runtime.{name} is internal now and will be removed from "
+        f"hermes_envgen.runtime: import it from hermes_envgen.runtime.{module}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # warned once: later lookups find it here
+    return value
 
 
 if TYPE_CHECKING:
@@ -131,47 +137,26 @@ if TYPE_CHECKING:
         AgentResult,
         HermesAgentLoop,
         RolloutState,
-        ToolError,
         TurnHooks,
     )
-    from hermes_envgen.runtime.base_env import HermesAgentBaseEnv, Rollout
+    from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
     from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
-    from hermes_envgen.runtime.errors import (
-        DatasetError,
-        EnvConfigError,
-        InferenceError,
-        ModelServerError,
-        SandboxError,
-        ToolExecutionError,
-    )
     from hermes_envgen.runtime.inference import ModelClient, judge_client
-    from hermes_envgen.runtime.records import (
-        EVAL,
-        TRAIN,
-        Metric,
-        RolloutRecord,
-        ToolErrorRecord,
-        metric,
-    )
+    from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
     from hermes_envgen.runtime.rewards import (
         JudgeVerdict,
         Reward,
         answer_is,
-        answer_matches,
         ask_judge,
         correctness_gated,
         efficiency_score,
-        keyword_overlap,
-        normalize_answer,
         read_answer_file,
         tool_usage_score,
         verify_in_sandbox,
         verify_with_pytest,
         weighted_score,
     )
-    from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
     from hermes_envgen.runtime.tasks import Task
     from hermes_envgen.runtime.tool_context import ToolContext
-    from hermes_envgen.runtime.tools import REGISTRY, Tool, ToolRegistry, tool
-    from hermes_envgen.runtime.trajectory import tokenize_conversation
+    from hermes_envgen.runtime.tools import tool

@@ -49,7 +49,7 @@ ToolError = ToolErrorRecord
 class AgentResult:
     """A finished rollout: the conversation and what happened in it."""
 
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     turns_used: int = 0
     # Ended by the model's answer or the env's is_done, not by turns, time or a failed server.
     finished_naturally: bool = False
@@ -69,12 +69,13 @@ class AgentResult:
     def final_response(self) -> str:
         """The content of the last assistant message that has any ("" when none has)."""
         for message in reversed(self.messages):
-            if message.get("role") == "assistant" and message.get("content"):
-                return message["content"]
+            content = message.get("content")
+            if message.get("role") == "assistant" and content and isinstance(content, str):
+                return content
         return ""
 
     @property
-    def tool_calls(self) -> list[dict]:
+    def tool_calls(self) -> list[dict[str, Any]]:
         """Every tool call the model made, in order, as ``{"name", "arguments"}`` dicts."""
         calls = []
         for message in self.messages:
@@ -108,7 +109,7 @@ class RolloutState:
     turn: int = 0  # turns of the model so far; the hooks run after turn ``turn``
 
     @property
-    def messages(self) -> list[dict]:
+    def messages(self) -> list[dict[str, Any]]:
         """The conversation so far (the result's; read it, do not edit it)."""
         return self.result.messages
 
@@ -123,7 +124,7 @@ class RolloutState:
         return self.result.turn_rewards
 
     @property
-    def last_reply(self) -> dict:
+    def last_reply(self) -> dict[str, Any]:
         """The model's message of this turn (``content``, maybe ``tool_calls``); {} before one."""
         return next((m for m in reversed(self.messages) if m.get("role") == "assistant"), {})
 
@@ -136,7 +137,7 @@ class TurnHooks:
     ``AgentResult.error`` set (logged with its traceback); the rollout is scored as a failure.
     """
 
-    async def env_response(self, state: RolloutState) -> list[dict]:
+    async def env_response(self, state: RolloutState) -> list[dict[str, Any]]:
         """Messages the environment adds after this turn (after any tool results).
 
         A simulated user's reply, a game's new state, a test runner's verdict: usually
@@ -170,7 +171,7 @@ class AssistantTurn:
     """One model response, whatever the server type that produced it."""
 
     content: str
-    tool_calls: list[dict]
+    tool_calls: list[dict[str, Any]]
     reasoning: str | None = None
     finish_reason: str | None = None
     parse_error: str | None = None  # text that looks like a tool call but did not parse
@@ -182,7 +183,7 @@ class ChatServer(Protocol):
     async def chat_completion(self, **kwargs: Any) -> Any: ...
 
 
-def normalize_tool_call(call: Any) -> dict:
+def normalize_tool_call(call: Any) -> dict[str, Any]:
     """An OpenAI-form tool call dict from a dict or an SDK object; arguments as a string."""
     get = (
         call.get
@@ -237,12 +238,12 @@ def _valid_values(value: Any) -> tuple[Any, int]:
         pairs = [_valid_values(v) for v in value]
         return [v for v, _ in pairs], sum(n for _, n in pairs)
     if isinstance(value, dict):
-        pairs = {valid_unicode(k)[0]: _valid_values(v) for k, v in value.items()}
-        return {k: v for k, (v, _) in pairs.items()}, sum(n for _, n in pairs.values())
+        items = {valid_unicode(k)[0]: _valid_values(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, sum(n for _, n in items.values())
     return value, 0
 
 
-def _answer_stopped_calls(messages: list[dict], budget: float) -> None:
+def _answer_stopped_calls(messages: list[dict[str, Any]], budget: float) -> None:
     """Give each call of the last turn that has no result one saying it was stopped.
 
     A conversation whose tool call has no answer is one no chat template renders as it was.
@@ -295,7 +296,7 @@ class ChatCompletionBackend:
     def __init__(self, server: ChatServer) -> None:
         self.server = server
 
-    async def complete(self, messages: list[dict], **kwargs: Any) -> AssistantTurn:
+    async def complete(self, messages: list[dict[str, Any]], **kwargs: Any) -> AssistantTurn:
         # Past reasoning stays in the result but is not sent back: APIs differ on accepting it.
         outgoing = list(messages)  # the list only: the server sees the turn as it was sent
         if any("reasoning_content" in m for m in messages):
@@ -321,13 +322,13 @@ class HermesAgentLoop:
     def __init__(
         self,
         server: ChatServer,
-        tool_schemas: list[dict],
+        tool_schemas: list[dict[str, Any]],
         valid_tool_names: set[str] | list[str],
         max_turns: int = 30,
         task_id: str | None = None,
         temperature: float = 1.0,
         max_tokens: int | None = None,
-        extra_body: dict | None = None,
+        extra_body: dict[str, Any] | None = None,
         *,
         tool_context: ToolContext | None = None,
         max_tool_output_chars: int = 20_000,
@@ -362,7 +363,7 @@ class HermesAgentLoop:
         self.task = task  # what the hooks see as ``state.task``
         self._tool_slots = asyncio.Semaphore(max_parallel_tools)
 
-    async def run(self, messages: list[dict]) -> AgentResult:
+    async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         """Run the conversation until the model answers without a tool call (and the env adds
         nothing), the env's ``is_done`` says so, or turns or the time budget run out."""
         result = AgentResult(messages=[dict(m) for m in messages])
@@ -442,7 +443,7 @@ class HermesAgentLoop:
                 result.finished_naturally = reply.finish_reason != "length"
                 break
 
-    async def _run_tools(self, calls: list[dict], turn: int, result: AgentResult) -> None:
+    async def _run_tools(self, calls: list[dict[str, Any]], turn: int, result: AgentResult) -> None:
         """Run the turn's tool calls (concurrently when several) and append their results."""
         if len(calls) == 1:  # the common case: no task per call
             outputs = [await self._execute(calls[0], turn, result)]
@@ -491,7 +492,7 @@ class HermesAgentLoop:
         state.result.failed_hook = name
         raise _HookFailed(name)
 
-    async def _complete(self, messages: list[dict]) -> AssistantTurn:
+    async def _complete(self, messages: list[dict[str, Any]]) -> AssistantTurn:
         kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature, "split": self.split}
         if self.tool_schemas:
             kwargs["tools"] = self.tool_schemas
@@ -518,7 +519,7 @@ class HermesAgentLoop:
             what=f"task {self.task_id}: request failed",
         )
 
-    async def _execute(self, call: dict, turn: int, result: AgentResult) -> str:
+    async def _execute(self, call: dict[str, Any], turn: int, result: AgentResult) -> str:
         """Run one tool call; every failure becomes a ToolErrorRecord and a message to the model."""
         name = call["function"]["name"]
         raw_arguments = call["function"]["arguments"]

@@ -67,7 +67,8 @@ from hermes_envgen.runtime.trajectory import tokenize_conversation
 logger = logging.getLogger(__name__)
 
 
-class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
+# atroposlib is untyped: BaseEnv is Any to mypy, which a subclass of it is told of (misc).
+class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: ignore[misc]
     """Base class of tool-using agent environments on Atropos (its tasks: see EnvTasks)."""
 
     env_config_cls = HermesAgentEnvConfig
@@ -240,7 +241,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
     # -- what a subclass writes ---------------------------------------------------------------
 
     @abstractmethod
-    def format_prompt(self, item: Any) -> str | list[dict]:
+    def format_prompt(self, item: Any) -> str | list[dict[str, Any]]:
         """The task as the agent sees it: a user message, or a list of messages."""
 
     @abstractmethod
@@ -258,7 +259,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
 
     # -- tools --------------------------------------------------------------------------------
 
-    def _resolve_tools(self) -> tuple[list[dict], set[str]]:
+    def _resolve_tools(self) -> tuple[list[dict[str, Any]], set[str]]:
         """The tool schemas offered to the model and the names it may call (each rollout's)."""
         tools = self.tool_registry.resolve(
             self.config.enabled_toolsets, self.config.disabled_toolsets
@@ -267,7 +268,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
 
     # -- rollouts -----------------------------------------------------------------------------
 
-    def build_messages(self, item: Any) -> list[dict]:
+    def build_messages(self, item: Any) -> list[dict[str, Any]]:
         """The conversation's opening: the system prompt, then the formatted task."""
         prompt = self.format_prompt(item)
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
@@ -289,7 +290,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
         *,
         split: str,
         temperature: float,
-        tools: tuple[list[dict], set[str]],
+        tools: tuple[list[dict[str, Any]], set[str]],
     ) -> HermesAgentLoop:
         """The agent loop of one rollout of ``item``; ``ctx`` is its tools' and sandbox's.
 
@@ -333,7 +334,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
         *,
         split: str = "train",
         temperature: float | None = None,
-        tools: tuple[list[dict], set[str]] | None = None,
+        tools: tuple[list[dict[str, Any]], set[str]] | None = None,
     ) -> Rollout:
         """Run one full rollout with tools in a fresh sandbox, score it, clean up the sandbox."""
         tools = tools or self._resolve_tools()
@@ -405,7 +406,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
             reward.failure = failed
         return reward, None
 
-    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list]:
+    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """Run ``group_size`` rollouts of the item concurrently and build the scored group."""
         tools = self._resolve_tools()  # once for the group's rollouts
         rollouts = await asyncio.gather(
@@ -562,7 +563,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):
             raise
         write_groups_page(Path(self.config.data_path_to_save_groups))
 
-    async def wandb_log(self, wandb_metrics: dict | None = None) -> None:
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
         wandb_metrics = dict(wandb_metrics or {})
         wandb_metrics.update(self._train_stats.metrics("train"))

@@ -48,7 +48,7 @@ def renamed_flags(args: list[str]) -> list[str]:
     return renamed
 
 
-class HermesAgentEnvConfig(BaseEnvConfig):
+class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: no types
     """Settings of a multi-turn, tool-using agent environment."""
 
     enabled_toolsets: list[str] | None = Field(
@@ -343,13 +343,20 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         return data
 
     # The old names, readable for one release (code of earlier projects may read them).
-    terminal_backend = property(lambda self: self.sandbox_backend, doc="Old sandbox_backend.")
-    terminal_timeout = property(
-        lambda self: self.sandbox_command_timeout, doc="Old sandbox_command_timeout."
-    )
-    terminal_lifetime = property(
-        lambda self: self.sandbox_idle_lifetime, doc="Old sandbox_idle_lifetime."
-    )
+    @property
+    def terminal_backend(self) -> str:
+        """Old sandbox_backend."""
+        return self.sandbox_backend
+
+    @property
+    def terminal_timeout(self) -> float:
+        """Old sandbox_command_timeout."""
+        return self.sandbox_command_timeout
+
+    @property
+    def terminal_lifetime(self) -> float:
+        """Old sandbox_idle_lifetime."""
+        return self.sandbox_idle_lifetime
 
     def tool_services(self, tools: set[str] | None = None) -> dict[str, Any]:
         """The toolsets' settings and shared objects, by toolset name (see ToolContext).

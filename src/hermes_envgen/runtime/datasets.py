@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
 from hermes_envgen.runtime.errors import DatasetError
 from hermes_envgen.runtime.tasks import Task
 
 logger = logging.getLogger(__name__)
 
+# Splits and orders keep whatever items they are given: Tasks, or an env's own dicts.
+Item = TypeVar("Item")
+
 
 def load_hub_items(name: str, split: str, prompt_field: str, answer_field: str) -> list[Task]:
-    """Rows of a hub dataset as ``{"prompt", "answer"}`` items (raises when it cannot load)."""
+    """Rows of a hub dataset as ``{"prompt", "answer"}`` tasks (raises when it cannot load)."""
     from datasets import load_dataset
 
     rows = load_dataset(name, split=split)
@@ -24,7 +27,7 @@ def load_hub_items(name: str, split: str, prompt_field: str, answer_field: str) 
             f"dataset {name} has no field(s) {', '.join(sorted(missing))}; "
             f"its fields are: {', '.join(rows.column_names)}"
         )
-    return [{"prompt": str(r[prompt_field]), "answer": str(r[answer_field])} for r in rows]
+    return [Task(prompt=str(r[prompt_field]), answer=str(r[answer_field])) for r in rows]
 
 
 def configured_tasks(
@@ -75,10 +78,10 @@ def load_items(
     split: str,
     prompt_field: str,
     answer_field: str,
-    fallback: list[dict[str, Any]],
-) -> tuple[list[dict[str, Any]], str]:
+    fallback: Sequence[Task],
+) -> tuple[list[Task], str]:
     """The loader of projects made before 0.2, which call it from their own ``setup``: the
-    dataset's items, or ``fallback`` when there is none or it cannot be loaded (warned).
+    dataset's tasks, or ``fallback`` when there is none or it cannot be loaded (warned).
 
     Kept falling back so that those projects (and their offline tests) keep working; the base
     env's ``load_tasks`` stops on a dataset that cannot be loaded unless ``dataset_fallback``
@@ -93,8 +96,8 @@ def load_items(
 
 
 def split_train_eval(
-    items: list[Any], eval_size: int, seed: int = 0
-) -> tuple[list[Any], list[Any]]:
+    items: Sequence[Item], eval_size: int, seed: int = 0
+) -> tuple[list[Item], list[Item]]:
     """A seeded shuffle, then items for evaluation: ``eval_size`` or a tenth, whichever is more,
     but at most a quarter (at least one; a single item is kept for training), so that most of a
     small set is left for training.
@@ -108,7 +111,7 @@ def split_train_eval(
     return shuffled[n_eval:], shuffled[:n_eval]
 
 
-def training_order(items: list[Any], seed: int) -> list[Any]:
+def training_order(items: Sequence[Item], seed: int) -> list[Item]:
     """The training items in the order one worker draws them: a shuffle by its own seed.
 
     Workers of one run share the split (``split_train_eval`` with one seed) and each gets its

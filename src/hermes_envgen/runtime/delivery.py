@@ -34,7 +34,11 @@ from hermes_envgen.runtime.errors import RolloutServerError, RolloutServerLost
 from hermes_envgen.runtime.serve_log import EqualScoreSkips, RegistrationWait, lost_rollout_server
 
 if TYPE_CHECKING:
+    # The mixin is part of a BaseEnv: type checkers see its attributes (atroposlib's, Any).
+    from atroposlib.envs.base import BaseEnv as _EnvBase
     from atroposlib.envs.base import ScoredDataGroup
+else:
+    _EnvBase = object
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +78,10 @@ class GroupDelivery:
         # a record of what it delivered, never of what it did not.
         self._record: IO[str] | None = open(record, "a", encoding="utf-8") if record else None  # noqa: SIM115
         self._session: aiohttp.ClientSession | None = None
-        self._pending: set[asyncio.Task] = set()
+        self._pending: set[asyncio.Task[bool]] = set()
         self.counts: Counter[str] = Counter()
 
-    async def send(self, payload: dict | list[dict]) -> bool:
+    async def send(self, payload: dict[str, Any] | list[dict[str, Any]]) -> bool:
         """Deliver one group or a list; whether run-api accepted it.
 
         Cancelling the caller does not cancel the delivery: ``drain`` waits for it.
@@ -108,7 +112,7 @@ class GroupDelivery:
         self._pending.clear()
         await self.drain()
 
-    async def _deliver(self, payload: dict | list[dict]) -> bool:
+    async def _deliver(self, payload: dict[str, Any] | list[dict[str, Any]]) -> bool:
         groups = payload if isinstance(payload, list) else [payload]
         ids = ", ".join(_group_id(g) for g in groups)
         url = self.api_url + ("/scored_data_list" if isinstance(payload, list) else "/scored_data")
@@ -185,7 +189,7 @@ class GroupDelivery:
         except ValueError:
             return response.status, text
 
-    def _write_record(self, groups: list[dict], outcome: str) -> None:
+    def _write_record(self, groups: list[dict[str, Any]], outcome: str) -> None:
         self.counts[outcome] += len(groups)
         if self._record is None:
             return
@@ -268,7 +272,7 @@ def _encode(payload: Any) -> tuple[bytes, dict[str, str]]:
     return body, headers
 
 
-def _group_id(group: dict) -> str:
+def _group_id(group: dict[str, Any]) -> str:
     overrides = group.get("group_overrides") or {}
     return str(overrides.get(GROUP_ID_KEY, "?"))
 
@@ -278,7 +282,7 @@ def _first_line(answer: Any) -> str:
     return (text.strip().splitlines() or [""])[0][:200]
 
 
-class ServeDelivery:
+class ServeDelivery(_EnvBase):  # type: ignore[misc]  # atroposlib: no types
     """Serve mode of ``HermesAgentBaseEnv``: its overrides of atroposlib's ``BaseEnv``.
 
     A mixin placed before ``BaseEnv`` (its ``super()`` is atroposlib's): these methods
@@ -290,7 +294,8 @@ class ServeDelivery:
 
     _delivery: GroupDelivery | None  # serve mode's, from registration on (set in __init__)
     _equal_scores: EqualScoreSkips  # serve mode's groups left out, said rarely
-    _model_lost: asyncio.Future
+    _model_lost: asyncio.Future[BaseException]  # what ended serve mode: the model server lost
+    jsonl_writer: Any  # process mode's output file (atroposlib's __init__ opens it)
 
     async def env_manager(self) -> None:
         """Serve mode; at its end, however it ends, the worker disconnects from run-api."""
@@ -309,7 +314,7 @@ class ServeDelivery:
         self._announce_training_data()
         # atroposlib only logs a worker's exception: a model server that fails every request
         # for good would keep serve mode asking forever, so such a failure ends the run.
-        self._model_lost: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._model_lost = asyncio.get_running_loop().create_future()
         manager = asyncio.ensure_future(super().env_manager())
         await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
         if manager.done():
@@ -363,7 +368,7 @@ class ServeDelivery:
 
     async def handle_send_to_api(
         self,
-        scored_data: ScoredDataGroup | list | None,
+        scored_data: ScoredDataGroup | list[ScoredDataGroup] | None,
         item: Any = None,
         do_send_to_api: bool = True,
         abort_on_any_max_length_exceeded: bool = True,
@@ -388,7 +393,9 @@ class ServeDelivery:
             scored_data, item, do_send_to_api, abort_on_any_max_length_exceeded
         )
 
-    async def _send_scored_data_to_api(self, scored_data: ScoredDataGroup | list) -> None:
+    async def _send_scored_data_to_api(
+        self, scored_data: ScoredDataGroup | list[ScoredDataGroup]
+    ) -> None:
         """Post the group(s) in a task that cancelling the rollout's worker does not stop."""
         if self._delivery is None:  # never registered: atroposlib's own post
             await super()._send_scored_data_to_api(scored_data)

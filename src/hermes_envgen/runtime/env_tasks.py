@@ -90,7 +90,7 @@ class EnvTasks:
         """
         await self.run_eval(self.eval_items)
 
-    async def wandb_log(self, wandb_metrics: dict | None = None) -> None:
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add how many training tasks there are to what the env logs."""
         wandb_metrics = dict(wandb_metrics or {})
         if hasattr(self, "train_items"):

@@ -49,8 +49,8 @@ class TokenServer(Protocol):
     """What the backend needs of a server: atroposlib's ServerManager and APIServer fit."""
 
     async def tokens_and_logprobs_completion(
-        self, **kwargs: Any
-    ) -> tuple[list, list, list, list]: ...
+        self, *, input_ids: list[int], **kwargs: Any
+    ) -> tuple[list[int], list[list[int]], list[list[float]], list[str | None]]: ...
 
 
 def parse_failure(parser: ToolCallParser, text: str, reason: str | None = None) -> str | None:

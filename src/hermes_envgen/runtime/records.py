@@ -13,7 +13,7 @@ import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 if TYPE_CHECKING:  # only annotations: agent_loop imports this module, which stays a leaf
     from hermes_envgen.runtime.agent_loop import AgentResult
@@ -118,7 +118,10 @@ class Metric:
         return f"{name}_ci_high"
 
 
-TRAIN, EVAL = "train", "eval"  # the splits, as metric prefixes
+TRAIN: Final = "train"
+"""The training split, as a metric prefix: ``metric(TRAIN, Metric.MEAN_REWARD)``."""
+EVAL: Final = "eval"
+"""The evaluation split, as a metric prefix: ``metric(EVAL, Metric.MEAN_REWARD)``."""
 
 
 def metric(split: str, name: str) -> str:

@@ -16,12 +16,14 @@ import math
 import shlex
 import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_envgen.runtime.agent_loop import AgentResult
+from hermes_envgen.runtime.agent_loop import AgentResult, ChatServer
 from hermes_envgen.runtime.errors import InferenceError
-from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.tasks import Task
+from hermes_envgen.runtime.tool_context import CommandOutput, ToolContext
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ def quote_for_judge(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def judge_messages(task: str, answer: str, reference: str) -> list[dict]:
+def judge_messages(task: str, answer: str, reference: str) -> list[dict[str, str]]:
     """The judge's conversation; the answer is quoted as a JSON string, so it stays data."""
     user = (
         f"{JUDGE_PROMPT_HEADER}\n"
@@ -106,6 +108,8 @@ class JudgeVerdict:
 
     @property
     def failed(self) -> bool:
+        """True when the judge gave no valid score (the call failed or the reply was not strict
+        JSON): the rollout's score is then a stand-in, not a measurement."""
         return self.score is None
 
 
@@ -138,10 +142,10 @@ def _reply_text(response: Any) -> str | None:
 
 
 async def ask_judge(
-    server: Any,
-    task: str,
+    server: ChatServer,
+    task: str | Task,
     answer: str,
-    reference: str,
+    reference: str | None = None,
     *,
     retries: int = 1,
     max_tokens: int = 64,
@@ -149,11 +153,21 @@ async def ask_judge(
 ) -> JudgeVerdict:
     """Ask the judge model once, and again up to ``retries`` times on failure.
 
+    ``server``: what answers ``chat_completion(messages=..., ...)``, a :class:`ModelClient`
+    (``judge_client``) or the env's own server; ``task``: the task's text, or the
+    :class:`Task` itself, whose ``answer`` is then the reference unless ``reference`` is given.
     A failed call (see :func:`is_judge_failure`) or a reply that is not a strict verdict is
     the judge's failure, in the verdict; anything else raised (a TypeError of a client that
     takes other arguments, say) is a bug and propagates.
     """
-    messages = judge_messages(task, answer, reference)
+    if isinstance(task, str):
+        prompt = task
+    else:
+        prompt = task["prompt"]
+        reference = task.get("answer") if reference is None else reference
+    if reference is None:
+        raise ValueError("ask_judge needs a reference: the task has no answer and none was given")
+    messages = judge_messages(prompt, answer, reference)
     error = None
     for attempt in range(1, retries + 2):
         try:
@@ -193,8 +207,8 @@ def keyword_overlap(answer: str, reference: str) -> float:
 
 
 async def verify_in_sandbox(
-    ctx: ToolContext, checks: dict[str, str | bytes], command: str, timeout: float = 60.0
-) -> dict:
+    ctx: ToolContext, checks: Mapping[str, str | bytes], command: str, timeout: float = 60.0
+) -> CommandOutput:
     """Stop the rollout's processes, place check files, and run the verifying command.
 
     Every process the agent started is killed first (``Sandbox.stop_agent_processes``); the
@@ -229,12 +243,12 @@ PYTEST_COMMAND = (
 
 async def verify_with_pytest(
     ctx: ToolContext,
-    checks: dict[str, str | bytes],
+    checks: Mapping[str, str | bytes],
     *,
     python: str = "python3",
     plugins: tuple[str, ...] = (),
     timeout: float = 60.0,
-) -> dict:
+) -> CommandOutput:
     """Run ``checks`` (test files, and a ``pytest.ini`` if you like) with pytest, safely.
 
     See :func:`verify_in_sandbox`; the command is :data:`PYTEST_COMMAND`. The tests find the
@@ -243,8 +257,7 @@ async def verify_with_pytest(
     full path where the sandbox's PATH may not have it; ``plugins``: pytest plugins to load
     (``-p name``), since none is loaded on its own.
     """
-    files = dict(checks)
-    files.setdefault("pytest.ini", "[pytest]\n")
+    files: dict[str, str | bytes] = {"pytest.ini": "[pytest]\n", **checks}
     command = PYTEST_COMMAND.format(
         checks="{checks}",
         workspace="{workspace}",

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Required, TypedDict
+from typing import Any, TypedDict
 
 
-class Task(TypedDict, total=False):
+class _Prompted(TypedDict):
+    # The one required key, in a base of its own: typing.Required is Python 3.11+.
+    prompt: str
+
+
+class Task(_Prompted, total=False):
     """One task of an env's dataset. Only ``prompt`` is required; the rest is what the built-in
     samples, the datasets loader and the reward building blocks read when it is there.
 
@@ -18,7 +23,6 @@ class Task(TypedDict, total=False):
     - ``metadata``: anything else the env keeps per task (ids, difficulty, source...).
     """
 
-    prompt: Required[str]
     answer: str
     files: dict[str, str]
     checks: dict[str, str]

@@ -12,7 +12,7 @@ import logging
 import posixpath
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager
 from hermes_envgen.runtime.sandbox.base import MAX_HOST_READ_BYTES
@@ -33,6 +33,7 @@ def default_sandbox_manager() -> SandboxManager:
 
 
 def set_default_sandbox_manager(manager: SandboxManager) -> None:
+    """Make ``manager`` the one ToolContexts use when given none (the env's, at setup)."""
     global _default_manager
     _default_manager = manager
 
@@ -43,6 +44,13 @@ def confined(directory: str | Path, relative: str) -> Path:
     if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
         raise SandboxError(f"refusing to write {relative!r} outside {directory}")
     return Path(directory).joinpath(*parts)
+
+
+class CommandOutput(TypedDict):
+    """What a command run for a reward did: its exit code and its combined stdout/stderr."""
+
+    exit_code: int
+    output: str
 
 
 class ToolContext:
@@ -74,17 +82,19 @@ class ToolContext:
         self._cleanups.append(callback)
 
     @property
-    def fetched_pages(self) -> list[dict]:
+    def fetched_pages(self) -> list[dict[str, Any]]:
         """The pages the agent fetched with ``web_fetch``: url, status, content type, text."""
         return list(self.state.get("web", {}).get("fetched", []))
 
     @property
     def sandbox(self) -> Sandbox:
+        """The rollout's sandbox (made on first use): what the agent's tools ran in."""
         return self.sandboxes.get(self.task_id)
 
-    async def terminal(self, command: str, timeout: float | None = None) -> dict:
+    async def terminal(self, command: str, timeout: float | None = None) -> CommandOutput:
         """Run a shell command in the workspace: ``{"exit_code": int, "output": str}``."""
-        return (await self.sandbox.run(command, timeout=timeout)).as_dict()
+        result = await self.sandbox.run(command, timeout=timeout)
+        return CommandOutput(exit_code=result.exit_code, output=result.output)
 
     async def read_file(self, path: str, limit: int = MAX_HOST_READ_BYTES) -> str:
         """A workspace file's text (undecodable bytes replaced); larger than ``limit`` bytes:
@@ -146,7 +156,7 @@ class ToolContext:
             written.append(await self.download_file(name, confined(local_dir, relative)))
         return written
 
-    async def call_tool(self, name: str, arguments: dict | None = None) -> str:
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> str:
         """Call a registered tool in this sandbox, as the agent would."""
         tool = self.registry.get(name)
         # A tool that takes no sandbox never makes one: a rollout of pure Python tools

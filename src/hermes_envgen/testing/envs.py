@@ -13,7 +13,7 @@ JUDGE_URL_FIELD = "judge_base_url"
 
 
 def build_env(
-    env_cls: type,
+    env_cls: type[Any],
     base_url: str,
     tokenizer: str | Path,
     workdir: str | Path,

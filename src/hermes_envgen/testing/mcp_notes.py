@@ -124,7 +124,7 @@ class Server:
         params = message.get("params") or {}
         if method == "initialize":
             asked = params.get("protocolVersion")
-            result = {
+            result: dict = {
                 "protocolVersion": asked if asked in VERSIONS else VERSIONS[0],
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "hermes-envgen-notes", "version": "1.0"},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,7 @@ def reward_checks(offline_tokenizer: Path, tmp_path: Path) -> Callable:
     """
     from hermes_envgen.testing.reward_checks import check_rewards
 
-    def run(env_cls: type, samples: list[dict], **thresholds: float):
+    def run(env_cls: type[Any], samples: list[dict], **thresholds: float):
         return check_rewards(
             env_cls, samples, offline_tokenizer, tmp_path / "replays", **thresholds
         )

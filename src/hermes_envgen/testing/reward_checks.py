@@ -201,7 +201,7 @@ def shotgun_script(samples: list[dict]) -> dict:
 
 
 def check_rewards(
-    env_cls: type,
+    env_cls: type[Any],
     samples: list[dict],
     tokenizer: str | Path,
     workdir: str | Path,
@@ -219,7 +219,7 @@ def check_rewards(
     # Tampering runs on bwrap where it is installed: the training backend, which keeps the
     # promise (local cannot stop a daemon that drops its run tag; see the README).
     tamper_backend = {"sandbox_backend": "bwrap"} if shutil.which("bwrap") else {}
-    kinds = (
+    kinds: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
         ("gold", gold_script(samples), {}),
         ("noop", noop_script(samples), {}),
         ("tool_touch", tool_touch_script(samples), {}),

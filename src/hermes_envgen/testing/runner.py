@@ -58,7 +58,7 @@ def run_env_mode(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        process_group=0,
+        start_new_session=True,  # a group of its own (process_group=0 is Python 3.11+)
     ) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)

@@ -374,6 +374,7 @@ class StubServer:
         if isinstance(generated, web.Response):
             return generated
         ids, finish_reason = generated
+        assert isinstance(prompt_ids, list)  # _generate_ids refuses anything else
         n = int(params.get("n") or 1)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         if sglang:
@@ -482,6 +483,7 @@ class StubServer:
         if faults.latency:
             await asyncio.sleep(faults.latency)
         if faults.hang_rate and self._rng.random() < faults.hang_rate:
+            assert self._stopping is not None  # made before the server answers anything
             await self._stopping.wait()  # hangs until the server stops
             return body, _error(503, "server stopping")
         if faults.drop_rate and self._rng.random() < faults.drop_rate:

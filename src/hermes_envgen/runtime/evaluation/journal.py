@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,7 +87,7 @@ def tool_call_count(record: dict) -> int:
     )
 
 
-def tool_error_count(record: dict) -> int:
+def tool_error_count(record: Mapping[str, Any]) -> int:
     """Failed tool calls of a saved rollout (a list in the file, a count in a summary)."""
     errors = record.get("tool_errors")
     return errors if isinstance(errors, int) else len(errors or [])
@@ -150,6 +150,7 @@ class SampleJournal:
         self._files.clear()
 
     def _check_settings(self, settings: dict[str, Any]) -> None:
+        assert self.directory is not None  # only a journal that saves has settings to check
         path = self.directory / SETTINGS_FILE
         try:
             saved = json.loads(path.read_text())
@@ -202,6 +203,7 @@ class SampleJournal:
 
         Never over an earlier copy: each rerun without resume keeps every run before it.
         """
+        assert self.directory is not None  # only a journal that saves has earlier runs
         if not any((self.directory / n).exists() for n in EARLIER_RUN_RESULTS):
             return  # nothing measured yet: settings alone are not a run to keep
         names = (*EARLIER_RUN_RESULTS, SETTINGS_FILE)

@@ -4,14 +4,15 @@ and from the records an interrupted evaluation saved.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hermes_envgen.runtime.evaluation.journal import tool_error_count
 from hermes_envgen.runtime.progress import RunProgress
-from hermes_envgen.runtime.records import Rollout, RolloutRecord
+from hermes_envgen.runtime.records import Rollout
 
 
-def resumed_progress(total: int, saved: Sequence[RolloutRecord]) -> RunProgress:
+def resumed_progress(total: int, saved: Sequence[Mapping[str, Any]]) -> RunProgress:
     """``evaluate``'s bar over ``total`` rollouts, with those a resumed run saved already in."""
     progress = RunProgress("evaluate", total, "rollouts", completed=len(saved))
     for record in saved:

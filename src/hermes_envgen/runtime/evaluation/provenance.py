@@ -98,4 +98,4 @@ def _first_server_field(env: Any, name: str) -> Any:
     servers = getattr(getattr(env, "server", None), "servers", None) or []
     config = getattr(servers[0], "config", None) if servers else None
     value = getattr(config, name, None)
-    return value.value if hasattr(value, "value") else value  # an enum (server_type)
+    return getattr(value, "value", value)  # an enum's value (server_type)

@@ -67,11 +67,15 @@ class ModelClient:
         self.out_for = out_for
         self._out_until = [0.0] * len(endpoints)  # monotonic time each endpoint is back in
         self._next = 0
-        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # SDK clients by event loop (they are loop-bound), then by (base URL, key, timeout)
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple[str, str, float], Any]
+        ] = weakref.WeakKeyDictionary()
         self._detect_lock: asyncio.Lock | None = None
 
     @classmethod
     def of(cls, server_configs: list[Any], **kwargs: Any) -> ModelClient:
+        """A client of atroposlib ``APIServerConfig`` s (the env's servers, a judge's)."""
         return cls([Endpoint.of(c) for c in server_configs], **kwargs)
 
     @property
@@ -122,7 +126,7 @@ class ModelClient:
 
     async def tokens_and_logprobs_completion(
         self, *, input_ids: list[int], split: str = "train", **kwargs: Any
-    ) -> tuple[list, list, list, list]:
+    ) -> tuple[list[int], list[list[int]], list[list[float]], list[str | None]]:
         """Token ids in; ``(prompt, [output ids], [logprobs], [finish reason])`` out."""
         del split
 
@@ -181,7 +185,6 @@ class ModelClient:
 
     def _openai(self, endpoint: Endpoint) -> Any:
         """The SDK client of ``endpoint`` for the running event loop (clients are loop-bound)."""
-        import httpx
         import openai
 
         loop = asyncio.get_running_loop()
@@ -191,21 +194,23 @@ class ModelClient:
             clients[key] = openai.AsyncOpenAI(
                 base_url=endpoint.base_url,
                 api_key=endpoint.api_key or "EMPTY",
-                timeout=httpx.Timeout(
+                # the SDK's own Timeout: httpx's before openai 3, httpx2's since (an httpx
+                # one given to openai 3 became its every field, connect included)
+                timeout=openai.Timeout(
                     endpoint.timeout, connect=min(CONNECT_TIMEOUT, endpoint.timeout)
                 ),
                 max_retries=0,  # retried here, by kind of failure
             )
         return clients[key]
 
-    async def _chat_once(self, endpoint: Endpoint, url: str, kwargs: dict) -> Any:
+    async def _chat_once(self, endpoint: Endpoint, url: str, kwargs: dict[str, Any]) -> Any:
         response = await self._openai(endpoint).chat.completions.create(**kwargs)
         if not getattr(response, "choices", None):
             raise MalformedReply(f"{url}: the reply has no choices", url=url)
         return response
 
     async def _post_once(
-        self, endpoint: Endpoint, url: str, body: dict, read: Callable[[Any, str], Any]
+        self, endpoint: Endpoint, url: str, body: dict[str, Any], read: Callable[[Any, str], Any]
     ) -> Any:
         timeout = aiohttp.ClientTimeout(
             total=endpoint.timeout, sock_connect=min(CONNECT_TIMEOUT, endpoint.timeout)

@@ -119,8 +119,8 @@ _DOES_NOT_RESOLVE = "the host name does not resolve"
 def _root_cause(exc: BaseException) -> str:
     """What the connection failure was: 'connection refused', the host does not resolve, ..."""
     chain = [exc]
-    while (chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
-        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    while (inner := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(inner)
     for error in chain:
         if isinstance(error, socket.gaierror) or "Name or service not known" in str(error):
             return _DOES_NOT_RESOLVE

@@ -161,4 +161,4 @@ class _Reply:
             self.bad(f"{name} is not a number: {value!r:.40}")
 
 
-_KINDS = {list: "list", dict: "object"}
+_KINDS: dict[type, str] = {list: "list", dict: "object"}

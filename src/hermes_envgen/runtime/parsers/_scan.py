@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from abc import abstractmethod
-from json.decoder import scanstring as _scanstring
+from json.decoder import scanstring as _scanstring  # type: ignore[attr-defined]  # not in typeshed
 from typing import Any, ClassVar, NamedTuple
 
 from ._json import JSON_DECODER
@@ -44,11 +44,11 @@ class _JsonDoc(str):
 
     __slots__ = ()
 
-    def count(self, *args: Any) -> int:  # type: ignore[override]
+    def count(self, *args: Any) -> int:
         """Pretend there is no newline before the error (only feeds the error's lineno)."""
         return 0
 
-    def rfind(self, *args: Any) -> int:  # type: ignore[override]
+    def rfind(self, *args: Any) -> int:
         """Pretend there is no newline before the error (only feeds the error's colno)."""
         return -1
 
@@ -92,7 +92,7 @@ class TextScan:
         if self._doc is None:
             self._doc = _JsonDoc(self.text)
         try:
-            return JSON_DECODER.raw_decode(self._doc, pos)  # type: ignore[no-any-return]
+            return JSON_DECODER.raw_decode(self._doc, pos)
         except (ValueError, RecursionError):
             return None
 

@@ -178,7 +178,8 @@ class GptOssParser(ToolCallParser):
             raise UnreadableCall(f"{recipient[:80]} names no function")
         pos = skip_ws(text, body, n)
         if text.startswith(CALL, pos):
-            arguments, raw, stop = {}, None, pos  # a call without arguments
+            arguments: dict[str, Any] = {}  # a call without arguments
+            raw, stop = None, pos
         else:
             decoded = scan.object_at(pos)
             if decoded is None:

@@ -28,7 +28,7 @@ if not hasattr(os, "pidfd_open"):  # Python 3.9
 # Not signal, socket, ctypes nor contextlib: their imports would double the start-up time,
 # which every sandbox pays twice per rollout (the agent's, then verification's).
 # ruff: noqa: SIM105  (try/except/pass, not contextlib.suppress)
-import _signal
+import _signal  # type: ignore[import-not-found]  # CPython's own; typeshed has no stub
 import _socket
 import array
 import select
@@ -137,7 +137,8 @@ def prctl(option, argument):
     try:
         import _ctypes
 
-        function = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")
+        # dlopen(NULL): the program itself (typeshed's stub allows a path only)
+        function = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")  # type: ignore[arg-type]
         return _ctypes.call_function(function, (option, argument, 0, 0, 0))
     except (ImportError, AttributeError, OSError):
         import ctypes
@@ -156,7 +157,7 @@ def main(control_fd):
     send_fd(control, b"R", os.pidfd_open(os.getpid()))
     poller = select.poll()
     poller.register(control_fd, select.POLLIN)
-    running = {}
+    running: dict[int, tuple[int, _socket.socket]] = {}  # pidfd -> pid, its reply socket
     buffer = bytearray(MAX_REQUEST)
     while True:
         for fd, _ in poller.poll():

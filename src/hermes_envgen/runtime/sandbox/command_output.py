@@ -32,7 +32,7 @@ class CappedOutput:
         while chunk := await stream.read(65536):
             self.add(chunk)
 
-    def result(self, exit_code: int | None, timed_out_after: float | None) -> CommandResult:
+    def result(self, exit_code: int, timed_out_after: float | None) -> CommandResult:
         """The command's result, with visible notices for cut output and a timeout."""
         output = bytes(self.head).decode("utf-8", errors="replace")
         if self.dropped:
@@ -72,6 +72,7 @@ async def finish_command(
             await asyncio.shield(kill())
         if not reader.done():  # something no kill reached still holds the pipe
             reader.cancel()
+    assert process.returncode is not None  # waited for above (a cancel raised instead)
     return captured.result(process.returncode, timeout if timed_out else None)
 
 

@@ -186,6 +186,7 @@ class DockerSandbox(Sandbox):
         environment = command_environment(WORKDIR)
         environment.pop("PATH", None)  # the image knows its PATH; the host's means nothing here
         # ISOLATED_DEFAULTS fills in every limit the settings leave unset: never None here
+        assert self.limits.workspace_mb is not None
         workspace_size = tmpfs_size_options(self.limits.workspace_mb)
         args = [
             self.docker, "run", "--detach", "--init",
@@ -318,7 +319,7 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"cannot install check file {name!r}: {err.strip()[:500]}")
         return directory
 
-    async def _kill(self, client_pid: int, tag: str) -> None:
+    async def _kill(self, client_pid: int | None, tag: str) -> None:
         """Kill a command: inside the container by its tag, and its ``docker exec`` client."""
         # An engine on this machine runs the container's processes here too: when we may
         # signal them (root), kill them directly. That needs no process slot in the container,
@@ -326,8 +327,9 @@ class DockerSandbox(Sandbox):
         kill_processes(None, tag)
         kill = self.exec_argv("bash", "-c", KILL_SCRIPT, "bash", f"{RUN_TAG_VARIABLE}={tag}")
         await _docker(kill, timeout=30)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(client_pid, signal.SIGKILL)
+        if client_pid is not None:  # spawn() always knows it; SpawnedProcess may not
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(client_pid, signal.SIGKILL)
 
     # -- files -----------------------------------------------------------------------------
 

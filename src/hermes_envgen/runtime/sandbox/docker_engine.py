@@ -49,7 +49,7 @@ async def docker_cli(argv: list[str], timeout: float) -> tuple[int, str]:
         process.kill()
         await process.wait()
         return TIMEOUT_EXIT_CODE, f"{argv[1]} timed out after {timeout:g} s"
-    return process.returncode, out.decode(errors="replace")
+    return await process.wait(), out.decode(errors="replace")  # exited: at once
 
 
 async def docker_exec(
@@ -73,7 +73,7 @@ async def docker_exec(
         process.kill()
         await process.wait()
         return TIMEOUT_EXIT_CODE, b"", f"the file operation timed out after {timeout:g} s"
-    return process.returncode, out, err.decode(errors="replace")
+    return await process.wait(), out, err.decode(errors="replace")  # exited: at once
 
 
 def kill_container_processes(init_pid: int) -> None:

@@ -162,4 +162,5 @@ async def _asyncio_spawn(
         return shell_exit_code(await process.wait())
 
     waiter = asyncio.ensure_future(wait())
+    assert process.stdout is not None  # a pipe
     return SpawnedProcess(process.pid, process.stdout, waiter)

@@ -11,6 +11,7 @@ or a 1 GiB sparse file cost the host a bounded amount of time and memory.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -212,7 +213,8 @@ class WorkspaceFiles:
                 os.close(fd)
         return sorted(found)
 
-    def _single_file(self, parts: list[str]) -> list[str]:
+    # builtins.list: inside the class, "list" is the method above
+    def _single_file(self, parts: builtins.list[str]) -> builtins.list[str]:
         """``[parts]`` if it names a regular file of the workspace, else nothing."""
         if not parts:
             return []

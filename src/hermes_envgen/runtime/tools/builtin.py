@@ -8,12 +8,13 @@ import contextlib
 import fnmatch
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Generator
 
+from hermes_envgen.runtime.errors import ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
 from hermes_envgen.runtime.tools import matchers as search_matchers
 from hermes_envgen.runtime.tools import search_worker
-from hermes_envgen.runtime.tools.registry import ToolExecutionError, printable, tool
+from hermes_envgen.runtime.tools.registry import printable, tool
 
 MAX_SEARCH_MATCHES = search_worker.MAX_MATCHES
 MAX_SEARCH_FILE_BYTES = 2_000_000  # larger files are skipped, unread
@@ -172,6 +173,7 @@ async def search_files(
     # match). The process is kept for later searches when this one ends cleanly.
     matchers = await search_matchers.pool()
     matcher = await matchers.acquire()
+    assert matcher.process.stdout is not None  # a pipe
     reader = asyncio.ensure_future(_read_matches(matcher.process.stdout, found))
     clean = False
 
@@ -235,6 +237,7 @@ async def _feed(
     follows in every case but a matcher that stopped reading (it failed: it is not reused).
     """
     stdin = worker.stdin
+    assert stdin is not None  # a pipe
     stdin.write(json.dumps(pattern).encode() + b"\n")
     skipped = 0
     budget = MAX_SEARCH_TOTAL_BYTES
@@ -263,16 +266,18 @@ async def _feed(
     return skipped
 
 
-def _read_ahead(sandbox: Sandbox, files: list[str]) -> Iterator[tuple[str, asyncio.Future]]:
+def _read_ahead(
+    sandbox: Sandbox, files: list[str]
+) -> Generator[tuple[str, asyncio.Future[bytes]], None, None]:
     """Each file's name and its read, ``READ_AHEAD`` files read at once (a read is a hop to a
     thread, and one after another they cost more than the matching of a small workspace)."""
-    pending: collections.deque[tuple[str, asyncio.Future]] = collections.deque()
+    pending: collections.deque[tuple[str, asyncio.Future[bytes]]] = collections.deque()
     names = iter(files)
     try:
         while True:
             while len(pending) < READ_AHEAD and (name := next(names, None)) is not None:
-                read = _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
-                pending.append((name, asyncio.ensure_future(read)))
+                head = _guard(sandbox.read_head(name, MAX_SEARCH_FILE_BYTES + 1))
+                pending.append((name, asyncio.ensure_future(head)))
             if not pending:
                 return
             yield pending.popleft()

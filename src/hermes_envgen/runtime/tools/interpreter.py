@@ -25,9 +25,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_envgen.runtime.errors import ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox
 from hermes_envgen.runtime.tools.programs import boot_argv
-from hermes_envgen.runtime.tools.registry import ToolExecutionError, tool
+from hermes_envgen.runtime.tools.registry import tool
 
 MAX_CODE_BYTES = 64_000  # a call's code travels in the command's argv (128 KiB per argument)
 INTERRUPT_GRACE = 2.0  # the program's: SIGINT, then this long before the kill
@@ -107,9 +108,8 @@ async def run_python(
         died = not isinstance(answer, dict)
         restarted = bool(reply.get("new_interpreter")) and state.started
         state.started = True  # from now on, a fresh interpreter is a restart to report
-    out = {
-        k: answer[k] for k in ("stdout", "stderr", "result", "error") if not died and answer.get(k)
-    }
+    fields = ("stdout", "stderr", "result", "error")
+    out = {k: answer[k] for k in fields if answer.get(k)} if isinstance(answer, dict) else {}
     notice = _notice(bool(reply.get("timed_out")), died, settings.timeout, restarted)
     return ({"notice": notice} if notice else {}) | out
 

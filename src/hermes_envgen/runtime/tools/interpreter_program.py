@@ -38,6 +38,14 @@ from hermes_envgen.runtime.tools.sandbox_channel import (
     start_server,
 )
 
+# serve() imports these into the module's globals once it runs (not at start-up, which every
+# command waits for); type checkers treat this name as true, Python never runs the block.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import fcntl
+    import select
+    import threading
+
 INTERRUPT_GRACE = 2.0  # after SIGINT, for the interpreter to answer before it is killed
 MAX_REPR = 4000  # characters of the last expression's repr
 FIONREAD = 0x541B  # ioctl: bytes waiting in a pipe (Linux)

@@ -99,11 +99,13 @@ def serve(directory, spec_b64):
         spec["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=env, bufsize=0,
     )  # fmt: skip
+    assert server.stdin and server.stdout and server.stderr  # all three are pipes
+    stdin, stderr = server.stdin, server.stderr
     tail = bytearray()
 
     def keep_stderr():
         while True:
-            chunk = server.stderr.read(4096)
+            chunk = stderr.read(4096)
             if not chunk:
                 return
             tail.extend(chunk)
@@ -130,7 +132,7 @@ def serve(directory, spec_b64):
         except ValueError:
             parsed = {}
         try:
-            server.stdin.write(message.rstrip(b"\n") + b"\n")
+            stdin.write(message.rstrip(b"\n") + b"\n")
         except OSError:
             return dead()
         if not isinstance(parsed, dict) or "id" not in parsed or "method" not in parsed:

@@ -41,11 +41,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox.choice import AUTO, choose_backend
 from hermes_envgen.runtime.tools.programs import boot_argv
-from hermes_envgen.runtime.tools.registry import Tool, ToolExecutionError, ToolRegistry
+from hermes_envgen.runtime.tools.registry import Tool, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -268,8 +268,8 @@ async def sandbox_transport(
     import mcp_types
     from mcp.shared.message import SessionMessage
 
-    read_send, read_receive = anyio.create_memory_object_stream(64)
-    write_send, write_receive = anyio.create_memory_object_stream(64)
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](64)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](64)
 
     async def deliver(line: str) -> None:
         try:
@@ -392,8 +392,8 @@ class McpSession:
 
 def _reason(exc: BaseException) -> str:
     """The innermost message of an exception (anyio wraps them in groups)."""
-    while getattr(exc, "exceptions", None):  # an exception group (3.11+, and anyio's)
-        exc = exc.exceptions[0]
+    while inner := getattr(exc, "exceptions", None):  # an exception group (3.11+, and anyio's)
+        exc = inner[0]
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0][:600] if text else type(exc).__name__
 

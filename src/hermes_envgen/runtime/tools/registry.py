@@ -28,7 +28,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 from hermes_envgen.runtime.errors import ToolExecutionError, UnknownToolError
 
@@ -41,13 +41,13 @@ class Tool:
 
     name: str
     description: str
-    parameters: dict
+    parameters: dict[str, Any]
     function: Callable[..., Any]
     toolset: str
     injected: frozenset[str] = field(default_factory=frozenset)
 
     @property
-    def schema(self) -> dict:
+    def schema(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool."""
         return {
             "type": "function",
@@ -58,7 +58,7 @@ class Tool:
             },
         }
 
-    def check_arguments(self, arguments: dict) -> None:
+    def check_arguments(self, arguments: dict[str, Any]) -> None:
         """Refuse missing required and unknown arguments, naming them for the model."""
         properties = self.parameters.get("properties", {})
         missing = [p for p in self.parameters.get("required", []) if p not in arguments]
@@ -74,7 +74,9 @@ class Tool:
         if problems:
             raise ToolExecutionError(f"{self.name}: " + "; ".join(problems))
 
-    async def call(self, arguments: dict, sandbox: Any = None, context: Any = None) -> str:
+    async def call(
+        self, arguments: dict[str, Any], sandbox: Any = None, context: Any = None
+    ) -> str:
         """Run the tool; sync functions run in a thread so the event loop never blocks."""
         self.check_arguments(arguments)
         kwargs = dict(arguments)
@@ -113,10 +115,12 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
 
     def add(self, tool: Tool) -> Tool:
+        """Register ``tool`` (under its name, replacing one of the same name)."""
         self._tools[tool.name] = tool
         return tool
 
     def get(self, name: str) -> Tool:
+        """The tool named ``name``; an unknown name fails with the list of valid ones."""
         try:
             return self._tools[name]
         except KeyError:
@@ -125,6 +129,7 @@ class ToolRegistry:
             ) from None
 
     def names(self) -> list[str]:
+        """Every registered tool's name, sorted."""
         return sorted(self._tools)
 
     def toolsets(self) -> dict[str, list[str]]:
@@ -164,17 +169,43 @@ class ToolRegistry:
 
 REGISTRY = ToolRegistry()
 
+F = TypeVar("F", bound=Callable[..., Any])
 
+
+@overload
 def tool(
-    function: Callable | None = None,
+    function: F,
     *,
     name: str | None = None,
     toolset: str = "custom",
     registry: ToolRegistry | None = None,
-) -> Any:
-    """Register a function as a tool; usable as ``@tool`` or ``@tool(toolset=...)``."""
+) -> F: ...
 
-    def register(func: Callable) -> Callable:
+
+@overload
+def tool(
+    function: None = None,
+    *,
+    name: str | None = None,
+    toolset: str = "custom",
+    registry: ToolRegistry | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    function: F | None = None,
+    *,
+    name: str | None = None,
+    toolset: str = "custom",
+    registry: ToolRegistry | None = None,
+) -> F | Callable[[F], F]:
+    """Register a function as a tool; usable as ``@tool`` or ``@tool(toolset=...)``.
+
+    The function is returned as it was (still callable directly); the model sees its name, its
+    docstring's summary and ``Args:`` descriptions, and a JSON schema of its typed parameters.
+    """
+
+    def register(func: F) -> F:
         (registry if registry is not None else REGISTRY).add(
             tool_from_function(func, name=name, toolset=toolset)
         )
@@ -183,11 +214,13 @@ def tool(
     return register(function) if function is not None else register
 
 
-def tool_from_function(func: Callable, *, name: str | None = None, toolset: str = "custom") -> Tool:
+def tool_from_function(
+    func: Callable[..., Any], *, name: str | None = None, toolset: str = "custom"
+) -> Tool:
     """Build a Tool from a typed function; its docstring gives the descriptions."""
     summary, arg_docs = _parse_docstring(inspect.getdoc(func) or "")
     hints = typing.get_type_hints(func)
-    properties: dict[str, dict] = {}
+    properties: dict[str, dict[str, Any]] = {}
     required: list[str] = []
     injected = set()
     for param in inspect.signature(func).parameters.values():
@@ -220,7 +253,7 @@ def tool_from_function(func: Callable, *, name: str | None = None, toolset: str 
 _SIMPLE_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
-def _json_schema(annotation: Any) -> dict:
+def _json_schema(annotation: Any) -> dict[str, Any]:
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin in (typing.Union, types.UnionType):

@@ -35,8 +35,8 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx  # loaded with openai's client anyway
 
-from hermes_envgen.runtime.errors import EnvConfigError
-from hermes_envgen.runtime.tools.registry import ToolExecutionError, tool
+from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
+from hermes_envgen.runtime.tools.registry import tool
 
 SERVICE = "web"
 CORPUS_SCHEME = "corpus://"  # the address of a page of a folder corpus: corpus://<its path>
@@ -231,7 +231,7 @@ async def check_url(url: str, allow_private: bool) -> None:
     except OSError as exc:
         raise ToolExecutionError(f"web_fetch: cannot resolve {host}: {exc}") from None
     for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         if not address.is_global or address.is_multicast:
             raise ToolExecutionError(
                 f"web_fetch: {host} is a private, loopback or reserved address ({address}); "
