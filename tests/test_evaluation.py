@@ -349,7 +349,7 @@ def test_metrics_json_records_what_the_run_was(stub_server, offline_tokenizer, t
     assert general["template_version"] is None  # and not a generated project
     assert general["provider"] == {"base_url": server.base_url, "server_type": "openai"}
     assert general["tool_call_parser"] == "hermes"
-    assert general["seed"] is None  # HermesAgentEnvConfig has none; generated envs do
+    assert general["seed"] == 0  # the base settings' default (EnvTasks: the worker's order)
     assert general["evaluation"]["samples_per_item"] == 1
     assert general["evaluation"]["pass_threshold"] == 1.0
     assert "Wilson" in general["evaluation"]["confidence_intervals"]
