@@ -12,6 +12,7 @@ PYTEST=(.venv/bin/python -m pytest -n auto --dist loadgroup --durations=20)
 if [ "${1:-}" = --fast ]; then
     shift
     bash scripts/setup.sh
+    bash scripts/install-torch-cpu.sh  # seconds: setup's sync leaves the venv without it
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
     .venv/bin/ruff check src hooks tests examples benchmarks
     .venv/bin/ruff format --check src hooks tests examples benchmarks
