@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import render_template
 from sandbox_helpers import docker_containers, docker_test_image, needs_docker
 
-from hermes_envgen.runtime.sandbox.docker_engine import LABEL
+from hermes_envgen.runtime.sandbox.docker_engine import LABEL, RUN_LABEL
 from hermes_envgen.testing.envs import read_eval_results, validate_groups
 from hermes_envgen.testing.policy import scripted_policy
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
@@ -25,27 +28,50 @@ pytestmark = needs_docker
 PROJECT = "dockerenv"  # a package name no other test renders: it is imported here
 
 
+def is_our_child(run: str) -> bool:
+    """Whether a run label (``host/PID-MS``) names a run of a process this test started.
+
+    Other tests beside this one (other xdist workers) run sandboxes on the same engine.
+    """
+    pid = run.rpartition("/")[2].partition("-")[0]
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return int(stat.rpartition(")")[2].split()[1]) == os.getpid()
+
+
 @contextlib.contextmanager
 def containers_created() -> Iterator[list[str]]:
-    """Collect the ids of the sandbox containers the engine creates meanwhile.
+    """Collect the ids of the sandbox containers the env this test starts meanwhile creates.
 
-    Streamed as they happen: the engine keeps only its last 256 events for later queries.
+    Streamed as they happen (the engine keeps only its last 256 events for later queries)
+    and told apart by their run label while the env that made them still runs.
     """
     created: list[str] = []
     filters = ["type=container", "event=create", f"label={LABEL}"]
+    template = f'{{{{.ID}}}} {{{{index .Actor.Attributes "{RUN_LABEL}"}}}}'
     watcher = subprocess.Popen(
-        ["docker", "events", "--format", "{{.ID}}", *(f"--filter={f}" for f in filters)],
+        ["docker", "events", "--format", template, *(f"--filter={f}" for f in filters)],
         stdout=subprocess.PIPE,
         text=True,
     )
+
+    def collect() -> None:
+        for line in watcher.stdout:
+            container, _, run = line.strip().partition(" ")
+            if is_our_child(run):
+                created.append(container)
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
     time.sleep(0.5)  # subscribed before anything starts
     try:
         yield created
-        time.sleep(1.0)  # the last events reach the stream
     finally:
         watcher.terminate()
-        out, _ = watcher.communicate(timeout=30)
-        created += out.split()
+        watcher.wait(timeout=30)
+        reader.join(timeout=30)
 
 
 def sandbox_containers() -> list[str]:
