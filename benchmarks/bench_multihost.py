@@ -58,6 +58,7 @@ ENGINE_PORT = 2376
 MODEL_PORT = 9001
 HOSTS = ["w0", "w1", "e0", "e1", "m0", "m1"]
 SCRATCH = Path("/tmp")
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 ENGINE_PREFIX = (
     "bmh-"  # an engine's directory: /tmp/bmh-<pid>-<host> (a unix socket's path is short)
 )
@@ -66,6 +67,44 @@ READY_TIMEOUT = 300  # seconds for an engine, a model server, a worker's set-up
 
 def load_average() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
+
+
+class CpuAccount:
+    """A cgroup (v1 cpuacct) that counts the CPU time of what runs in it and below it.
+
+    A host's processes are started in their own (``wrap``), the engine's containers below its
+    engine's (dockerd's ``--cgroup-parent``): CPU seconds per rollout of the worker and of the
+    engine, which the machine's other jobs do not change as they change rollouts/s. None on a
+    machine without cgroup v1's cpuacct (``unavailable``).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.path = CPUACCT / name
+        self.path.mkdir(exist_ok=True)
+
+    @staticmethod
+    def unavailable() -> bool:
+        return not (CPUACCT / "cpuacct.usage").exists()
+
+    def wrap(self, command: list[str]) -> list[str]:
+        """``command`` in this cgroup, and so whatever it starts."""
+        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"),
+                *command]  # fmt: skip
+
+    def seconds(self) -> float:
+        return int((self.path / "cpuacct.usage").read_text()) / 1e9
+
+
+def remove_cgroups(prefix: str) -> None:
+    """The (empty) cgroups named ``prefix``..., in every v1 hierarchy, children first."""
+    root = Path("/sys/fs/cgroup")
+    for top in [p for h in root.iterdir() if h.is_dir() for p in h.glob(f"{prefix}*")]:
+        for directory in sorted((d for d in top.rglob("*") if d.is_dir()), reverse=True):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
 
 
 def wait_for(what: str, done, process: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -102,8 +141,15 @@ def storage_driver(directory: Path) -> str:
 class Engine:
     """A throw-away dockerd in a host of the rig: TCP+TLS on its address, and a unix socket."""
 
-    def __init__(self, rig: netns_rig.Rig, host: str, certificates: Path, lifetime: int) -> None:
-        self.rig, self.host = rig, host
+    def __init__(
+        self,
+        rig: netns_rig.Rig,
+        host: str,
+        certificates: Path,
+        lifetime: int,
+        account: CpuAccount | None,
+    ) -> None:
+        self.rig, self.host, self.account = rig, host, account
         self.directory = SCRATCH / f"{ENGINE_PREFIX}{os.getpid()}-{host}"
         self.socket = self.directory / "docker.sock"
         self.url = f"tcp://{rig.addresses[host]}:{ENGINE_PORT}"
@@ -139,6 +185,8 @@ class Engine:
                    "--storage-driver", self.driver,
                    "--iptables=false", "--ip-masq=false", "--bridge", "none",
                    "--log-level", "warn"]  # fmt: skip
+        if self.account is not None:  # dockerd, containerd, the shims, and the containers
+            command = self.account.wrap([*command, "--cgroup-parent", f"/{self.account.name}"])
         log = self.directory / "dockerd.log"
         self.process = self.rig.start(self.host, command, log, lifetime=self.lifetime,
                                       network_only=True, start_new_session=True)  # fmt: skip
@@ -223,6 +271,10 @@ def reap_stale_engines() -> None:
                 cgroup.rmdir()
         unmount_below(path)
         shutil.rmtree(path, ignore_errors=True)
+    for path in CPUACCT.glob(f"{ENGINE_PREFIX}*-*"):
+        pid = path.name[len(ENGINE_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            remove_cgroups(f"{ENGINE_PREFIX}{pid}-")
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -293,6 +345,16 @@ class Run:
         self.engines: dict[str, Engine] = {}
         self.workers: dict[str, subprocess.Popen] = {}
         self.image = ""
+        self.accounts: dict[str, CpuAccount] = {}
+        if not CpuAccount.unavailable():
+            self.accounts = {h: CpuAccount(f"{ENGINE_PREFIX}{os.getpid()}-{h}") for h in HOSTS}
+
+    def start(self, host: str, command: list[str], log: Path, env: dict) -> subprocess.Popen:
+        """``command`` on ``host``, in its CPU account, in this machine's mounts (as dockerd)."""
+        if self.accounts:
+            command = self.accounts[host].wrap(command)
+        return self.rig.start(host, command, log, lifetime=self.lifetime, network_only=True,
+                              env=env, start_new_session=True)  # fmt: skip
 
     def close(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
@@ -304,12 +366,13 @@ class Run:
         for engine in self.engines.values():
             engine.stop()
         self.stack.close()  # the rig: every process left in it killed, the namespaces removed
+        remove_cgroups(f"{ENGINE_PREFIX}{os.getpid()}-")
 
     def start_engines(self) -> None:
         addresses = tuple(self.rig.addresses[h] for h in ("e0", "e1"))
         certificates = make_certificates(self.work / "certs", "bench-multihost", addresses)
         for host in ("e0", "e1"):
-            engine = Engine(self.rig, host, certificates, self.lifetime)
+            engine = Engine(self.rig, host, certificates, self.lifetime, self.accounts.get(host))
             self.engines[host] = engine
             engine.start()
         images = {engine.load_image() for engine in self.engines.values()}
@@ -323,8 +386,7 @@ class Run:
         log = self.work / f"{host}.log"
         command = [sys.executable, "-m", "hermes_envgen", "stub-server", "--script", str(script),
                    "--host", address, "--port", str(MODEL_PORT)]  # fmt: skip
-        process = self.rig.start(host, command, log, lifetime=self.lifetime,
-                                 env=offline_environment(), start_new_session=True)  # fmt: skip
+        process = self.start(host, command, log, offline_environment())
         wait_for(f"the stub model on {host}", lambda: "listening on" in log.read_text(),
                  process, log, READY_TIMEOUT)  # fmt: skip
         return f"http://{address}:{MODEL_PORT}/v1"
@@ -339,9 +401,7 @@ class Run:
             (directory / "spec.json").write_text(json.dumps(spec))
             command = [sys.executable, __file__, "--worker", str(directory)]
             environment = offline_environment(self.engines[f"e{number}"].remote)
-            self.workers[host] = self.rig.start(host, command, self.work / f"{host}.log",
-                                                lifetime=self.lifetime, env=environment,
-                                                start_new_session=True)  # fmt: skip
+            self.workers[host] = self.start(host, command, self.work / f"{host}.log", environment)
         for host, process in self.workers.items():
             ready = self.work / host / "ready"
             wait_for(f"worker {host}", ready.exists, process, self.work / f"{host}.log",
@@ -350,6 +410,7 @@ class Run:
     def window(self, number: int, hosts: list[str]) -> dict:
         """Rollouts of ``hosts``' workers in window ``number``; the others' window is empty."""
         load = load_average()
+        used_before = {h: a.seconds() for h, a in self.accounts.items()}
         busy_before, total_before = cpu_ticks()
         for host in self.workers:  # a worker left out of this window is told so
             if host not in hosts:
@@ -363,6 +424,7 @@ class Run:
                      self.work / f"{host}.log", self.args.seconds + READY_TIMEOUT)  # fmt: skip
             results[host] = json.loads(path.read_text())
         busy_after, total_after = cpu_ticks()
+        used = {h: a.seconds() - used_before[h] for h, a in self.accounts.items()}
         start = min(r["start"] for r in results.values())
         end = max(r["end"] for r in results.values())
         rollouts = sum(r["rollouts"] for r in results.values())
@@ -371,6 +433,11 @@ class Run:
             "rollouts_per_s": rollouts / (end - start),
             "each": {h: r["rollouts"] / (r["end"] - r["start"]) for h, r in results.items()},
             "errors": sum(r["errors"] for r in results.values()),
+            "rollouts": rollouts,
+            # CPU seconds of the workers (the env and its docker clients) and of the engines
+            "worker_cpu": sum(v for h, v in used.items() if h.startswith("w")) if used else None,
+            "engine_cpu": sum(v for h, v in used.items() if h.startswith("e")) if used else None,
+            "model_cpu": sum(v for h, v in used.items() if h.startswith("m")) if used else None,
             "cpu_busy": (busy_after - busy_before) / max(1, total_after - total_before),
             "load": f"{load}-{load_average()}",
         }
@@ -383,14 +450,20 @@ class Run:
                 "rounds": self.args.engine_rounds, "commands": self.args.commands}  # fmt: skip
         (directory / "spec.json").write_text(json.dumps(spec))
         log = self.work / "engine-cost.log"
-        process = self.rig.start("w0", [sys.executable, __file__, "--engine-cost", str(directory)],
-                                 log, lifetime=self.lifetime, env=offline_environment(),
-                                 start_new_session=True)  # fmt: skip
+        command = [sys.executable, __file__, "--engine-cost", str(directory)]
+        process = self.start("w0", command, log, offline_environment())
         if process.wait(self.lifetime) != 0:
             raise RuntimeError(f"the engine cost run failed: {log.read_text()[-1000:]}")
         return {
             k: tuple(v) for k, v in json.loads((directory / "medians.json").read_text()).items()
         }
+
+
+def per_rollout(row: dict, *keys: str) -> str:
+    """CPU seconds per rollout of ``keys`` summed, or n/a without the accounting."""
+    if row[keys[0]] is None or not row["rollouts"]:
+        return "n/a"
+    return f"{sum(row[k] for k in keys) / row['rollouts']:.3f}"
 
 
 def unavailable() -> str | None:
@@ -454,18 +527,27 @@ def main() -> None:
             order = [1, 2, 2, 1] * args.rounds
             order = order[: 2 * args.rounds]
             rows = []
-            print(f"{'workers+engines':>16} {'rollouts/s':>11} {'per worker':>16} "
-                  f"{'CPUs busy':>10} {'load':>11} {'errors':>7}")  # fmt: skip
+            print(f"{'workers+engines':>16} {'rollouts/s':>11} {'per worker':>11} "
+                  f"{'CPU-s/rollout':>14} {'CPUs busy':>10} {'load':>11} "
+                  f"{'errors':>7}")  # fmt: skip
             for number, count in enumerate(order):
                 row = run.window(number, ["w0", "w1"][:count])
                 rows.append(row)
                 each = " ".join(f"{v:.1f}" for v in row["each"].values())
-                print(f"{count:>16} {row['rollouts_per_s']:>11.2f} {each:>16} "
+                cost = per_rollout(row, "worker_cpu", "engine_cpu")
+                print(f"{count:>16} {row['rollouts_per_s']:>11.2f} {each:>11} {cost:>14} "
                       f"{row['cpu_busy']:>10.0%} {row['load']:>11} {row['errors']:>7}")  # fmt: skip
             one = statistics.median(r["rollouts_per_s"] for r in rows if r["workers"] == 1)
             two = statistics.median(r["rollouts_per_s"] for r in rows if r["workers"] == 2)
             print(f"2 workers + 2 engines / 1 + 1: {two / one:.2f} ({two:.2f} / {one:.2f} "
                   f"rollouts/s, medians)")  # fmt: skip
+            if run.accounts:
+                total = {k: sum(r[k] for r in rows) for k in
+                         ("rollouts", "worker_cpu", "engine_cpu", "model_cpu")}  # fmt: skip
+                print(f"CPU seconds per rollout, all windows: worker "
+                      f"{per_rollout(total, 'worker_cpu')} (the env and its docker clients), "
+                      f"engine {per_rollout(total, 'engine_cpu')} (dockerd, containerd, the "
+                      f"containers), stub model {per_rollout(total, 'model_cpu')}")  # fmt: skip
             for host in run.workers:
                 (work / host / "stop").touch()
             print(f"engine e0 from w0, {args.engine_rounds} rounds of a sandbox start and "
