@@ -13,17 +13,21 @@ terminal env's rollouts (the 3-turn tasks of bench_scale.py's process part, a gr
 
 1. Rollouts/s of w0 alone (1 worker, 1 engine) against w0 and w1 at once (2 workers, 2
    engines), in windows of ``--seconds``, in the order 1, 2, 2, 1 (``--rounds`` 2), so a change
-   of the machine's load hits both alike; with each window the machine's CPU use and load.
-   Both share this machine's cores: the ratio says what a second worker and engine add here,
-   not on two machines.
+   of the machine's load hits both alike. With each window: the CPU seconds per rollout of
+   the workers (the env and its docker clients) and of the engines (dockerd, containerd, the
+   containers), from a cgroup per host (v1 cpuacct; the containers below their engine's by
+   ``--cgroup-parent``), which other jobs on the machine change far less than rollouts/s; the
+   cores this benchmark's processes got; the machine's CPU use and load. Both runs share this
+   machine's cores: the ratio says what a second worker and engine add here, not on two
+   machines; 1 / CPU seconds per rollout is the rollouts/s a core gives.
 2. A remote engine's cost per sandbox start and per command: from w0, engine e0 over TCP+TLS
    (across the rig's veth link, dockerd's own TLS) against the same engine at its unix socket,
    measured as bench_remote_engine.py does (its ``measure``).
 
-Needs root (namespaces, dockerd), dockerd, openssl, and the test image's cached root
-filesystem or debootstrap. Everything started here (namespaces, engines and their data roots,
-processes) is stopped at the end, on Ctrl-C and SIGTERM too; after a SIGKILL the next run
-removes the namespaces (and so the processes in them) and data roots left behind.
+Needs root (namespaces, dockerd), dockerd, openssl, nsenter, and the test image's cached root
+filesystem or debootstrap. Everything started here (namespaces, engines, their containers,
+data roots and cgroups, processes) is stopped and removed at the end, on Ctrl-C and SIGTERM
+too; after a SIGKILL the next run removes what is left.
 
     .venv/bin/python benchmarks/bench_multihost.py [--seconds 30] [--rounds 2] [--concurrency 8]
 """
@@ -438,6 +442,8 @@ class Run:
             "worker_cpu": sum(v for h, v in used.items() if h.startswith("w")) if used else None,
             "engine_cpu": sum(v for h, v in used.items() if h.startswith("e")) if used else None,
             "model_cpu": sum(v for h, v in used.items() if h.startswith("m")) if used else None,
+            # the share of the machine this benchmark's processes got, in cores
+            "cores": sum(used.values()) / (end - start) if used else None,
             "cpu_busy": (busy_after - busy_before) / max(1, total_after - total_before),
             "load": f"{load}-{load_average()}",
         }
@@ -528,15 +534,17 @@ def main() -> None:
             order = order[: 2 * args.rounds]
             rows = []
             print(f"{'workers+engines':>16} {'rollouts/s':>11} {'per worker':>11} "
-                  f"{'CPU-s/rollout':>14} {'CPUs busy':>10} {'load':>11} "
+                  f"{'CPU-s/rollout':>14} {'cores used':>11} {'CPUs busy':>10} {'load':>11} "
                   f"{'errors':>7}")  # fmt: skip
             for number, count in enumerate(order):
                 row = run.window(number, ["w0", "w1"][:count])
                 rows.append(row)
                 each = " ".join(f"{v:.1f}" for v in row["each"].values())
                 cost = per_rollout(row, "worker_cpu", "engine_cpu")
+                cores = "n/a" if row["cores"] is None else f"{row['cores']:.2f}"
                 print(f"{count:>16} {row['rollouts_per_s']:>11.2f} {each:>11} {cost:>14} "
-                      f"{row['cpu_busy']:>10.0%} {row['load']:>11} {row['errors']:>7}")  # fmt: skip
+                      f"{cores:>11} {row['cpu_busy']:>10.0%} {row['load']:>11} "
+                      f"{row['errors']:>7}")  # fmt: skip
             one = statistics.median(r["rollouts_per_s"] for r in rows if r["workers"] == 1)
             two = statistics.median(r["rollouts_per_s"] for r in rows if r["workers"] == 2)
             print(f"2 workers + 2 engines / 1 + 1: {two / one:.2f} ({two:.2f} / {one:.2f} "
