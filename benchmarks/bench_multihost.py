@@ -63,9 +63,8 @@ MODEL_PORT = 9001
 HOSTS = ["w0", "w1", "e0", "e1", "m0", "m1"]
 SCRATCH = Path("/tmp")
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
-ENGINE_PREFIX = (
-    "bmh-"  # an engine's directory: /tmp/bmh-<pid>-<host> (a unix socket's path is short)
-)
+# An engine's directory /tmp/bmh-<pid>-<host> (short: its socket's path must be), and cgroups.
+ENGINE_PREFIX = "bmh-"
 READY_TIMEOUT = 300  # seconds for an engine, a model server, a worker's set-up
 
 
@@ -78,8 +77,8 @@ class CpuAccount:
 
     A host's processes are started in their own (``wrap``), the engine's containers below its
     engine's (dockerd's ``--cgroup-parent``): CPU seconds per rollout of the worker and of the
-    engine, which the machine's other jobs do not change as they change rollouts/s. None on a
-    machine without cgroup v1's cpuacct (``unavailable``).
+    engine, which the machine's other jobs change far less than rollouts/s. Not used on a
+    machine without cgroup v1's cpuacct (``unavailable``): the figures are then n/a.
     """
 
     def __init__(self, name: str) -> None:
