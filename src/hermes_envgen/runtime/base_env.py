@@ -57,6 +57,7 @@ from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
+from hermes_envgen.runtime.sandbox.docker_pool import check_hosts
 from hermes_envgen.runtime.serve_log import EqualScoreSkips
 from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
@@ -125,6 +126,12 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         except EnvConfigError:
             self._discard_empty_output()
             raise
+        if sandbox_settings.backend == "docker" and sandbox_settings.docker_hosts:
+            try:  # every engine of the pool answers, or the run stops here (exit 2)
+                check_hosts(sandbox_settings.docker_hosts)
+            except EnvConfigError:
+                self._discard_empty_output()
+                raise
         if sandbox_settings.backend == "local":
             hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
         if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
