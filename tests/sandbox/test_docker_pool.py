@@ -455,7 +455,16 @@ def test_file_tools_and_tool_context_work_on_the_second_engine(second_engine, tm
 
 @needs_docker
 @pytest.mark.timeout(300)
-def test_an_unreachable_engine_at_start_up_stops_the_env_in_one_line(offline_tokenizer, tmp_path):
+@pytest.mark.parametrize("given", ["flag", "yaml"])
+def test_an_unreachable_engine_at_start_up_stops_the_env_in_one_line(
+    given, offline_tokenizer, tmp_path
+):
+    if given == "flag":  # space-separated: joined (comma-separated works as it is)
+        pool = ["--env.sandbox_docker_hosts", shared_engine(), DEAD]
+    else:  # the README's form
+        config = tmp_path / "pool.yaml"
+        config.write_text(f'env:\n  sandbox_docker_hosts: ["{shared_engine()}", "{DEAD}"]\n')
+        pool = ["--config", str(config)]
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "terminal_env.py"), "evaluate",
@@ -464,7 +473,7 @@ def test_an_unreachable_engine_at_start_up_stops_the_env_in_one_line(offline_tok
          "--env.sandbox_root", str(tmp_path / "sandboxes"),
          "--env.data_dir_to_save_evals", str(tmp_path / "evals"),
          "--env.sandbox_backend", "docker", "--env.sandbox_image", str(docker_test_image()),
-         "--env.sandbox_docker_hosts", shared_engine(), DEAD],
+         *pool],
         env=offline_environment(), capture_output=True, text=True, timeout=240,
         stdin=subprocess.DEVNULL,
     )  # fmt: skip

@@ -261,7 +261,11 @@ class DockerSandbox(Sandbox):
         tried: set[str] = set()
         while True:
             self.host = self.pool.pick(tried)  # SandboxUnavailable with every engine out
-            code, out = await self._start_container()
+            try:
+                code, out = await self._start_container()
+            except BaseException:  # cancelled (the rollout's budget, Ctrl-C): not open here
+                self.pool.release(self.host)
+                raise
             if code == 0:
                 self.pool.working(self.host)
                 return
