@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -24,7 +26,13 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import docker_test_image, needs_docker, run_cleanup_command
+from sandbox_helpers import (
+    docker_test_image,
+    eventually,
+    needs_docker,
+    processes_running,
+    run_cleanup_command,
+)
 
 from hermes_envgen.runtime.sandbox import (
     SandboxManager,
@@ -499,3 +507,69 @@ def test_reach_only_tries_every_engine_of_the_pool():
     assert len(rows) == 2, done.stdout
     assert any(shared_engine() in row and "PASS" in row for row in rows), done.stdout
     assert any(DEAD in row and "FAIL" in row for row in rows), done.stdout
+
+
+@needs_docker
+@pytest.mark.timeout(400)
+def test_rollouts_on_an_engine_that_vanishes_fail_as_rollouts_and_the_run_goes_on(
+    stub_server, offline_tokenizer, tmp_path
+):
+    engine = shared_engine()
+    if not engine.startswith("unix://"):
+        pytest.skip(f"the shared engine is at {engine}, not a unix socket to relay")
+    mark = f"6.{random.randrange(10**6):06d}"  # seconds the command sleeps; unique
+    needle = f"sleep\0{mark}\0".encode()
+    # whichever task: the command solves it, once its sleep is over
+    solve = (
+        f"sleep {mark}; echo hello > greeting.txt; echo 6 > count.txt;"
+        " printf 'alice\\nbob\\ncarol\\n' > sorted.txt"
+    )
+    turn = {"tool_calls": [{"name": "terminal", "arguments": {"command": solve}}]}
+    server = stub_server({"conversations": [{"turns": [turn, {"content": "done"}]}]})
+    scratch = Path(tempfile.mkdtemp(prefix="herelay-", dir="/tmp"))
+    relay = UnixRelay(scratch / "engine.sock", engine.removeprefix("unix://"))
+    second = f"unix://{scratch}/second.sock"
+    os.symlink(engine.removeprefix("unix://"), scratch / "second.sock")
+    evals = tmp_path / "evals"
+    root = tmp_path / "sandboxes"
+    run = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "terminal_env.py"), "evaluate",
+         "--openai.base_url", server.base_url, "--env.tokenizer_name", str(offline_tokenizer),
+         "--env.sandbox_root", str(root), "--env.data_dir_to_save_evals", str(evals),
+         "--env.eval_samples_per_item", "4", "--env.max_eval_workers", "4",
+         "--env.sandbox_backend", "docker", "--env.sandbox_image", str(docker_test_image()),
+         "--env.sandbox_command_timeout", "60", "--env.sandbox_docker_hosts",
+         f"{relay.host},{second}"],
+        env=offline_environment(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    run_directory = None
+    try:
+        # the four rollouts' commands are under way, two on each engine
+        assert eventually(lambda: len(processes_running(needle)) >= 4, seconds=180), (
+            run.stderr.read()[-3000:] if run.poll() is not None else "no commands"
+        )
+        [run_directory] = (p for p in (root / "hermes-envgen").iterdir() if p.is_dir())
+        relay.vanish()
+        _, err = run.communicate(timeout=240)  # nothing hangs
+        assert run.returncode == 0, err[-3000:]
+        samples = [json.loads(line) for line in (evals / "samples.jsonl").read_text().splitlines()]
+        failures = [
+            json.loads(line) for line in (evals / "failures.jsonl").read_text().splitlines()
+        ]
+        # the two rollouts under way on the engine that went failed; every other one, on the
+        # engine left (the rollouts after the cut too), is scored
+        assert len(failures) == 2, failures
+        assert len(samples) >= 2 and all(s["reward"] == 1.0 for s in samples), samples
+        assert all(relay.host in f["failure"] and "sandbox lost" in f["failure"] for f in failures)
+        assert f"docker engine {relay.host} is out for 30 s" in err
+        assert "Traceback" not in err
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+        if run_directory is not None:  # the lost rollouts' containers: on the shared engine
+            leftover = labelled(engine, run_directory)
+            if leftover:
+                subprocess.run(["docker", "rm", "--force", *leftover], timeout=120)
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -24,9 +24,13 @@ Verification: ``stop_agent_processes`` kills every process but docker's init and
 writes the check files as root (``docker exec --user 0``), read-only, into a directory of
 root's.
 
+Engines: the one of ``DOCKER_HOST``, or a pool (``settings.docker_hosts``, see
+``docker_pool``): each container starts on one engine of it, the next if that one fails, and
+every docker command of the container names its engine (``--host``).
+
 Every container carries the label ``hermes-envgen.run=<host>/<run>`` and the run's directory
-notes the engine (``runs.ENGINE_FILE``): a run killed before it removed its containers has
-them removed by the next run, or ``hermes-envgen cleanup``.
+notes the engines (``runs.ENGINE_FILE``): a run killed before it removed its containers has
+them removed by the next run, or ``hermes-envgen cleanup``, on each engine.
 """
 
 from __future__ import annotations
@@ -349,6 +353,8 @@ class DockerSandbox(Sandbox):
                 "sh", "-c", VERIFICATION_TMP_SCRIPT, "sh", self._verification_home
             )
             code, out = await _docker(script, timeout=60)
+            if code != 0 and out.startswith(CLIENT_FAILED):
+                raise self._engine_lost(out)  # the rollout fails as a rollout, not the run
             if code != 0:
                 raise SandboxError(f"cannot make the verification's HOME: {out.strip()[:500]}")
             self._verification_home_made = True
