@@ -68,6 +68,25 @@ ENGINE_PREFIX = "bmh-"
 READY_TIMEOUT = 300  # seconds for an engine, a model server, a worker's set-up
 
 
+def start_in(
+    rig: netns_rig.Rig, host: str, command: list[str], log: Path, lifetime: int, **kwargs
+) -> subprocess.Popen:
+    """``command`` in ``host``'s network namespace alone (nsenter), killed with the rig.
+
+    Not ``Rig.start``'s ``ip netns exec``: its mount namespace has a fresh /sys, without the
+    cgroup mounts dockerd and the CPU accounting need. Killed after ``lifetime`` seconds in any
+    case; ``timeout`` passes a SIGTERM on to the command.
+    """
+    wrapped = ["nsenter", f"--net={netns_rig.NETNS_DIR / rig.namespace(host)}",
+               "timeout", "-s", "KILL", str(lifetime), *command]  # fmt: skip
+    with open(log, "w") as output:
+        process = subprocess.Popen(wrapped, stdout=output, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True,
+                                   **kwargs)  # fmt: skip
+    rig.processes.append(process)
+    return process
+
+
 def load_average() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
 
@@ -191,8 +210,7 @@ class Engine:
         if self.account is not None:  # dockerd, containerd, the shims, and the containers
             command = self.account.wrap([*command, "--cgroup-parent", f"/{self.account.name}"])
         log = self.directory / "dockerd.log"
-        self.process = self.rig.start(self.host, command, log, lifetime=self.lifetime,
-                                      network_only=True, start_new_session=True)  # fmt: skip
+        self.process = start_in(self.rig, self.host, command, log, self.lifetime)
 
         def answers() -> bool:
             return self.socket.exists() and self.docker("info", timeout=20).returncode == 0
@@ -356,8 +374,7 @@ class Run:
         """``command`` on ``host``, in its CPU account, in this machine's mounts (as dockerd)."""
         if self.accounts:
             command = self.accounts[host].wrap(command)
-        return self.rig.start(host, command, log, lifetime=self.lifetime, network_only=True,
-                              env=env, start_new_session=True)  # fmt: skip
+        return start_in(self.rig, host, command, log, self.lifetime, env=env)
 
     def close(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short

@@ -121,27 +121,10 @@ class Rig:
             _kill_namespace(ns)
         self._made.clear()
 
-    def start(
-        self,
-        host: str,
-        command: list[str],
-        log: Path,
-        lifetime: int = PROCESS_TIMEOUT,
-        network_only: bool = False,
-        **kwargs,
-    ) -> subprocess.Popen:
-        """``command`` in ``host``'s namespace, its output in ``log``, killed at the end.
-
-        Killed after ``lifetime`` seconds in any case (``timeout`` passes a SIGTERM sent to
-        it on to the command, so a process may also be asked to stop). ``network_only``:
-        enter the network namespace alone (``nsenter``), in this machine's mounts; ``ip netns
-        exec`` gives the command a mount namespace with a fresh /sys, without the cgroup
-        mounts a Docker engine needs.
-        """
-        ns = self.namespace(host)
-        enter = (["nsenter", f"--net={NETNS_DIR / ns}"] if network_only
-                 else ["ip", "netns", "exec", ns])  # fmt: skip
-        wrapped = [*enter, "timeout", "-s", "KILL", str(lifetime), *command]
+    def start(self, host: str, command: list[str], log: Path, **kwargs) -> subprocess.Popen:
+        """``command`` in ``host``'s namespace, its output in ``log``, killed at the end."""
+        wrapped = ["ip", "netns", "exec", self.namespace(host), "timeout", "-s", "KILL",
+                   str(PROCESS_TIMEOUT), *command]  # fmt: skip
         with open(log, "w") as output:
             process = subprocess.Popen(
                 wrapped, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **kwargs
