@@ -159,6 +159,15 @@ def start_failure(output: str, image: str) -> str:
             f"({reason.strip()[-200:]}); the certificates in {where} (ca.pem, cert.pem, "
             "key.pem) must be the engine's CA and a client certificate it trusts"
         )
+    if engine.startswith("ssh://") and "dial-stdio" in output:
+        # The CLI ran `ssh ... docker system dial-stdio` and ssh failed: ssh's own words
+        # (after "stderr=") say why: a refused key, an unknown host key, no docker there.
+        said = output.partition("stderr=")[2].strip().splitlines() or ["ssh failed"]
+        return (
+            f"docker backend: ssh to the engine at {engine} fails ({said[0].strip()[:200]}); "
+            "this host must log in there without a prompt (a key in ssh-agent or the ssh "
+            "config, the host in known_hosts) and that host needs the docker CLI"
+        )
     if ENGINE_GONE in output or "error during connect" in output:
         return (
             f"docker backend: no Docker engine answers at {engine}; start one (dockerd, or"
