@@ -76,14 +76,22 @@ async def docker_exec(
     return await process.wait(), out, err.decode(errors="replace")  # exited: at once
 
 
-def kill_container_processes(init_pid: int) -> None:
+def kill_container_processes(init_pid: int, container_id: str) -> None:
     """SIGKILL, from the host, every process of a container but its init and that one's first child.
 
     Only when the engine runs on this machine and we may signal the container's processes
     (root); otherwise nothing happens and the in-container script does the work.
     """
+    # The pid is the engine's: from a remote engine (tcp://, ssh://) it names whatever
+    # process has that number here, maybe one in this host's own namespace, whose every
+    # process would be killed. Only the process in the container's cgroup is the container's.
+    try:
+        cgroups = Path(f"/proc/{init_pid}/cgroup").read_text()
+    except OSError:
+        return
     namespace = procfs.pid_namespace(init_pid)
-    if namespace is None:
+    ours = procfs.pid_namespace(os.getpid())
+    if namespace is None or namespace == ours or container_id not in cgroups:
         return
     children = [pid for pid in procfs.pids() if procfs.parent_pid(pid) == init_pid]
     # The anchor is init's oldest child: what the agent orphaned came to init later.
