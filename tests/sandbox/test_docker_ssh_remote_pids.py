@@ -1,4 +1,6 @@
-"""A remote engine's container pid is not a process here: the host-side kill leaves it alone.
+"""What the docker backend must not assume of an engine that is not dockerd on this machine.
+
+A remote engine's container pid is not a process here: the host-side kill leaves it alone.
 
 ``docker inspect`` gives the container's init pid as the engine's host numbers it. With the
 engine on another machine (``tcp://``, ``ssh://``) that number names whatever process has it
@@ -17,7 +19,9 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
+from hermes_envgen.runtime.sandbox.docker_engine import start_failure
+
+needs_pid_namespace = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None,
     reason="a pid namespace of its own needs root and unshare",
 )
@@ -47,5 +51,16 @@ def run_in_own_pid_namespace(container: str) -> str:
     return done.stdout.strip()
 
 
+@needs_pid_namespace
 def test_a_pid_of_another_hosts_container_kills_nothing_here():
     assert run_in_own_pid_namespace("f" * 64) == "alive"
+
+
+def test_an_engines_refusal_is_named_not_the_clis_help_hint():
+    # docker CLI 28's output when the engine (here Podman 4.3) refuses a container
+    output = (
+        'docker: Error response from daemon: container create: unknown mount option "nr_inodes'
+        "=65536\": invalid mount option\n\nRun 'docker run --help' for more information\n"
+    )
+    message = start_failure(output, "img")
+    assert message.endswith('unknown mount option "nr_inodes=65536": invalid mount option'), message

@@ -191,5 +191,9 @@ def start_failure(output: str, image: str) -> str:
             f"docker backend: image {image!r} has no bash, which every command runs with;"
             f" use an image with bash and coreutils (e.g. {DEFAULT_DOCKER_IMAGE}, debian:bookworm)"
         )
-    last_line = (output.strip().splitlines() or ["no output"])[-1][:500]
+    # The CLI's own last line is a hint ("Run 'docker run --help' for more information"):
+    # the engine's answer is the last line before it.
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    lines = [line for line in lines if "--help" not in line] or lines or ["no output"]
+    last_line = lines[-1][:500]
     return f"docker backend: could not start a container of {image!r} on {engine}: {last_line}"
