@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -256,7 +257,15 @@ def test_a_refused_key_is_a_one_line_error_at_once(tmp_path, monkeypatch):
         with pytest.raises(SandboxUnavailable) as caught:
             asyncio.run(asyncio.wait_for(main(), 120))
         took = time.monotonic() - started
+        # and the reachability check says the same, in one row
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_envgen", "check", "--reach-only", "--docker-host", url],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
         refusals = log.read_text(errors="replace")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.startswith(f"FAIL  docker {url}"), done.stdout
+    assert "Permission denied (publickey)" in done.stdout, done.stdout
     message = str(caught.value)
     assert "\n" not in message, message
     assert message.startswith(f"docker backend: ssh to the engine at {url} fails"), message
