@@ -274,9 +274,12 @@ def test_a_refused_key_is_a_one_line_error_at_once(tmp_path, monkeypatch):
     assert "Accepted publickey" not in refusals
 
 
+@pytest.mark.timeout(900)
 def test_a_generated_env_evaluates_on_an_engine_over_ssh(ssh_engine, run_on_docker, tmp_path):  # noqa: F811
     eval_dir = tmp_path / "eval"
-    created = run_on_docker("evaluate", {"env.data_dir_to_save_evals": eval_dir})
+    # Every docker command logs in anew: 23 s on the local socket, 80-160 s over ssh on a
+    # busy 2-core machine; the ceiling is generous.
+    created = run_on_docker("evaluate", {"env.data_dir_to_save_evals": eval_dir}, timeout=720)
     metrics, samples_saved = read_eval_results(eval_dir)
     assert samples_saved and metrics["eval/failures"] == 0, "a rollout failed: see failures.jsonl"
     assert any(sample["tools_used"] for sample in samples_saved)
