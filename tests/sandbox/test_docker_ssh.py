@@ -236,6 +236,33 @@ def test_sandboxes_run_and_move_files_on_an_engine_over_ssh(ssh_engine, tmp_path
     assert not any(p.is_file() for p in (tmp_path / "docker").rglob("made.txt"))
 
 
+def test_an_engine_host_gone_mid_run_is_no_command_result(tmp_path, monkeypatch):
+    """sshd stops under a running sandbox: its next command fails as the sandbox (the rollout
+    fails, counted), not as a command that printed the CLI's connection error."""
+    key = tmp_path / "client" / "id"
+    key.parent.mkdir()
+    _keygen(key)
+    engine = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    manager = make_manager(tmp_path, "docker", command_timeout=60)
+
+    async def main():
+        sandbox = manager.get("gone")
+        with private_sshd(tmp_path / "sshd", key.with_suffix(".pub")) as (port, host_key, _):
+            over_ssh(monkeypatch, port, ssh_client(tmp_path / "client", port, host_key, key))
+            first = await sandbox.run("echo up")
+        try:
+            with pytest.raises(SandboxUnavailable) as caught:
+                await sandbox.run("echo again")
+        finally:
+            monkeypatch.setenv("DOCKER_HOST", engine)  # to remove the container
+            await manager.close_all()
+        return first, str(caught.value)
+
+    first, message = asyncio.run(asyncio.wait_for(main(), 300))
+    assert first.output == "up\n"
+    assert "\n" not in message and "Connection refused" in message, message
+
+
 def test_a_refused_key_is_a_one_line_error_at_once(tmp_path, monkeypatch):
     """sshd lets in another key than the client's: the sandbox's start fails in seconds,
     with ssh's reason in one line, never a prompt or a wait."""

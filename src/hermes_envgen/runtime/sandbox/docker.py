@@ -62,6 +62,7 @@ from hermes_envgen.runtime.sandbox.docker_engine import (
     ENGINE_GONE,
     LABEL,
     RUN_LABEL,
+    SSH_GONE,
     kill_container_processes,
     record_engine,
     run_label,
@@ -272,7 +273,7 @@ class DockerSandbox(Sandbox):
             await self._kill(process.pid, tag)
 
         result = await finish_command(process, self.settings.max_output_bytes, timeout, kill)
-        if result.exit_code != 0 and result.output.startswith(ENGINE_GONE):
+        if result.exit_code != 0 and result.output.startswith((ENGINE_GONE, SSH_GONE)):
             # The engine stopped under a running sandbox: that is no result of the command.
             raise SandboxUnavailable(start_failure(result.output, self.image))
         return explain_start_failure(result)

@@ -27,6 +27,8 @@ ENGINE_FILE = ".docker-engine"  # in a run's directory: the Docker engine of its
 LABEL = "hermes-envgen.sandbox"
 RUN_LABEL = "hermes-envgen.run"  # host/run directory: what a next run reaps if this one dies
 ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
+# ... and over ssh://, when the ssh that carries its API fails (the host is gone, sshd stopped)
+SSH_GONE = "error during connect"
 FILE_TIMEOUT = 300.0  # seconds a file script may take (a GiB through docker exec: a few)
 
 
