@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import docker_skip_reason, make_manager
+from sandbox_helpers import docker_skip_reason, docker_test_image, make_manager
 from test_generated_env_on_docker import generated_env, left_of, run_on_docker  # noqa: F401
 
-from hermes_envgen.runtime.sandbox import SandboxUnavailable
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.procfs import parent_pid, pids
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.testing.envs import read_eval_results
@@ -73,6 +73,7 @@ class SshEngine:
     """A private sshd on 127.0.0.1 whose sessions reach the shared Docker engine."""
 
     url: str  # DOCKER_HOST for the client side
+    engine: str  # the shared engine the sessions reach (its own socket, no ssh)
     bin: Path  # the directory of the ssh wrapper, to put first on PATH
     log: Path  # sshd's own log (-e)
 
@@ -198,9 +199,11 @@ def ssh_engine(tmp_path, monkeypatch) -> Iterator[SshEngine]:
     key = tmp_path / "client" / "id_ed25519"
     key.parent.mkdir()
     _keygen(key)
+    engine = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     with private_sshd(tmp_path / "sshd", key.with_suffix(".pub")) as (port, host_key, log):
         bin_directory = ssh_client(tmp_path / "client", port, host_key, key)
-        yield SshEngine(over_ssh(monkeypatch, port, bin_directory), bin_directory, log)
+        url = over_ssh(monkeypatch, port, bin_directory)
+        yield SshEngine(url, engine, bin_directory, log)
 
 
 def test_sandboxes_run_and_move_files_on_an_engine_over_ssh(ssh_engine, tmp_path):
@@ -316,3 +319,27 @@ def test_a_generated_env_evaluates_on_an_engine_over_ssh(ssh_engine, run_on_dock
     # the env's sessions: far more than this test's own few (events, ps)
     assert ssh_engine.logins() > len(created)
     assert re.search(r"Accepted publickey for \S+ from 127\.0\.0\.1", ssh_engine.log.read_text())
+
+
+def test_a_pool_of_the_local_socket_and_an_ssh_engine_uses_both(ssh_engine, tmp_path):
+    """``sandbox_docker_hosts`` with an ``ssh://`` member: the CLI's ``--host ssh://...``."""
+    hosts = [ssh_engine.engine, ssh_engine.url]
+    manager = SandboxManager(
+        SandboxSettings(
+            backend="docker", root=str(tmp_path / "pool"), docker_image=docker_test_image(),
+            docker_hosts=hosts, command_timeout=60,
+        )
+    )  # fmt: skip
+    logins = ssh_engine.logins()
+
+    async def main():
+        boxes = [manager.get(f"pool-{i}") for i in range(2)]
+        ran = [await box.run(f"echo {i} > f; cat f") for i, box in enumerate(boxes)]
+        placed = sorted(box.host for box in boxes)
+        await manager.close_all()
+        return ran, placed
+
+    ran, placed = asyncio.run(asyncio.wait_for(main(), 300))
+    assert [r.output for r in ran] == ["0\n", "1\n"]
+    assert placed == sorted(hosts)
+    assert ssh_engine.logins() > logins  # the ssh member's commands went through sshd
