@@ -236,6 +236,19 @@ def test_every_metric_key_is_declared_in_records():
     assert not is_declared("eval/pass@0") and not is_declared("eval/mean_reward_items")
 
 
+def both_splits(rollouts: list[Rollout]) -> tuple[dict[str, float], dict[str, float]]:
+    """The train/ metrics of these rollouts, and the eval/ ones of their records (3 samples of
+    alpha and of beta)."""
+    stats = RolloutStats()
+    for rollout in rollouts:
+        stats.add(rollout)
+    by_item: dict[str, list] = {"alpha": [], "beta": []}
+    for task in plan_eval(["alpha", "beta"], samples_per_item=3):
+        by_item[task.item].append(task)
+    records = [r.record() | by_item[r.item].pop(0).identity() for r in rollouts]
+    return stats.metrics(TRAIN), summarize(records, samples_per_item=3, pass_threshold=1.0)
+
+
 def test_training_and_evaluation_have_one_mean_reward():
     # The same rollouts give train/ and eval/mean_reward alike: each item weighs the same
     # (alpha has 3 measured samples, beta 1), and a stand-in score (beta's failed judge,
@@ -246,16 +259,7 @@ def test_training_and_evaluation_have_one_mean_reward():
     rollouts = [
         Rollout(item, result, r, f"t{i}", failure=why) for i, (item, r, why) in enumerate(judged)
     ]
-    stats = RolloutStats()
-    for rollout in rollouts:
-        stats.add(rollout)
-    tasks = plan_eval(["alpha", "beta"], samples_per_item=3)
-    by_item: dict[str, list] = {"alpha": [], "beta": []}
-    for task in tasks:
-        by_item[task.item].append(task)
-    records = [r.record() | by_item[r.item].pop(0).identity() for r in rollouts]
-    evaluated = summarize(records, samples_per_item=3, pass_threshold=1.0)
-    trained = stats.metrics(TRAIN)
+    trained, evaluated = both_splits(rollouts)
     expected = (2 / 3 + 0.5) / 2
     assert trained[metric(TRAIN, Metric.MEAN_REWARD)] == pytest.approx(expected)
     assert evaluated[metric(EVAL, Metric.MEAN_REWARD)] == pytest.approx(expected)
@@ -302,16 +306,7 @@ def test_training_and_evaluation_leave_a_failed_rollout_out_of_the_same_metrics(
     rollouts.append(
         Rollout("beta", cut, 0.0, "t9", signals={"style": 0.0}, failure="inference failed")
     )
-    stats = RolloutStats()
-    for rollout in rollouts:
-        stats.add(rollout)
-    tasks = plan_eval(["alpha", "beta"], samples_per_item=3)
-    by_item: dict[str, list] = {"alpha": [], "beta": []}
-    for task in tasks:
-        by_item[task.item].append(task)
-    records = [r.record() | by_item[r.item].pop(0).identity() for r in rollouts]
-    evaluated = summarize(records, samples_per_item=3, pass_threshold=1.0)
-    trained = stats.metrics(TRAIN)
+    trained, evaluated = both_splits(rollouts)
     expected = {
         Metric.ROLLOUTS: 4.0,
         Metric.FAILURES: 1.0,
