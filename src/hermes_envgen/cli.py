@@ -452,7 +452,10 @@ def check(
     ] = None,
     docker_host: Annotated[
         list[str] | None,
-        typer.Option(help="With --reach-only: a Docker engine (tcp://..., ssh://...); repeat."),
+        typer.Option(
+            help="With --reach-only: a Docker engine (tcp://..., ssh://...); repeat, or "
+            "comma-separated (every engine of sandbox_docker_hosts)."
+        ),
     ] = None,
 ) -> None:
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
@@ -472,10 +475,12 @@ def check(
         from hermes_envgen.devtools.reach import reach_checks
 
         urls = [u.strip() for u in (base_url or "").split(",") if u.strip()]
-        if not (urls or rollout_server_url or docker_host):
+        # a pool (sandbox_docker_hosts): repeated, or comma-separated as --base-url
+        engines = [h.strip() for value in docker_host or [] for h in value.split(",") if h.strip()]
+        if not (urls or rollout_server_url or engines):
             fail("--reach-only needs --base-url, --rollout-server-url or --docker-host")
         key = os.environ.get("OPENAI_API_KEY")
-        rows = reach_checks(urls, rollout_server_url, docker_host, api_key=key)
+        rows = reach_checks(urls, rollout_server_url, engines, api_key=key)
         typer.echo(format_table(rows))
         if any(r.status == FAIL for r in rows):
             raise typer.Exit(2)

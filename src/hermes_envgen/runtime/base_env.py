@@ -57,6 +57,7 @@ from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
+from hermes_envgen.runtime.sandbox.docker_pool import check_hosts
 from hermes_envgen.runtime.serve_log import EqualScoreSkips
 from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
@@ -125,6 +126,12 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         except EnvConfigError:
             self._discard_empty_output()
             raise
+        if sandbox_settings.backend == "docker" and sandbox_settings.docker_hosts:
+            try:  # every engine of the pool answers, or the run stops here (exit 2)
+                check_hosts(sandbox_settings.docker_hosts)
+            except EnvConfigError:
+                self._discard_empty_output()
+                raise
         if sandbox_settings.backend == "local":
             hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
         if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
@@ -355,8 +362,11 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
             except SandboxUnavailable as exc:
                 return self._unstarted_rollout(item, task_id, str(exc))
             result = await loop.run(self.build_messages(item))
-            # Nothing the agent started may run on while its work is scored.
-            await self.sandboxes.stop_agent_processes(task_id)
+            try:
+                # Nothing the agent started may run on while its work is scored.
+                await self.sandboxes.stop_agent_processes(task_id)
+            except SandboxUnavailable as exc:  # its engine went away mid-run (docker)
+                return self._unstarted_rollout(item, task_id, str(exc), result, lost=True)
             reward, reward_error = await self._score(item, result, ctx)
         finally:
             await ctx.cleanup()
@@ -371,17 +381,27 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
             failure=reward.failure,
         )
 
-    def _unstarted_rollout(self, item: Any, task_id: str, error: str) -> Rollout:
+    def _unstarted_rollout(
+        self,
+        item: Any,
+        task_id: str,
+        error: str,
+        result: AgentResult | None = None,
+        lost: bool = False,
+    ) -> Rollout:
         """A rollout whose sandbox could not start: scored 0.0 with the reason as reward error.
 
         The model is never asked (its tools could not run); the group goes on. The reason is
-        logged once per distinct message, not once per rollout.
+        logged once per distinct message, not once per rollout. ``lost``: the sandbox went
+        away under the rollout (its Docker engine disappeared), after the agent's ``result``.
         """
+        what = "was lost mid-rollout" if lost else "could not start"
         if error not in self._sandbox_errors_logged:
             self._sandbox_errors_logged.add(error)
-            logger.error("the sandbox could not start; rollouts score 0.0: %s", error)
-        result = AgentResult(messages=self.build_messages(item))
-        reward = Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=f"sandbox failed: {error}")
+            logger.error("the sandbox %s; rollouts score 0.0: %s", what, error)
+        result = result or AgentResult(messages=self.build_messages(item))
+        failure = f"sandbox {'lost' if lost else 'failed'}: {error}"
+        reward = Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=failure)
         return Rollout(item, result, 0.0, task_id, error, reward.counts, failure=reward.failure)
 
     async def _score(

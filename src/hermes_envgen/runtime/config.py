@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Literal
 
@@ -9,6 +10,7 @@ from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, Json, field_validator, model_validator
 
 from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxSettings
+from hermes_envgen.runtime.sandbox.docker_pool import SCHEMES as DOCKER_HOST_SCHEMES
 from hermes_envgen.runtime.sandbox.manager import DEFAULT_IDLE_LIFETIME
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings
 
@@ -97,6 +99,14 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     )
     sandbox_image: str = Field(
         default=DEFAULT_DOCKER_IMAGE, description="Image of the docker backend's containers."
+    )
+    sandbox_docker_hosts: list[str] = Field(
+        default_factory=list,
+        description="The docker backend's engines, as Docker host URLs (unix:///path, "
+        "tcp://host:2376 with DOCKER_TLS_VERIFY/DOCKER_CERT_PATH applying, ssh://user@host): "
+        "each sandbox starts on the one with the fewest open, and one that fails is out for "
+        "30 s. Empty: the engine of DOCKER_HOST. On the command line comma-separated: "
+        "--env.sandbox_docker_hosts unix:///run/docker.sock,tcp://10.0.0.3:2376",
     )
     sandbox_cpu_seconds: int | None = Field(
         default=None, ge=1, description="CPU seconds per command (bwrap/docker; None: default)."
@@ -308,6 +318,28 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
         "earlier run's files are moved to earlier-runs/<n>/, a new n each run).",
     )
 
+    @field_validator("sandbox_docker_hosts", mode="before")
+    @classmethod
+    def _docker_hosts_from_text(cls, value: Any) -> Any:
+        """The command line's one string: comma-separated URLs, or a JSON list."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("sandbox_docker_hosts")
+    @classmethod
+    def _docker_hosts_are_urls(cls, value: list[str]) -> list[str]:
+        for host in value:
+            if not host.startswith(DOCKER_HOST_SCHEMES):
+                raise ValueError(
+                    f"{host!r} is not a Docker host URL (unix:///path, tcp://host:port, "
+                    "ssh://user@host)"
+                )
+        return value
+
     @field_validator("system_prompt")
     @classmethod
     def _system_prompt_is_sendable(cls, value: str | None) -> str | None:
@@ -404,4 +436,5 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
             workspace_mb=self.sandbox_workspace_mb,
             cpus=self.sandbox_cpus,
             docker_image=self.sandbox_image,
+            docker_hosts=list(self.sandbox_docker_hosts),
         )

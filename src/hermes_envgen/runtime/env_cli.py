@@ -23,13 +23,35 @@ def run_env_cli(atropos_cli: Callable[[], None]) -> None:
 
     from pydantic import ValidationError
 
-    sys.argv[1:] = renamed_flags(sys.argv[1:])
+    sys.argv[1:] = joined_list_flags(renamed_flags(sys.argv[1:]))
     try:
         atropos_cli()
     except HermesEnvgenError as exc:  # configuration mistakes exit 2, the model server's too
         sys.exit(report(exc))
     except ValidationError as exc:  # a flag's value: a configuration mistake like the others
         sys.exit(report(EnvConfigError(validation_line(exc))))
+
+
+# Settings that take a list on the command line, comma-separated.
+LIST_FLAGS = ("--env.sandbox_docker_hosts",)
+
+
+def joined_list_flags(args: list[str]) -> list[str]:
+    """``--env.sandbox_docker_hosts A B`` as ``A,B``: atroposlib takes one value per flag
+    (it would drop ``B`` without a word)."""
+    joined: list[str] = []
+    index = 0
+    while index < len(args):
+        joined.append(args[index])
+        if args[index] in LIST_FLAGS:
+            values = []
+            while index + 1 < len(args) and not args[index + 1].startswith("-"):
+                values.append(args[index + 1])
+                index += 1
+            if values:
+                joined.append(",".join(values))
+        index += 1
+    return joined
 
 
 def check_not_rollout_server(server_config: Any, rollout_server_url: str | None) -> None:

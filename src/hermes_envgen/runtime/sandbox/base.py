@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hermes_envgen.runtime.errors import (
     FileTooLarge,
@@ -70,6 +70,8 @@ class SandboxSettings:
     workspace_mb: int | None = None  # the workspace's size (and 64 files per MiB)
     cpus: float | None = None  # CPUs the sandbox's processes may use together
     docker_image: str = DEFAULT_DOCKER_IMAGE  # the docker backend's image
+    # The docker backend's engines (Docker host URLs); empty: the environment's DOCKER_HOST.
+    docker_hosts: list[str] = field(default_factory=list)
 
 
 # Variables a command may see. Everything else, API keys and tokens included, stays out.

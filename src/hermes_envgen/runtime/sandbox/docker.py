@@ -24,9 +24,13 @@ Verification: ``stop_agent_processes`` kills every process but docker's init and
 writes the check files as root (``docker exec --user 0``), read-only, into a directory of
 root's.
 
+Engines: the one of ``DOCKER_HOST``, or a pool (``settings.docker_hosts``, see
+``docker_pool``): each container starts on one engine of it, the next if that one fails, and
+every docker command of the container names its engine (``--host``).
+
 Every container carries the label ``hermes-envgen.run=<host>/<run>`` and the run's directory
-notes the engine (``runs.ENGINE_FILE``): a run killed before it removed its containers has
-them removed by the next run, or ``hermes-envgen cleanup``.
+notes the engines (``runs.ENGINE_FILE``): a run killed before it removed its containers has
+them removed by the next run, or ``hermes-envgen cleanup``, on each engine.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from hermes_envgen.runtime.sandbox.docker_engine import (
 )
 from hermes_envgen.runtime.sandbox.docker_engine import docker_cli as _docker
 from hermes_envgen.runtime.sandbox.docker_engine import docker_exec as _exec
+from hermes_envgen.runtime.sandbox.docker_pool import engine_failure, is_local, pool_of
 from hermes_envgen.runtime.sandbox.docker_shell import (
     DENIED,
     DIRECTORY,
@@ -106,6 +111,8 @@ TMP_SIZE_MB = 512  # a tmpfs, as the workspace (limits.workspace_mb): the host's
 START_TIMEOUT = 600.0  # includes pulling the image the first time
 RUNTIME_EXEC_FAILED = "OCI runtime exec failed"  # docker exec's start failure, exit code 126
 CANNOT_START = 126
+# How the docker client's output starts when it reached no engine (unix socket; TCP, SSH).
+CLIENT_FAILED = (ENGINE_GONE, "error during connect")
 
 
 def container_path(path: str, workdir: str = WORKDIR) -> str:
@@ -162,6 +169,10 @@ class DockerSandbox(Sandbox):
     def __init__(self, task_id: str, settings: SandboxSettings, workspace: Path) -> None:
         super().__init__(task_id, settings)
         self.docker = shutil.which("docker") or "docker"
+        # The engines of sandbox_docker_hosts, if any (else DOCKER_HOST's); the container's
+        # own, once it started: every docker command of it goes there.
+        self.pool = pool_of(getattr(settings, "docker_hosts", None) or ())
+        self.host: str | None = None
         self.image = getattr(settings, "docker_image", None) or DEFAULT_DOCKER_IMAGE
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
         self.container = container_name(task_id)
@@ -181,6 +192,10 @@ class DockerSandbox(Sandbox):
 
     # -- the container ---------------------------------------------------------------------
 
+    def cli(self) -> list[str]:
+        """The docker client, talking to this sandbox's engine."""
+        return [self.docker] if self.host is None else [self.docker, "--host", self.host]
+
     def run_argv(self) -> list[str]:
         """The ``docker run`` argv that creates this task's container."""
         environment = command_environment(WORKDIR)
@@ -189,7 +204,7 @@ class DockerSandbox(Sandbox):
         assert self.limits.workspace_mb is not None
         workspace_size = tmpfs_size_options(self.limits.workspace_mb)
         args = [
-            self.docker, "run", "--detach", "--init",
+            *self.cli(), "run", "--detach", "--init",
             "--name", self.container,
             "--hostname", HOSTNAME,
             "--label", f"{LABEL}={self.task_id[:200]}",
@@ -214,7 +229,7 @@ class DockerSandbox(Sandbox):
         self, *command: str, stdin: bool = False, tag: str | None = None, user: str | None = None
     ) -> list[str]:
         """The ``docker exec`` argv that runs ``command`` in the container's workspace."""
-        args = [self.docker, "exec", "--workdir", WORKDIR, "--user", user or AGENT_USER]
+        args = [*self.cli(), "exec", "--workdir", WORKDIR, "--user", user or AGENT_USER]
         if stdin:
             args.append("--interactive")
         if tag is not None:
@@ -232,17 +247,55 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"sandbox {self.task_id} is closed")
             if self._start_error is not None:  # once is enough: the same error, at once
                 raise SandboxUnavailable(self._start_error)
-            record_engine(self.run_directory)
-            code, out = await _docker(self.run_argv(), timeout=START_TIMEOUT)
-            if code == 0:
-                # Every command runs with bash: an image without it fails here, at the start.
-                code, out = await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
-            if code != 0:
-                # A container may have been created before it failed to start: remove it.
-                await _docker([self.docker, "rm", "--force", "--volumes", self.container], 60)
-                self._start_error = start_failure(out, self.image)
-                raise SandboxUnavailable(self._start_error)
+            record_engine(self.run_directory, self.pool.hosts if self.pool else None)
+            try:
+                await self._start_on_an_engine()
+            except SandboxUnavailable as exc:
+                self._start_error = str(exc)
+                raise
             self._started = True
+
+    async def _start_on_an_engine(self) -> None:
+        """Start the container: on DOCKER_HOST's engine, or on the pool's, the next if one fails."""
+        if self.pool is None:
+            code, out = await self._start_container()
+            if code != 0:
+                raise SandboxUnavailable(start_failure(out, self.image))
+            return
+        tried: set[str] = set()
+        while True:
+            self.host = self.pool.pick(tried)  # SandboxUnavailable with every engine out
+            try:
+                code, out = await self._start_container()
+            except BaseException:  # cancelled (the rollout's budget, Ctrl-C): not open here
+                self.pool.release(self.host)
+                raise
+            if code == 0:
+                self.pool.working(self.host)
+                return
+            self.pool.release(self.host)
+            why = engine_failure(code, out)
+            if why is None:  # the engine answered: the image, say, which another may lack too
+                raise SandboxUnavailable(start_failure(out, self.image, self.host))
+            self.pool.out(self.host, why)
+            tried.add(self.host)
+
+    async def _start_container(self) -> tuple[int, str]:
+        """``docker run`` this sandbox's container on its engine; the exit code and output."""
+        code, out = await _docker(self.run_argv(), timeout=START_TIMEOUT)
+        if code == 0:
+            # Every command runs with bash: an image without it fails here, at the start.
+            code, out = await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
+        if code != 0:
+            # A container may have been created before it failed to start: remove it.
+            await _docker([*self.cli(), "rm", "--force", "--volumes", self.container], 60)
+        return code, out
+
+    def _engine_lost(self, output: str) -> SandboxUnavailable:
+        """The engine stopped under a running sandbox: out of the pool, and the error to raise."""
+        if self.pool is not None and self.host is not None:
+            self.pool.out(self.host, engine_failure(1, output) or output.strip()[:200])
+        return SandboxUnavailable(start_failure(output, self.image, self.host))
 
     async def close(self) -> None:
         if self.closed:
@@ -250,7 +303,9 @@ class DockerSandbox(Sandbox):
         self.closed = True
         async with self._start_lock:
             if self._started:
-                await _docker([self.docker, "rm", "--force", "--volumes", self.container], 60)
+                await _docker([*self.cli(), "rm", "--force", "--volumes", self.container], 60)
+                if self.pool is not None and self.host is not None:
+                    self.pool.release(self.host)
 
     # -- commands --------------------------------------------------------------------------
 
@@ -266,15 +321,15 @@ class DockerSandbox(Sandbox):
         # joining them inside keeps the order the command wrote them in.
         script = f"exec 2>&1; cd -- {WORKDIR} || exit 1\n{command}"
         argv = self.exec_argv("bash", "-c", script, tag=tag)
-        process = await spawn(argv, dict(os.environ))  # the client needs DOCKER_HOST & co.
+        process = await spawn(argv, dict(os.environ))  # the client needs DOCKER_TLS_* & co.
 
         async def kill() -> None:
             await self._kill(process.pid, tag)
 
         result = await finish_command(process, self.settings.max_output_bytes, timeout, kill)
-        if result.exit_code != 0 and result.output.startswith(ENGINE_GONE):
+        if result.exit_code != 0 and result.output.startswith(CLIENT_FAILED):
             # The engine stopped under a running sandbox: that is no result of the command.
-            raise SandboxUnavailable(start_failure(result.output, self.image))
+            raise self._engine_lost(result.output)
         return explain_start_failure(result)
 
     async def _kill_everything(self) -> None:
@@ -282,9 +337,10 @@ class DockerSandbox(Sandbox):
             return
         # From the host first, as _kill does: a fork bomb may leave no slot for docker exec.
         code, out = await _docker(
-            [self.docker, "inspect", "--format", "{{.State.Pid}}", self.container], 30
+            [*self.cli(), "inspect", "--format", "{{.State.Pid}}", self.container], 30
         )
-        if code == 0 and out.strip().isdigit():
+        # A pid of an engine elsewhere means nothing here (it may name a process of ours).
+        if code == 0 and out.strip().isdigit() and is_local(self.host):
             kill_container_processes(int(out.strip()))
         await _docker(self.exec_argv("bash", "-c", KILL_ALL_SCRIPT), timeout=30)
 
@@ -297,6 +353,8 @@ class DockerSandbox(Sandbox):
                 "sh", "-c", VERIFICATION_TMP_SCRIPT, "sh", self._verification_home
             )
             code, out = await _docker(script, timeout=60)
+            if code != 0 and out.startswith(CLIENT_FAILED):
+                raise self._engine_lost(out)  # the rollout fails as a rollout, not the run
             if code != 0:
                 raise SandboxError(f"cannot make the verification's HOME: {out.strip()[:500]}")
             self._verification_home_made = True
@@ -377,7 +435,10 @@ class DockerSandbox(Sandbox):
         """Run a file script in the container: its exit code, stdout and stderr."""
         arguments = ["sh", WORKDIR, escaped_path(target), *args]
         argv = self.exec_argv("sh", "-c", script, *arguments, stdin=data is not None)
-        return await _exec(argv, data)
+        code, out, err = await _exec(argv, data)
+        if code != 0 and err.startswith(CLIENT_FAILED):  # the client's words, not the script's
+            raise self._engine_lost(err)
+        return code, out, err
 
     @staticmethod
     def _raise_for(code: int, path: str, err: str) -> None:

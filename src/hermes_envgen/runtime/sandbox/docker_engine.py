@@ -28,6 +28,8 @@ LABEL = "hermes-envgen.sandbox"
 RUN_LABEL = "hermes-envgen.run"  # host/run directory: what a next run reaps if this one dies
 ENGINE_GONE = "Cannot connect to the Docker daemon"  # what the CLI says when none answers
 FILE_TIMEOUT = 300.0  # seconds a file script may take (a GiB through docker exec: a few)
+HOSTS_KEY = "hosts"  # in ENGINE_FILE: the engines of the run's pool (sandbox_docker_hosts)
+REAP_TIMEOUT = 60  # seconds the reaper gives one engine per CLI call (a dark one: no more)
 
 
 async def docker_cli(argv: list[str], timeout: float) -> tuple[int, str]:
@@ -83,7 +85,9 @@ def kill_container_processes(init_pid: int) -> None:
     (root); otherwise nothing happens and the in-container script does the work.
     """
     namespace = procfs.pid_namespace(init_pid)
-    if namespace is None:
+    # A container's init has a pid namespace of its own; a pid in ours is not one (a remote
+    # engine's pid, which names some process of this machine): never kill our own namespace.
+    if namespace is None or namespace == procfs.pid_namespace(os.getpid()):
         return
     children = [pid for pid in procfs.pids() if procfs.parent_pid(pid) == init_pid]
     # The anchor is init's oldest child: what the agent orphaned came to init later.
@@ -106,9 +110,15 @@ def run_label(run_directory: Path) -> str:
     return f"{socket.gethostname()}/{run_directory.name}"
 
 
-def record_engine(run_directory: Path) -> None:
-    """Note in the run's directory which engine its containers run on (for ``reap``)."""
-    engine = {name: value for name, value in os.environ.items() if name.startswith("DOCKER_")}
+def record_engine(run_directory: Path, hosts: list[str] | None = None) -> None:
+    """Note in the run's directory which engines its containers run on (for ``reap``).
+
+    The client's ``DOCKER_*`` environment, and the engines of the pool (``hosts``) if it has
+    one: the reaper asks each of them.
+    """
+    engine: dict = {name: value for name, value in os.environ.items() if name.startswith("DOCKER_")}
+    if hosts:
+        engine[HOSTS_KEY] = list(hosts)  # no clash: every other key is a DOCKER_ variable
     path = run_directory / ENGINE_FILE
     if not path.exists():
         with contextlib.suppress(OSError):
@@ -116,39 +126,48 @@ def record_engine(run_directory: Path) -> None:
 
 
 def remove_run_containers(run_directory: Path) -> int:
-    """Remove the containers a run left on its engine, if it used one; how many."""
+    """Remove the containers a run left on its engines, if it used any; how many."""
     try:
         engine = json.loads((run_directory / ENGINE_FILE).read_text())
     except (OSError, ValueError):
         return 0  # the run started no container
+    hosts: list[str | None] = list(engine.pop(HOSTS_KEY, None) or [None])
     environment = {**os.environ, **engine}
     docker = shutil.which("docker") or "docker"
+    label = f"label={RUN_LABEL}={run_label(run_directory)}"
+    removed = 0
+    for host in hosts:  # None: the engine of the noted environment's DOCKER_HOST
+        where = [] if host is None else ["--host", host]
 
-    def cli(*args: str) -> str:
-        return subprocess.run(
-            [docker, *args], env=environment, capture_output=True, text=True, timeout=120
-        ).stdout
+        def cli(*args: str, where: list[str] = where) -> str:
+            return subprocess.run(
+                [docker, *where, *args], env=environment, capture_output=True, text=True,
+                timeout=REAP_TIMEOUT, stdin=subprocess.DEVNULL,
+            ).stdout  # fmt: skip
 
-    try:
-        label = f"label={RUN_LABEL}={run_label(run_directory)}"
-        containers = cli("ps", "--all", "--quiet", "--filter", label).split()
-        if containers:
-            cli("rm", "--force", "--volumes", *containers)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        logger.warning("cannot remove the containers of run %s: %s", run_directory.name, exc)
-        return 0
-    return len(containers)
+        try:
+            containers = cli("ps", "--all", "--quiet", "--filter", label).split()
+            if containers:
+                cli("rm", "--force", "--volumes", *containers)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            logger.warning(
+                "cannot remove the containers of run %s%s: %s",
+                run_directory.name, f" on {host}" if host else "", exc,
+            )  # fmt: skip
+            continue
+        removed += len(containers)
+    return removed
 
 
-def engine_address() -> str:
-    """The Docker engine the CLI talks to, as a message names it."""
-    host = os.environ.get("DOCKER_HOST")
+def engine_address(host: str | None = None) -> str:
+    """The Docker engine the CLI talks to (``host``, else DOCKER_HOST's), as a message names it."""
+    host = host or os.environ.get("DOCKER_HOST")
     return host or "the docker CLI's default (DOCKER_HOST is unset: /var/run/docker.sock)"
 
 
-def start_failure(output: str, image: str) -> str:
-    """One line saying why ``docker run`` could not start a sandbox, and what to do."""
-    engine = engine_address()
+def start_failure(output: str, image: str, host: str | None = None) -> str:
+    """One line saying why ``docker run`` could not start a sandbox on ``host``, and what to do."""
+    engine = engine_address(host)
     if "tls:" in output or "x509:" in output or "remote error: tls" in output:
         # The engine answers but the certificates do not match: not "no engine" (the CLI
         # never falls back to plain TCP with DOCKER_TLS_VERIFY set).

@@ -6,7 +6,7 @@ lives; the kernel drops the lock however the process dies (``kill -9`` included)
 that ends normally, or by SIGTERM/SIGINT turned into an exit, removes its directory and
 kills what it started at interpreter exit. Whatever a run that died harder left (its
 directory, mounts and cgroups, a local command's daemons, a bwrap sandbox started as it was
-killed, its Docker containers, found by their run label on the engine noted in
+killed, its Docker containers, found by their run label on each engine noted in
 ``ENGINE_FILE``) is removed by the next run under the same root, or by ``hermes-envgen
 cleanup``: a directory whose lock nobody holds is stale.
 """
