@@ -9,6 +9,10 @@ import sys
 import pytest
 from conftest import render_template
 
+# A whole check is several env subprocesses (run_check allows 600 s, the own-judge one 900 s):
+# on a busy machine they took 220-290 s beside another, near pytest-timeout's default 300 s.
+pytestmark = pytest.mark.timeout(1000)
+
 
 def run_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
