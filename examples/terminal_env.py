@@ -14,12 +14,13 @@ or against a real model: ``python examples/terminal_env.py process --openai.base
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from hermes_envgen.runtime import AgentResult, HermesAgentBaseEnv, HermesAgentEnvConfig, ToolContext
 
-TASKS = [
+TASKS: list[dict[str, Any]] = [
     {
         "prompt": "Write the word hello into a file named greeting.txt.",
         "check": "grep -qx hello greeting.txt",
@@ -65,7 +66,8 @@ class TerminalTaskEnv(HermesAgentBaseEnv):
         random.Random(0).shuffle(self.items)
         self.index = 0
 
-    async def get_next_item(self) -> dict:
+    # This env's items are its own dicts, not the runtime's Task (the base's item type).
+    async def get_next_item(self) -> dict:  # type: ignore[override]
         item = self.items[self.index % len(self.items)]
         self.index += 1
         return item

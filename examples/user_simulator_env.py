@@ -100,7 +100,8 @@ class UserSimulatorEnv(HermesAgentBaseEnv):
         self.items = list(TASKS)
         self.index = 0
 
-    async def get_next_item(self) -> dict:
+    # This env's items are its own dicts, not the runtime's Task (the base's item type).
+    async def get_next_item(self) -> dict:  # type: ignore[override]
         item = self.items[self.index % len(self.items)]
         self.index += 1
         return item

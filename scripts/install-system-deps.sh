@@ -13,9 +13,12 @@ command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$missing python3-pytest"
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"  # the multi-host rig's namespaces
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"  # the TLS engine's certificates
+# the docker backend over DOCKER_HOST=ssh:// is tested against a private sshd the test starts
+# (tests/sandbox/test_docker_ssh.py); the package's own service is not started (below)
+[ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
 
 if [ -z "$missing" ]; then
-    echo "system deps: all present (bwrap, python3 and its pytest under /usr, chromium, ip, openssl)"
+    echo "system deps: all present (bwrap, python3 and its pytest under /usr, chromium, ip, openssl, sshd)"
     exit 0
 fi
 
@@ -33,6 +36,23 @@ export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes
 # go without the packages.
 apt_get="sh $(dirname "$0")/apt-get-waiting.sh"
 $apt_get update -qq
+# Only the binaries are wanted: openssh-server's package would start (and enable) an sshd on
+# port 22 for every address. A policy-rc.d that denies every start (Debian's mechanism, the
+# one Docker's images ship) is put in place for the install if there is none, and an ssh
+# service that systemd would start at boot is disabled again.
+policy=/usr/sbin/policy-rc.d
+case "$missing" in *openssh-server*)
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\n# put here by hermes-envgen install-system-deps.sh for one install\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        trap 'rm -f "$policy"' EXIT
+    fi
+    ;;
+esac
 # shellcheck disable=SC2086  # the package list is meant to split into words
 $apt_get install -y -qq --no-install-recommends $missing >/dev/null
+case "$missing" in *openssh-server*)
+    if [ -d /run/systemd/system ]; then systemctl disable --now --quiet ssh.service ssh.socket 2>/dev/null || true; fi
+    ;;
+esac
 echo "system deps: installed$missing"

@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The suite runs on every core (pytest-xdist; tests/conftest.py groups those that cannot share
-# the machine) and ends with its 20 slowest tests.
-PYTEST=(.venv/bin/python -m pytest -n auto --dist loadgroup --durations=20)
+# the machine and orders the work, which --no-loadscope-reorder keeps) and ends with its 20
+# slowest tests.
+PYTEST=(.venv/bin/python -m pytest -n auto --dist loadgroup --no-loadscope-reorder --durations=20)
 
 # --fast: the development loop (under 3 minutes on 2 cores): no slow, docker or model-server
 # tests, so neither an engine nor a model server is started.
@@ -38,8 +39,8 @@ trap 'exit 143' TERM
 # --- vLLM: a stock vLLM (the prebuilt CPU wheel) for the end-to-end tests of the vllm provider
 # (tests/test_vllm_server.py): installed on the first run only (a few minutes, cached under
 # ~/.cache/hermes-envgen/vllm/) and started now, beside setup and the suite; its tests wait for
-# it and run last. The preparation runs in a process group of its own and the server in
-# another (its pid file in the state directory): both are stopped when the tests end.
+# it and run after the slow tests. The preparation runs in a process group of its own and the
+# server in another (its pid file in the state directory): both are stopped when the tests end.
 # llama.cpp's server (scripts/llama-server.sh, an 18-60 minute build) is not started here any
 # more; its test is opt-in: HERMES_ENVGEN_LLAMA=1 with a state directory from that script.
 vllm_state=$(mktemp -d)

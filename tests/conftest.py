@@ -55,7 +55,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # cannot share the machine with each other run one after another on a single worker, as the
 # group "machine": they assert on host-wide state (the mount table, every process, every
 # container of the engine), start engines, or hold a time limit. The tests of a real model
-# server are a group of their own, scheduled last: CI starts that server beside the suite.
+# server are a group of their own, scheduled after the slow tests: CI starts that server beside
+# the suite (the order: pytest_collection_modifyitems).
 MACHINE_FILES = {
     "devtools/test_demo.py",  # mounts and processes below its run, the whole demo
     "sandbox/test_crash_cleanup.py",  # kills runs, then asserts no process or mount is left
@@ -83,12 +84,32 @@ def serial_group(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Group what cannot run in parallel; tests of a real model server run last."""
+    """Group what cannot run in parallel, and order the work so the run's tail is short.
+
+    pytest-xdist hands out work in this order (scripts/test.sh passes --no-loadscope-reorder;
+    its default would put the largest groups first, the model server's second): the serial
+    "machine" group first, its long chain started at once; then the files that hold slow tests,
+    each file whole (its module fixtures set up once); then the model server's tests, CI's
+    server having started meanwhile; last the many quick tests, which fill the other worker
+    while one runs a group and end together.
+    """
+    slow_files = set()
     for item in items:
         group = serial_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: serial_group(item) == "model_server")
+        if item.get_closest_marker("slow"):
+            slow_files.add(item.path)
+
+    def rank(item: pytest.Item) -> int:
+        group = serial_group(item)
+        if group == "machine":
+            return 0
+        if group == "model_server":
+            return 2
+        return 1 if item.path in slow_files else 3
+
+    items.sort(key=rank)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from hermes_envgen.runtime import (
     HermesAgentEnvConfig,
     Reward,
     ToolContext,
+    ToolErrorRecord,
 )
 from hermes_envgen.runtime.base_env import EnvConfigError, Rollout, RolloutStats
 from hermes_envgen.runtime.evaluation import (
@@ -235,6 +236,19 @@ def test_every_metric_key_is_declared_in_records():
     assert not is_declared("eval/pass@0") and not is_declared("eval/mean_reward_items")
 
 
+def both_splits(rollouts: list[Rollout]) -> tuple[dict[str, float], dict[str, float]]:
+    """The train/ metrics of these rollouts, and the eval/ ones of their records (3 samples of
+    alpha and of beta)."""
+    stats = RolloutStats()
+    for rollout in rollouts:
+        stats.add(rollout)
+    by_item: dict[str, list] = {"alpha": [], "beta": []}
+    for task in plan_eval(["alpha", "beta"], samples_per_item=3):
+        by_item[task.item].append(task)
+    records = [r.record() | by_item[r.item].pop(0).identity() for r in rollouts]
+    return stats.metrics(TRAIN), summarize(records, samples_per_item=3, pass_threshold=1.0)
+
+
 def test_training_and_evaluation_have_one_mean_reward():
     # The same rollouts give train/ and eval/mean_reward alike: each item weighs the same
     # (alpha has 3 measured samples, beta 1), and a stand-in score (beta's failed judge,
@@ -245,16 +259,7 @@ def test_training_and_evaluation_have_one_mean_reward():
     rollouts = [
         Rollout(item, result, r, f"t{i}", failure=why) for i, (item, r, why) in enumerate(judged)
     ]
-    stats = RolloutStats()
-    for rollout in rollouts:
-        stats.add(rollout)
-    tasks = plan_eval(["alpha", "beta"], samples_per_item=3)
-    by_item: dict[str, list] = {"alpha": [], "beta": []}
-    for task in tasks:
-        by_item[task.item].append(task)
-    records = [r.record() | by_item[r.item].pop(0).identity() for r in rollouts]
-    evaluated = summarize(records, samples_per_item=3, pass_threshold=1.0)
-    trained = stats.metrics(TRAIN)
+    trained, evaluated = both_splits(rollouts)
     expected = (2 / 3 + 0.5) / 2
     assert trained[metric(TRAIN, Metric.MEAN_REWARD)] == pytest.approx(expected)
     assert evaluated[metric(EVAL, Metric.MEAN_REWARD)] == pytest.approx(expected)
@@ -267,6 +272,56 @@ def test_a_window_of_stand_in_scores_has_no_mean_reward():
     trained = stats.metrics(TRAIN)
     assert metric(TRAIN, Metric.MEAN_REWARD) not in trained
     assert trained[metric(TRAIN, Metric.FAILURES)] == 1.0
+
+
+def test_training_and_evaluation_leave_a_failed_rollout_out_of_the_same_metrics():
+    # One definition for both splits: a failed rollout (here the server gave up after 9 turns
+    # of wasted tool calls, every turn scored 0) is counted in failures and rollout_errors and
+    # in no mean or rate; rollouts counts the measured ones.
+    def result(turns: int, calls: int, turn_rewards: list, error: str | None = None):
+        call = {"id": "c", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}
+        messages = [{"role": "assistant", "content": "", "tool_calls": [call]}] * calls
+        messages = [*messages, {"role": "assistant", "content": "done"}]
+        errors = [ToolErrorRecord(1, "terminal", "{}", "boom", "Error: boom")] * (calls // 2)
+        return AgentResult(
+            messages,
+            turns_used=turns,
+            finished_naturally=error is None,
+            tool_errors=errors,
+            error=error,
+            turn_rewards=turn_rewards,
+        )
+
+    measured = [
+        ("alpha", result(2, 2, [1.0, None]), 1.0, {"style": 1.0}),
+        ("alpha", result(3, 1, [0.5, 0.5, 1.0]), 0.5, {"style": 0.5}),
+        ("beta", result(1, 0, [None]), 0.0, {"style": 0.0}),
+        ("beta", result(2, 4, [0.0, 1.0]), 1.0, {"style": 1.0}),
+    ]
+    rollouts = [
+        Rollout(item, res, reward, f"t{i}", signals=signals)
+        for i, (item, res, reward, signals) in enumerate(measured)
+    ]
+    cut = result(9, 9, [0.0] * 9, error="the model server gave up")
+    rollouts.append(
+        Rollout("beta", cut, 0.0, "t9", signals={"style": 0.0}, failure="inference failed")
+    )
+    trained, evaluated = both_splits(rollouts)
+    expected = {
+        Metric.ROLLOUTS: 4.0,
+        Metric.FAILURES: 1.0,
+        Metric.ROLLOUT_ERRORS: 1.0,
+        Metric.MEAN_REWARD: (0.75 + 0.5) / 2,
+        Metric.MEAN_TURNS: 2.0,  # (2 + 3 + 1 + 2) / 4, and per item (2.5 + 1.5) / 2
+        Metric.MEAN_TURN_REWARD: 4.0 / 6,  # the measured rollouts' 6 scored turns
+        Metric.TOOL_CALLS_PER_ROLLOUT: 7 / 4,
+        Metric.TOOL_ERRORS_PER_ROLLOUT: 3 / 4,
+        Metric.TOOL_ERROR_RATE: 3 / 7,
+        Metric.FINISHED_NATURALLY_RATE: 1.0,
+        "style": 2.5 / 4,
+    }
+    assert {name: trained[metric(TRAIN, name)] for name in expected} == pytest.approx(expected)
+    assert {name: evaluated[metric(EVAL, name)] for name in expected} == pytest.approx(expected)
 
 
 # -- the whole evaluation on the stub --------------------------------------------------------

@@ -20,6 +20,7 @@ checked.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import runpy
@@ -110,8 +111,10 @@ def test_every_block_of_every_generated_readme_is_one_these_tests_run(readmes):
 
 # -- The launch lines of the model servers: flags checked by the package's own parser --------
 
+# One process imports vLLM (tens of seconds) and runs the module once per argv given as JSON
+# lists, each run reported as a JSON line: its exit code and what it wrote to stderr.
 VLLM_DRIVER = """\
-import runpy, sys
+import contextlib, io, json, runpy, sys
 import uvloop
 
 def started(coroutine):  # the server would start now: its flags parsed and validated
@@ -121,12 +124,23 @@ def started(coroutine):  # the server would start now: its flags parsed and vali
         from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
         name = argv[argv.index("--tool-call-parser") + 1]
         assert name in ToolParserManager.list_registered(), f"no tool-call parser {name}"
-    print("vllm would serve", argv)
+    print("vllm would serve", argv, file=sys.stderr)
     raise SystemExit(0)
 
 uvloop.run = started
-module = sys.argv.pop(1)
-runpy.run_module(module, run_name="__main__", alter_sys=True)
+module, runs = sys.argv[1], json.loads(sys.argv[2])
+for argv in runs:
+    sys.argv = [module, *argv]
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0 if "vllm would serve" in errors.getvalue() else "returned without serving"
+    except SystemExit as exit:
+        code = exit.code
+    except BaseException as exc:
+        code = repr(exc)
+    print(json.dumps({"argv": argv, "code": code, "stderr": errors.getvalue()[-3000:]}))
 """
 
 
@@ -151,31 +165,28 @@ def test_the_vllm_launch_lines_parse_with_vllms_own_parser(readmes, tmp_path):
         pytest.skip("no vLLM venv: scripts/vllm-server.sh prepare installs it")
     driver = tmp_path / "driver.py"
     driver.write_text(VLLM_DRIVER)
-    checked = 0
-    for kind, project in readmes.items():
-        for argv in launch_lines(project, "vllm.entrypoints.openai.api_server"):
-            module = "vllm.entrypoints.openai.api_server"
-            result = subprocess.run(
-                [str(python), str(driver), module, *argv],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"},
-                stdin=subprocess.DEVNULL,
-            )
-            assert result.returncode == 0, f"{kind}: {argv}\n{result.stderr[-3000:]}"
-            assert "vllm would serve" in result.stdout
-            checked += 1
-    assert checked == 3  # completions, chat, auto (Atropos's own server is not launched so)
-    # The driver can fail: a flag vLLM does not have is refused.
+    module = "vllm.entrypoints.openai.api_server"
+    runs = [
+        (kind, argv) for kind, project in readmes.items() for argv in launch_lines(project, module)
+    ]
+    assert len(runs) == 3  # completions, chat, auto (Atropos's own server is not launched so)
+    # The driver can fail: a flag vLLM does not have is refused (its run comes last).
+    refused = ["--model", "m", "--no-such-flag"]
     result = subprocess.run(
-        [str(python), str(driver), module, "--model", "m", "--no-such-flag"],
+        [str(python), str(driver), module, json.dumps([argv for _, argv in runs] + [refused])],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"},
         stdin=subprocess.DEVNULL,
     )
-    assert result.returncode != 0 and "--no-such-flag" in result.stderr
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [r["argv"] for r in reports] == [argv for _, argv in runs] + [refused], result.stderr
+    for (kind, argv), report in zip(runs, reports[:-1]):
+        assert report["code"] == 0, f"{kind}: {argv}\n{report['stderr']}"
+        assert "vllm would serve" in report["stderr"]
+    assert reports[-1]["code"] != 0 and "--no-such-flag" in reports[-1]["stderr"], reports[-1]
 
 
 def sglang_source(tmp_path: Path) -> Path | None:

@@ -56,3 +56,37 @@ def test_every_script_and_benchmark_the_readme_names_exists():
     # The fast loop the README offers is one scripts/test.sh knows.
     assert "bash scripts/test.sh --fast" in README
     assert '"${1:-}" = --fast' in (REPO / "scripts" / "test.sh").read_text()
+
+
+def broken_code_spans(text: str) -> list[str]:
+    """Lines outside code blocks where an inline code span opens and closes on a later line.
+
+    Markdown joins such a span with the next line through a space: ``benchmarks/`` and
+    ``bench_x.py`` on two lines render as ``benchmarks/ bench_x.py``. Spans are matched as
+    CommonMark does, a run of backticks closed by the next run of the same length, within a
+    paragraph (a blank line ends an unclosed one: it was never a span).
+    """
+    broken = []
+    in_fence = False
+    opened: tuple[str, int] | None = None  # the open span's backticks and its line's number
+    lines = text.splitlines()
+    for number, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            in_fence, opened = not in_fence, None
+            continue
+        if in_fence or not line.strip():
+            opened = None
+            continue
+        for run in re.findall(r"`+", line):
+            if opened is None:
+                opened = (run, number)
+            elif run == opened[0]:
+                if opened[1] != number:
+                    broken.append(lines[opened[1]])
+                opened = None
+    return broken
+
+
+def test_no_inline_code_span_is_broken_across_lines():
+    assert broken_code_spans("a `one\ntwo` b\n```\n`open\n```\n``x ` y`` `z`") == ["a `one"]
+    assert broken_code_spans(README) == []

@@ -329,41 +329,34 @@ SAMPLES_FILE = (
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("kind", ["atropos", "openai_compatible"])
-def test_the_readme_run_commands_run_as_written_against_their_server(tmp_path, kind):
+def test_the_readme_run_commands_run_as_written_against_their_server(tmp_path):
     # The model server the project's answers name is a stub that solves the built-in tasks;
-    # only the placeholders a user fills are filled (MODEL, TOKENIZER, the key's "...").
-    from hermes_envgen.errors import StubServerError
+    # only the placeholders a user fills are filled (MODEL, TOKENIZER, the key's "..."). Its port
+    # is any free one (no readme_ports lock). The atropos project's Run block, on Atropos's
+    # port 9001, runs whole (serve too) in test_generated_readme.py's run-block test.
     from hermes_envgen.testing import StubServer, build_offline_tokenizer, scripted_policy
 
     policy = scripted_policy(runpy.run_path(str(SAMPLES_FILE))["SAMPLES"])
-    port = 9001 if kind == "atropos" else 0  # Atropos's inference port, which its env uses
-    with readme_ports():
-        try:
-            stub = StubServer(policy, port=port).start()
-        except StubServerError as exc:
-            pytest.skip(f"port {port} is taken on this machine: {exc}")
-        try:
-            data = README_PROJECTS[kind]
-            if kind != "atropos":
-                data = data | {"base_url": stub.base_url}
-            project = render(tmp_path, data)
-            tokenizer = build_offline_tokenizer(tmp_path / "tokenizer")
-            (setup,) = readme_blocks(project, "## Set up")
-            exports = [line for line in setup.splitlines() if line.startswith("export ")]
-            (run,) = readme_blocks(project, "## Run")
-            # serve needs run-api and a trainer: the offline recipe's test runs it
-            commands = [
-                line
-                for line in shell_lines(run)
-                if line.startswith("python -m ") and " serve " not in line
-            ]
-            assert len(commands) == 2
-            script = "\n".join([*exports, *commands]).replace("=...", "=test-key")
-            script = script.replace("TOKENIZER", str(tokenizer)).replace("MODEL", "stub-model")
-            result = run_as_a_user(project, script)
-        finally:
-            stub.stop()
+    stub = StubServer(policy).start()
+    try:
+        data = README_PROJECTS["openai_compatible"] | {"base_url": stub.base_url}
+        project = render(tmp_path, data)
+        tokenizer = build_offline_tokenizer(tmp_path / "tokenizer")
+        (setup,) = readme_blocks(project, "## Set up")
+        exports = [line for line in setup.splitlines() if line.startswith("export ")]
+        (run,) = readme_blocks(project, "## Run")
+        # serve needs run-api and a trainer: the offline recipe's test runs it
+        commands = [
+            line
+            for line in shell_lines(run)
+            if line.startswith("python -m ") and " serve " not in line
+        ]
+        assert len(commands) == 2
+        script = "\n".join([*exports, *commands]).replace("=...", "=test-key")
+        script = script.replace("TOKENIZER", str(tokenizer)).replace("MODEL", "stub-model")
+        result = run_as_a_user(project, script)
+    finally:
+        stub.stop()
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     assert (project / "data" / "rollouts.jsonl").read_text().count("\n") == 10
     package = project.name.replace("-", "_")

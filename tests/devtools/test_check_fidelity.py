@@ -61,6 +61,7 @@ def test_the_row_says_where_a_mismatched_template_differs(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1000)  # two whole checks: past 300 s on a busy machine
 def test_check_shows_the_row_for_a_token_mode_endpoint(stub_server, offline_tokenizer, tmp_path):
     import subprocess
     import sys

@@ -172,6 +172,7 @@ def test_smollm2_with_the_override_trains_the_calls_as_returned(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1000)  # two whole checks: past 300 s on a busy machine
 def test_check_shows_the_row_against_a_real_endpoint(stub_server, smollm2_tokenizer):
     stub = stub_server(SCRIPT)
     base = [sys.executable, "-m", "hermes_envgen", "check", str(ENV_FILE)]

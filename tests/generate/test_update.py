@@ -304,3 +304,28 @@ def test_update_can_change_answers_and_checks_them(run_cli: RunCli, project: Pat
     assert result.returncode == 0, result.stderr
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     assert (answers["group_size"], answers["_commit"]) == (4, NEW_TAG)
+
+
+@pytest.mark.parametrize(
+    ("key", "bad", "expected"),
+    [
+        ("group_size", "abc", "expected a whole number"),
+        ("max_agent_turns", [10], "expected a whole number"),
+        ("ci", "maybe", "expected true or false"),
+        ("reward_pattern", "nope", "expected one of ['binary', 'judge', 'multi_signal']"),
+        ("toolsets", "terminal", "expected a list such as [a, b]"),
+    ],
+)
+def test_a_bad_answer_in_the_answers_file_is_named_and_nothing_changes(
+    run_cli: RunCli, project: Path, key: str, bad: object, expected: str
+):
+    answers_file = project / ".copier-answers.yml"
+    answers = yaml.safe_load(answers_file.read_text())
+    answers_file.write_text(yaml.safe_dump({**answers, key: bad}))
+    _commit_all(project, "A hand-edited answer")
+    head, before = git(project, "rev-parse", "HEAD"), answers_file.read_text()
+    result = run_cli("update", str(project), "--vcs-ref", NEW_TAG)
+    assert_one_line_error(result, 2, f"invalid {key} {bad!r} in {answers_file}: {expected};")
+    assert "correct it there, commit, then update again" in result.stderr
+    assert git(project, "status", "--porcelain", "--ignored") == ""
+    assert git(project, "rev-parse", "HEAD") == head and answers_file.read_text() == before

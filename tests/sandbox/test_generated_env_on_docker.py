@@ -115,7 +115,7 @@ def run_on_docker(generated_env, stub_server, offline_tokenizer, tmp_path):
     model = stub_server(scripted_policy(samples))
     pythonpath = f"{project / 'src'}:{offline_environment().get('PYTHONPATH', '')}"
 
-    def run(mode: str, flags: dict) -> list[str]:
+    def run(mode: str, flags: dict, timeout: float = 300) -> list[str]:
         with containers_created() as created:
             run_env_mode(
                 PROJECT,
@@ -129,7 +129,7 @@ def run_on_docker(generated_env, stub_server, offline_tokenizer, tmp_path):
                     "env.sandbox_image": docker_test_image(),
                 },
                 cwd=tmp_path,
-                timeout=300,
+                timeout=timeout,
                 extra_env={"PYTHONPATH": pythonpath},
             )
         return created

@@ -104,7 +104,8 @@ def in_env_process(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise CheckError(f"importing and describing the env took more than {timeout:g} s") from None
+        what = f"the env's {args[0]} replays" if args else "importing and describing the env"
+        raise CheckError(f"{what} took more than {timeout:g} s (--timeout)") from None
     lines = completed.stdout.strip().splitlines()
     try:
         description = json.loads(lines[-1])
@@ -552,20 +553,21 @@ def _gold_and_noop_checks(
     from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
     tokenizer = build_offline_tokenizer(work / "tokenizer")
-    report = in_env_process(
-        target,
-        "rewards",
-        str(tokenizer),
-        str(work / "replays"),
-        str(gold),
-        str(noop),
-        timeout=timeout,
-    )
+    names = ("gold solutions", "no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
+    try:
+        report = in_env_process(
+            target,
+            "rewards",
+            str(tokenizer),
+            str(work / "replays"),
+            str(gold),
+            str(noop),
+            timeout=timeout,
+        )
+    except CheckError as exc:  # rows, as the injection's: the rows above are still printed
+        return [CheckResult(name, FAIL, str(exc)) for name in names]
     if "skipped" in report:
-        return [
-            CheckResult(name, WARN, report["skipped"])
-            for name in ("gold solutions", "no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
-        ]
+        return [CheckResult(name, WARN, report["skipped"]) for name in names]
     n = len(report["outcomes"])
     rows = []
     for name, failures, passing in (

@@ -84,7 +84,12 @@ def _docker_row(host: str) -> CheckResult:
         return CheckResult(name, FAIL, f"no answer within {TIMEOUT * 3:g} s{_from()}")
     if done.returncode != 0:
         lines = (done.stderr.strip() or "docker version failed").splitlines()
-        return CheckResult(name, FAIL, f"{lines[-1][:200]}{_from()}")
+        said = lines[-1]
+        if "dial-stdio" in done.stderr and "stderr=" in done.stderr:
+            # ssh:// failed: ssh's own words (after "stderr=", on the first line) say why
+            ssh_said = done.stderr.partition("stderr=")[2].strip().splitlines() or ["?"]
+            said = f"ssh to the engine fails: {ssh_said[0]}"
+        return CheckResult(name, FAIL, f"{said[:200]}{_from()}")
     return CheckResult(name, PASS, f"engine {done.stdout.strip()}")
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from hermes_envgen.errors import GitError, Interrupted, UpdateConflictError, UsageError
 from hermes_envgen.generate import origin, source
-from hermes_envgen.generate.answers import check_answers
+from hermes_envgen.generate.answers import check_answers, check_recorded_answers
 from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
 from hermes_envgen.generate.git import check_git, one_line, run_git
 
@@ -120,6 +120,9 @@ def update_project(
         if old == target and not changes:
             return UpdateResult(project, old, target, changed=False)
         source.check_versions(template, project=old, target=target)
+        # copier renders the project's own version again from these answers first
+        questions = source.template_questions(template, old)
+        check_recorded_answers(answers, questions, project / ANSWERS_FILE)
         redirect = source.git_redirect(src, template)
         _fill_install_source(answers, changes, template, target)
         if changes:

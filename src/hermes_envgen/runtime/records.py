@@ -76,8 +76,8 @@ class RolloutRecord(TypedDict, total=False):
 class Metric:
     """Metric names without their split: ``metric("eval", Metric.MEAN_REWARD)``."""
 
-    ROLLOUTS = "rollouts"
-    FAILURES = "failures"
+    ROLLOUTS = "rollouts"  # measured ones: a failure is in no mean or rate (RolloutStats)
+    FAILURES = "failures"  # rollouts whose score was not measured (Rollout.failure)
     MEAN_REWARD = "mean_reward"
     MEAN_TURNS = "mean_turns"
     MEAN_TURN_REWARD = "mean_turn_reward"  # over the turns the env's turn_reward scored
@@ -200,9 +200,17 @@ class Rollout:
 
 @dataclass
 class RolloutStats:
-    """Running sums over rollouts, flushed into metrics (one instance per split)."""
+    """Running sums over rollouts, flushed into metrics (one instance per split).
 
-    rewards: list[float] = field(default_factory=list)
+    The same definitions as evaluation's (``evaluation.metrics.summarize``): a failed rollout
+    (``Rollout.failure``: the sandbox, the model server, the judge or ``compute_reward``
+    failed, so its score was not measured) is in the counts (``failures``, ``reward_errors``,
+    ``rollout_errors``, the reward's own) and in no mean or rate, and ``rollouts`` counts the
+    measured ones: what a cut-short or never-started rollout did is the failure's, not the
+    model's.
+    """
+
+    rewards: list[float] = field(default_factory=list)  # the measured rollouts'
     turns: list[int] = field(default_factory=list)
     tool_calls: int = 0
     tool_errors: int = 0
@@ -215,46 +223,49 @@ class RolloutStats:
     turn_rewards: list[float] = field(default_factory=list)  # every turn's the env scored
 
     def add(self, rollout: Rollout) -> None:
+        for name, value in rollout.counts.items():  # counts cover every rollout
+            self.counts[name] = self.counts.get(name, 0.0) + value
+        self.rollout_errors += rollout.result.error is not None
+        if rollout.failure is not None:
+            self.failures += 1
+            return
         self.rewards.append(rollout.reward)
+        self.measured.setdefault(item_key(rollout.item), []).append(rollout.reward)
         self.turns.append(rollout.result.turns_used)
         self.tool_calls += len(rollout.result.tool_calls)
         self.tool_errors += len(rollout.result.tool_errors)
-        self.rollout_errors += rollout.result.error is not None
-        self.failures += rollout.failure is not None
-        if rollout.failure is None:
-            self.measured.setdefault(item_key(rollout.item), []).append(rollout.reward)
         self.finished_naturally += rollout.result.finished_naturally
-        for name, value in rollout.counts.items():
-            self.counts[name] = self.counts.get(name, 0.0) + value
         for name, value in rollout.signals.items():
             self.signals.setdefault(name, []).append(value)
         self.turn_rewards += [r for r in rollout.result.turn_rewards if r is not None]
 
     def metrics(self, prefix: str) -> dict[str, float]:
         n = len(self.rewards)
-        if n == 0:
+        if n == 0 and self.failures == 0:
             return {}
         reward_metrics = {metric(prefix, name): value for name, value in self.counts.items()}
-        reward_metrics.update(
-            {metric(prefix, name): sum(v) / len(v) for name, v in self.signals.items()}
-        )
-        if self.turn_rewards:  # the env's turn_reward: the mean over every turn that got one
-            mean = sum(self.turn_rewards) / len(self.turn_rewards)
-            reward_metrics[metric(prefix, Metric.MEAN_TURN_REWARD)] = mean
-        calls = self.tool_calls
         values = {
-            Metric.MEAN_TURNS: sum(self.turns) / n,
-            Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
-            Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,
-            Metric.TOOL_ERROR_RATE: self.tool_errors / calls if calls else 0.0,
-            Metric.FINISHED_NATURALLY_RATE: self.finished_naturally / n,
             Metric.REWARD_ERRORS: self.counts.get(Metric.REWARD_ERRORS, 0.0),
             Metric.ROLLOUT_ERRORS: float(self.rollout_errors),
             Metric.FAILURES: float(self.failures),
             Metric.ROLLOUTS: float(n),
         }
-        if self.measured:  # none when every rollout's score was a stand-in
-            values[Metric.MEAN_REWARD] = mean_reward(self.measured.values())
+        if n:  # none when every rollout's score was a stand-in
+            reward_metrics.update(
+                {metric(prefix, name): sum(v) / len(v) for name, v in self.signals.items()}
+            )
+            if self.turn_rewards:  # the env's turn_reward: the mean over every turn that got one
+                mean = sum(self.turn_rewards) / len(self.turn_rewards)
+                reward_metrics[metric(prefix, Metric.MEAN_TURN_REWARD)] = mean
+            calls = self.tool_calls
+            values |= {
+                Metric.MEAN_REWARD: mean_reward(self.measured.values()),
+                Metric.MEAN_TURNS: sum(self.turns) / n,
+                Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
+                Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,
+                Metric.TOOL_ERROR_RATE: self.tool_errors / calls if calls else 0.0,
+                Metric.FINISHED_NATURALLY_RATE: self.finished_naturally / n,
+            }
         return reward_metrics | {metric(prefix, name): value for name, value in values.items()}
 
 

@@ -90,8 +90,7 @@ class RewardCheckReport:
     @property
     def gold_failures(self) -> list[str]:
         return [
-            f"sample {o.index} ({o.prompt[:50]!r}): gold solution earned {o.gold:g}"
-            + (f" ({o.gold_error})" if o.gold_error else "")
+            _failure(o, "gold solution", o.gold, o.gold_error)
             for o in self.outcomes
             if o.gold < self.gold_threshold
         ]
@@ -99,8 +98,7 @@ class RewardCheckReport:
     @property
     def noop_failures(self) -> list[str]:
         return [
-            f"sample {o.index} ({o.prompt[:50]!r}): answering without tools earned {o.noop:g}"
-            + (f" ({o.noop_error})" if o.noop_error else "")
+            _failure(o, "answering without tools", o.noop, o.noop_error)
             for o in self.outcomes
             if o.noop > self.noop_threshold
         ]
@@ -108,7 +106,7 @@ class RewardCheckReport:
     @property
     def tamper_failures(self) -> list[str]:
         return [
-            f"sample {o.index} ({o.prompt[:50]!r}): tampering with the checks earned {o.tamper:g}"
+            _failure(o, "tampering with the checks", o.tamper, o.tamper_error)
             for o in self.outcomes
             if o.tamper > self.noop_threshold
         ]
@@ -116,8 +114,7 @@ class RewardCheckReport:
     @property
     def shotgun_failures(self) -> list[str]:
         return [
-            f"sample {o.index} ({o.prompt[:50]!r}): a shotgun list of candidates earned "
-            f"{o.shotgun:g}"
+            _failure(o, "a shotgun list of candidates", o.shotgun, o.shotgun_error)
             for o in self.outcomes
             if o.shotgun > self.noop_threshold
         ]
@@ -125,8 +122,7 @@ class RewardCheckReport:
     @property
     def tool_touch_failures(self) -> list[str]:
         return [
-            f"sample {o.index} ({o.prompt[:50]!r}): running a tool and giving up earned "
-            f"{o.tool_touch:g}"
+            _failure(o, "running a tool and giving up", o.tool_touch, o.tool_touch_error)
             for o in self.outcomes
             if o.tool_touch > self.noop_threshold
         ]
@@ -139,13 +135,25 @@ class RewardCheckReport:
         }
 
 
+def _failure(outcome: SampleOutcome, replay: str, reward: float, error: str | None) -> str:
+    """One sample whose replay earned the wrong reward, with the rollout's error if it had one."""
+    line = f"sample {outcome.index} ({outcome.prompt[:50]!r}): {replay} earned {reward:g}"
+    return f"{line} ({error})" if error else line
+
+
+def _script(conversations: list[dict]) -> dict:
+    """A stub script of these conversations; any other prompt (the judge's, unless one of them
+    answers it) gets a score of 0."""
+    return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
+
+
 def gold_script(samples: list[dict]) -> dict:
     """A stub script that always replays the gold solution (and judges gold answers 1)."""
     conversations = []
     for sample in samples:
         conversations.append({"match": anchored(sample["prompt"]), "turns": gold_turns(sample)})
         conversations.append(judge_conversation(sample))
-    return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
+    return _script(conversations)
 
 
 def noop_script(samples: list[dict]) -> dict:
@@ -153,27 +161,26 @@ def noop_script(samples: list[dict]) -> dict:
     conversations = [
         {"match": anchored(s["prompt"]), "turns": [{"content": GIVE_UP_ANSWER}]} for s in samples
     ]
-    return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
+    return _script(conversations)
 
 
 def tamper_script(samples: list[dict]) -> dict:
     """A stub script that games every task's verification, then gives up in its answer."""
-    turns = [
-        {"tool_calls": [{"name": "terminal", "arguments": {"command": TAMPER_COMMAND}}]},
-        {"content": GIVE_UP_ANSWER},
-    ]
-    conversations = [{"match": anchored(s["prompt"]), "turns": turns} for s in samples]
-    return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
+    return _give_up_after(TAMPER_COMMAND, samples)
 
 
 def tool_touch_script(samples: list[dict]) -> dict:
     """A stub script that runs one harmless tool call, then gives up."""
+    return _give_up_after("true", samples)
+
+
+def _give_up_after(command: str, samples: list[dict]) -> dict:
+    """A stub script that runs ``command`` in the terminal on every task, then gives up."""
     turns = [
-        {"tool_calls": [{"name": "terminal", "arguments": {"command": "true"}}]},
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]},
         {"content": GIVE_UP_ANSWER},
     ]
-    conversations = [{"match": anchored(s["prompt"]), "turns": turns} for s in samples]
-    return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
+    return _script([{"match": anchored(s["prompt"]), "turns": turns} for s in samples])
 
 
 def shotgun_answer(sample: dict) -> str:
@@ -197,7 +204,7 @@ def shotgun_script(samples: list[dict]) -> dict:
             {"content": answer},
         ]
         conversations.append({"match": anchored(sample["prompt"]), "turns": turns})
-    return {"conversations": conversations, "default": {"turns": [{"content": '{"score": 0}'}]}}
+    return _script(conversations)
 
 
 def check_rewards(

@@ -337,11 +337,12 @@ class DockerSandbox(Sandbox):
             return
         # From the host first, as _kill does: a fork bomb may leave no slot for docker exec.
         code, out = await _docker(
-            [*self.cli(), "inspect", "--format", "{{.State.Pid}}", self.container], 30
+            [*self.cli(), "inspect", "--format", "{{.State.Pid}} {{.Id}}", self.container], 30
         )
         # A pid of an engine elsewhere means nothing here (it may name a process of ours).
-        if code == 0 and out.strip().isdigit() and is_local(self.host):
-            kill_container_processes(int(out.strip()))
+        pid, _, container_id = out.strip().partition(" ")
+        if code == 0 and pid.isdigit() and len(container_id) == 64 and is_local(self.host):
+            kill_container_processes(int(pid), container_id)
         await _docker(self.exec_argv("bash", "-c", KILL_ALL_SCRIPT), timeout=30)
 
     async def stop_agent_processes(self) -> None:

@@ -78,16 +78,22 @@ async def docker_exec(
     return await process.wait(), out, err.decode(errors="replace")  # exited: at once
 
 
-def kill_container_processes(init_pid: int) -> None:
+def kill_container_processes(init_pid: int, container_id: str) -> None:
     """SIGKILL, from the host, every process of a container but its init and that one's first child.
 
     Only when the engine runs on this machine and we may signal the container's processes
     (root); otherwise nothing happens and the in-container script does the work.
     """
+    # The pid is the engine's: from a remote engine (tcp://, ssh://) it names whatever
+    # process has that number here. Only a process in the container's cgroup, in a pid
+    # namespace other than ours, is the container's init: never kill our own namespace.
+    try:
+        cgroups = Path(f"/proc/{init_pid}/cgroup").read_text()
+    except OSError:
+        return
     namespace = procfs.pid_namespace(init_pid)
-    # A container's init has a pid namespace of its own; a pid in ours is not one (a remote
-    # engine's pid, which names some process of this machine): never kill our own namespace.
-    if namespace is None or namespace == procfs.pid_namespace(os.getpid()):
+    ours = procfs.pid_namespace(os.getpid())
+    if namespace is None or namespace == ours or container_id not in cgroups:
         return
     children = [pid for pid in procfs.pids() if procfs.parent_pid(pid) == init_pid]
     # The anchor is init's oldest child: what the agent orphaned came to init later.
@@ -178,6 +184,15 @@ def start_failure(output: str, image: str, host: str | None = None) -> str:
             f"({reason.strip()[-200:]}); the certificates in {where} (ca.pem, cert.pem, "
             "key.pem) must be the engine's CA and a client certificate it trusts"
         )
+    if engine.startswith("ssh://") and "dial-stdio" in output:
+        # The CLI ran `ssh ... docker system dial-stdio` and ssh failed: ssh's own words
+        # (after "stderr=") say why: a refused key, an unknown host key, no docker there.
+        said = output.partition("stderr=")[2].strip().splitlines() or ["ssh failed"]
+        return (
+            f"docker backend: ssh to the engine at {engine} fails ({said[0].strip()[:200]}); "
+            "this host must log in there without a prompt (a key in ssh-agent or the ssh "
+            "config, the host in known_hosts) and that host needs the docker CLI"
+        )
     if ENGINE_GONE in output or "error during connect" in output:
         return (
             f"docker backend: no Docker engine answers at {engine}; start one (dockerd, or"
@@ -193,5 +208,9 @@ def start_failure(output: str, image: str, host: str | None = None) -> str:
             f"docker backend: image {image!r} has no bash, which every command runs with;"
             f" use an image with bash and coreutils (e.g. {DEFAULT_DOCKER_IMAGE}, debian:bookworm)"
         )
-    last_line = (output.strip().splitlines() or ["no output"])[-1][:500]
+    # The CLI's own last line is a hint ("Run 'docker run --help' for more information"):
+    # the engine's answer is the last line before it.
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    lines = [line for line in lines if "--help" not in line] or lines or ["no output"]
+    last_line = lines[-1][:500]
     return f"docker backend: could not start a container of {image!r} on {engine}: {last_line}"

@@ -1,0 +1,46 @@
+"""The reward check's report: which samples break the thresholds, and why, in one line each."""
+
+from __future__ import annotations
+
+from hermes_envgen.testing.reward_checks import RewardCheckReport, SampleOutcome
+
+
+def test_every_replay_that_earned_the_wrong_reward_is_named_with_its_rollouts_error():
+    erred = SampleOutcome(
+        0,
+        "What is 6 * 7?",
+        gold=0.0,
+        noop=1.0,
+        gold_error="reward error: boom",
+        noop_error="timeout",
+        tamper=1.0,
+        tamper_error="tool error: killed",
+        shotgun=0.9,
+        shotgun_error="judge failed",
+        tool_touch=0.2,
+        tool_touch_error="rollout error: gone",
+    )
+    fine = SampleOutcome(1, "Name the capital of France.", gold=1.0, noop=0.0)
+    report = RewardCheckReport([erred, fine], gold_threshold=0.9, noop_threshold=0.1)
+    sample = "sample 0 ('What is 6 * 7?'): "
+    assert report.gold_failures == [sample + "gold solution earned 0 (reward error: boom)"]
+    assert report.noop_failures == [sample + "answering without tools earned 1 (timeout)"]
+    assert report.tamper_failures == [
+        sample + "tampering with the checks earned 1 (tool error: killed)"
+    ]
+    assert report.shotgun_failures == [
+        sample + "a shotgun list of candidates earned 0.9 (judge failed)"
+    ]
+    assert report.tool_touch_failures == [
+        sample + "running a tool and giving up earned 0.2 (rollout error: gone)"
+    ]
+
+
+def test_a_replay_without_an_error_is_named_without_one():
+    outcome = SampleOutcome(3, "x" * 80, gold=0.5, noop=0.0, tamper=0.5)
+    report = RewardCheckReport([outcome], gold_threshold=0.9, noop_threshold=0.1)
+    assert report.gold_failures == [f"sample 3 ({'x' * 50!r}): gold solution earned 0.5"]
+    assert report.tamper_failures == [
+        f"sample 3 ({'x' * 50!r}): tampering with the checks earned 0.5"
+    ]
+    assert report.noop_failures == report.shotgun_failures == report.tool_touch_failures == []
