@@ -28,6 +28,8 @@ from test_docker_tls import TlsEngine, make_certificates
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 
+TLS_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+
 
 async def one_round(image: str, root: Path, commands: int) -> tuple[float, float]:
     manager = SandboxManager(SandboxSettings(backend="docker", root=str(root), docker_image=image))
@@ -43,6 +45,45 @@ async def one_round(image: str, root: Path, commands: int) -> tuple[float, float
     return started, per_command
 
 
+def measure(
+    settings: dict[str, dict[str, str]], image: str, work: Path, rounds: int, commands: int
+) -> dict[str, tuple[float, float]]:
+    """Median seconds per sandbox start and per command under each of ``settings``.
+
+    ``settings`` names the docker client's variables (``DOCKER_HOST`` and the TLS ones) of
+    each way to reach an engine; rounds alternate them, so a change of load hits them alike.
+    bench_multihost.py measures its rig's engines with this too.
+    """
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in settings}
+    saved = {key: os.environ.get(key) for key in TLS_VARIABLES}
+    try:
+        for number in range(rounds):
+            for name, variables in settings.items():
+                for key in TLS_VARIABLES:
+                    os.environ.pop(key, None)
+                os.environ.update(variables)
+                root = work / f"{name}-{number}"
+                results[name].append(asyncio.run(one_round(image, root, commands)))
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None)
+            if value is not None:
+                os.environ[key] = value
+    return {
+        name: (statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows))
+        for name, rows in results.items()
+    }
+
+
+def report(medians: dict[str, tuple[float, float]]) -> None:
+    """One line per way (ms per start and per command), then each against the first."""
+    for name, (start, command) in medians.items():
+        print(f"{name:8} start {start * 1000:7.0f} ms   command {command * 1000:6.1f} ms")
+    (base, (start_b, command_b)), *others = medians.items()
+    for name, (start, command) in others:
+        print(f"{name} / {base}: start {start / start_b:.2f}, command {command / command_b:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -54,7 +95,6 @@ def main() -> None:
         sys.exit("needs DOCKER_HOST=unix://... and --docker-image (or the tests' image variable)")
     work = Path(tempfile.mkdtemp(prefix="bench-remote-engine-"))
     certificates = make_certificates(work / "certs", "bench")
-    results: dict[str, list[tuple[float, float]]] = {"socket": [], "tcp+tls": []}
     with TlsEngine(certificates, local.removeprefix("unix://")) as relay:
         settings = {
             "socket": {"DOCKER_HOST": local},
@@ -64,22 +104,7 @@ def main() -> None:
                 "DOCKER_CERT_PATH": str(certificates / "client"),
             },
         }
-        for number in range(args.rounds):
-            for name, variables in settings.items():
-                for key in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"):
-                    os.environ.pop(key, None)
-                os.environ.update(variables)
-                root = work / f"{name}-{number}"
-                results[name].append(asyncio.run(one_round(args.docker_image, root, args.commands)))
-    os.environ["DOCKER_HOST"] = local
-    medians = {
-        name: (statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows))
-        for name, rows in results.items()
-    }
-    for name, (start, command) in medians.items():
-        print(f"{name:8} start {start * 1000:7.0f} ms   command {command * 1000:6.1f} ms")
-    (start_s, command_s), (start_t, command_t) = medians["socket"], medians["tcp+tls"]
-    print(f"tcp+tls / socket: start {start_t / start_s:.2f}, command {command_t / command_s:.2f}")
+        report(measure(settings, args.docker_image, work, args.rounds, args.commands))
 
 
 if __name__ == "__main__":

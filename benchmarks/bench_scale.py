@@ -16,6 +16,9 @@ Three parts, each against the stub server in its own process:
    Then tokenizing the finished conversation for training, against encoding its rendered text
    once (the tokenizer's own cost). Target: the loop's own time per turn does not grow.
 
+The same tasks on two workers with a Docker engine each, across hosts of the network-namespace
+rig, against one worker and one engine: bench_multihost.py (it needs root and starts engines).
+
     .venv/bin/python benchmarks/bench_scale.py [--parts process,evaluate,long] [--items 2000]
 """
 

@@ -36,13 +36,16 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-def make_certificates(directory: Path, name: str) -> Path:
-    """A CA, a server certificate for 127.0.0.1 and a client one, in Docker's file names."""
+def make_certificates(
+    directory: Path, name: str, addresses: tuple[str, ...] = ("127.0.0.1",)
+) -> Path:
+    """A CA, a server certificate for ``addresses`` and a client one, in Docker's file names."""
     directory.mkdir(parents=True)
     days = ["-days", "2"]
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca-key.pem",
              "-out", "ca.pem", "-subj", f"/CN={name} CA", *days, cwd=directory)  # fmt: skip
-    for who, extension in (("server", "subjectAltName=IP:127.0.0.1"),
+    names = ",".join(f"IP:{address}" for address in addresses)
+    for who, extension in (("server", f"subjectAltName={names}"),
                            ("client", "extendedKeyUsage=clientAuth")):  # fmt: skip
         (directory / f"{who}.ext").write_text(extension + "\n")
         _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}-key.pem",
