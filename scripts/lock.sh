@@ -11,7 +11,12 @@
 # UV names the uv to run (scripts/setup.sh passes the one it found or installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-UV="${UV:-uv}"
+# Else uv on PATH, else the one set-up put in the venv (uv is a dev dependency).
+UV="${UV:-$(command -v uv || echo .venv/bin/uv)}"
+if ! [ -x "$UV" ] && ! command -v "$UV" >/dev/null; then
+    echo "error: no uv found (not on PATH, no .venv/bin/uv): run \`bash scripts/setup.sh\` first, or set UV" >&2
+    exit 1
+fi
 
 # Both exports come from uv.lock alone (--frozen), so that they can be compared offline.
 export_requirements() {

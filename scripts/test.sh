@@ -8,12 +8,22 @@ cd "$(dirname "$0")/.."
 # slowest tests.
 PYTEST=(.venv/bin/python -m pytest -n auto --dist loadgroup --no-loadscope-reorder --durations=20)
 
+# The tests that install a generated project do it offline (UV_OFFLINE), as a user's uv does
+# after an install: resolving needs the package index's pages in uv's cache, which set-up's
+# `uv sync` of uv.lock never reads. Fetch them now (a few seconds; nothing is installed).
+prime_index_cache() {
+    .venv/bin/uv pip compile --quiet --python .venv/bin/python -c template/constraints.txt \
+        --extra dev pyproject.toml -o /dev/null ||
+        echo "warning: uv could not read the package index; tests that install a generated project offline will fail" >&2
+}
+
 # --fast: the development loop (under 3 minutes on 2 cores): no slow, docker or model-server
 # tests, so neither an engine nor a model server is started.
 if [ "${1:-}" = --fast ]; then
     shift
     bash scripts/setup.sh
     bash scripts/install-torch-cpu.sh  # seconds: setup's sync leaves the venv without it
+    prime_index_cache
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
     .venv/bin/ruff check src hooks tests examples benchmarks
     .venv/bin/ruff format --check src hooks tests examples benchmarks
@@ -51,6 +61,7 @@ export HERMES_ENVGEN_VLLM_STATE="$vllm_state"
 
 bash scripts/setup.sh
 bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer on served groups
+prime_index_cache
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 .venv/bin/ruff check src hooks tests examples benchmarks
 .venv/bin/ruff format --check src hooks tests examples benchmarks
