@@ -28,6 +28,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -35,6 +36,7 @@ import pytest
 from aiohttp import web
 from conftest import REPO, render_template
 
+from hermes_envgen.errors import EnvRunFailed
 from hermes_envgen.runtime.chat_template import HERMES_TEMPLATE
 from hermes_envgen.runtime.errors import ModelServerError
 from hermes_envgen.runtime.exact_tokens import MASKED_LOGPROB
@@ -107,6 +109,9 @@ pytestmark = [
 # -- the server, and a proxy that records what it says ------------------------------------------
 
 
+SERVER_STATE: dict[str, Path] = {}  # the module's server's state directory, for failure reports
+
+
 def wait_for(state: Path, deadline: float) -> str:
     """The server's URL once ``state/url`` appears; fail on ``state/failed`` or the deadline."""
     while time.monotonic() < deadline:
@@ -130,10 +135,12 @@ def vllm_server(tmp_path_factory):
     shared = os.environ.get("HERMES_ENVGEN_VLLM_STATE")
     if shared:
         state = Path(shared)
+        SERVER_STATE["state"] = state
         url = wait_for(state, time.monotonic() + READY_TIMEOUT)
         yield url, Path((state / "model").read_text().strip().removeprefix("model=")), state
         return
     state = tmp_path_factory.mktemp("vllm-state")
+    SERVER_STATE["state"] = state
     # Its own session: a timeout here stops the script; `stop` ends the server's group.
     starter = subprocess.Popen(
         ["bash", str(SCRIPT), "start", str(state)],
@@ -285,6 +292,35 @@ def run_mode(root: Path, model: Path, mode: str, flags: dict) -> None:
     cls = re.search(r"^(\w+)\.cli\(\)", main, re.MULTILINE).group(1)
     entry = root / "few_shot.py"
     entry.write_text(FEW_SHOT.format(package=package, cls=cls, example=json.dumps(EXAMPLE)))
+    try:
+        run_with_flags(entry, root, model, mode, flags)
+    except EnvRunFailed as failed:
+        raise EnvRunFailed(f"{failed}\n{server_report()}") from None
+
+
+def server_report() -> str:
+    """Whether the module's vLLM still runs and answers, with its log's tail: the word to read
+    when an env run says the model server does not answer."""
+    state = SERVER_STATE.get("state")
+    if state is None:
+        return "(no vLLM state directory known)"
+    group = int((state / "pid").read_text()) if (state / "pid").exists() else None
+    alive = False
+    if group is not None:
+        with contextlib.suppress(OSError):
+            os.killpg(group, 0)
+            alive = True
+    url = (state / "url").read_text().strip() if (state / "url").exists() else ""
+    try:
+        with urllib.request.urlopen(f"{url}/models", timeout=10) as response:
+            answers = f"answers /models (HTTP {response.status})"
+    except (OSError, ValueError) as error:
+        answers = f"does not answer /models: {error!r}"
+    log = (state / "log").read_text(errors="replace")[-3000:] if (state / "log").exists() else ""
+    return f"--- vLLM at {url}: group {group} alive={alive}, {answers}\n--- its log\n{log}"
+
+
+def run_with_flags(entry: Path, root: Path, model: Path, mode: str, flags: dict) -> None:
     run_env_mode(
         entry,
         mode,
