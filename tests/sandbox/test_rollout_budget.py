@@ -21,14 +21,14 @@ MARKS = {"local": "101", "bwrap": "102", "docker": "103"}
 
 
 def sleeper(mark: str) -> dict:
-    """The agent asks for a day and runs sleeps the operator's 30 s limit allows: only the
+    """The agent asks for a day and runs sleeps the operator's 300 s limit allows: only the
     rollout's budget can end it (each turn repeats the last)."""
     calls = [
         {
             "name": "terminal",
-            "arguments": {"command": f"sleep 29.{mark}; echo woke", "timeout": 86400},
+            "arguments": {"command": f"sleep 299.{mark}; echo woke", "timeout": 86400},
         },
-        {"name": "terminal", "arguments": {"command": f"sleep 28.{mark}"}},
+        {"name": "terminal", "arguments": {"command": f"sleep 298.{mark}"}},
     ]
     return {"conversations": [{"match": "greeting", "turns": [{"tool_calls": calls}]}]}
 
@@ -49,7 +49,7 @@ def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
         offline_tokenizer,
         tmp_path,
         sandbox_backend=backend,
-        sandbox_command_timeout=30.0,
+        sandbox_command_timeout=300.0,
         max_rollout_seconds=BUDGET,
         max_eval_workers=2,
         **overrides,
@@ -68,8 +68,9 @@ def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
         json.loads(line) for line in (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()
     ]
     # Two rollouts side by side, each ended at 2 s; starting a sandbox and scoring take the
-    # rest (a docker container: a second or two).
-    assert took < BUDGET + 10, f"the evaluation took {took:.1f} s"
+    # rest (a docker container: a second or two, much more on a busy machine). Without the
+    # budget the first sleep alone takes 299 s: the ceiling is generous and still tells.
+    assert took < BUDGET + 120, f"the evaluation took {took:.1f} s"
     assert len(samples) == 2
     for sample in samples:
         assert sample["timed_out"] is True
@@ -80,7 +81,7 @@ def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
         answers = {m["tool_call_id"]: m["content"] for m in messages[-2:]}
         assert set(answers) == {call["id"] for call in calls}
         assert all("budget" in answer for answer in answers.values())
-    assert not processes_running(f"29.{mark}".encode(), f"28.{mark}".encode()), (
+    assert not processes_running(f"299.{mark}".encode(), f"298.{mark}".encode()), (
         "a command outlived its rollout"
     )
     workspaces = tmp_path / "sandboxes" / "hermes-envgen"

@@ -352,8 +352,10 @@ class McpSession:
         try:
             async with self._transport() as streams:
                 read, write = streams[0], streams[1]
+                # Starting and listing get startup_timeout (a server's start is slow on a busy
+                # machine); each tool call its own, shorter timeout (in ``call``).
                 async with ClientSession(
-                    read, write, read_timeout_seconds=self.server.timeout
+                    read, write, read_timeout_seconds=self.server.startup_timeout
                 ) as s:
                     await s.initialize()
                     self.session = s
@@ -514,7 +516,8 @@ class McpToolset:
         try:
             session = await self.session(context, sandbox, server)
             result = await asyncio.wait_for(
-                session.session.call_tool(name, arguments), server.timeout + RELAY_SLACK
+                session.session.call_tool(name, arguments, read_timeout_seconds=server.timeout),
+                server.timeout + RELAY_SLACK,
             )
         except asyncio.TimeoutError:
             raise ToolExecutionError(
