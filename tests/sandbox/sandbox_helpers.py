@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import os
@@ -179,3 +180,16 @@ def run_cleanup_command(root: Path) -> subprocess.CompletedProcess:
     )
     assert done.returncode == 0, done.stderr
     return done
+
+
+def run_once(manager: SandboxManager, name: str, timeout: float | None = None) -> None:
+    """Start sandbox ``name`` of ``manager`` with one command, then close every sandbox; what
+    the start raised is raised (within ``timeout`` seconds, when given)."""
+
+    async def main() -> None:
+        try:
+            await manager.get(name).run("true")
+        finally:
+            await manager.close_all()
+
+    asyncio.run(asyncio.wait_for(main(), timeout) if timeout else main())

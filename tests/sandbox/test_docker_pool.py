@@ -32,6 +32,7 @@ from sandbox_helpers import (
     needs_docker,
     processes_running,
     run_cleanup_command,
+    run_once,
 )
 
 from hermes_envgen.runtime.sandbox import (
@@ -246,16 +247,9 @@ def test_with_every_engine_out_the_start_fails_naming_them(tmp_path):
         port = probe.getsockname()[1]
     dead_tcp = f"tcp://127.0.0.1:{port}"
     manager = pool_manager(tmp_path, [DEAD, dead_tcp])
-
-    async def main():
-        try:
-            await manager.get("none").run("true")
-        finally:
-            await manager.close_all()
-
     started = time.monotonic()
     with pytest.raises(SandboxUnavailable) as caught:
-        asyncio.run(main())
+        run_once(manager, "none")
     message = str(caught.value)
     assert time.monotonic() - started < 60
     assert "no engine of sandbox_docker_hosts" in message

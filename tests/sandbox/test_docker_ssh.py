@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import docker_skip_reason, docker_test_image, make_manager
+from sandbox_helpers import docker_skip_reason, docker_test_image, make_manager, run_once
 from test_generated_env_on_docker import generated_env, left_of, run_on_docker  # noqa: F401
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable
@@ -276,16 +276,9 @@ def test_a_refused_key_is_a_one_line_error_at_once(tmp_path, monkeypatch):
     with private_sshd(tmp_path / "sshd", theirs.with_suffix(".pub")) as (port, host_key, log):
         url = over_ssh(monkeypatch, port, ssh_client(tmp_path / "client", port, host_key, ours))
         manager = make_manager(tmp_path, "docker", command_timeout=60)
-
-        async def main():
-            try:
-                await manager.get("refused").run("true")
-            finally:
-                await manager.close_all()
-
         started = time.monotonic()
         with pytest.raises(SandboxUnavailable) as caught:
-            asyncio.run(asyncio.wait_for(main(), 120))
+            run_once(manager, "refused", timeout=120)
         took = time.monotonic() - started
         # and the reachability check says the same, in one row
         done = subprocess.run(

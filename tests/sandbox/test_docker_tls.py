@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import make_manager, needs_docker
+from sandbox_helpers import make_manager, needs_docker, run_once
 
 from hermes_envgen.runtime.sandbox import SandboxError
 
@@ -182,15 +182,8 @@ def test_certificates_that_do_not_match_are_a_clear_error_not_plain_tcp(
     other = make_certificates(tmp_path / "other", "someone else")  # signed by another CA
     url = remote(monkeypatch, tls_engine, other / "client")
     manager = make_manager(tmp_path, "docker", command_timeout=30)
-
-    async def main():
-        try:
-            await manager.get("tls").run("true")
-        finally:
-            await manager.close_all()
-
     with pytest.raises(SandboxError) as caught:
-        asyncio.run(main())
+        run_once(manager, "tls")
     message = str(caught.value)
     assert "certificate" in message.lower(), message
     assert tls_engine.connections == 0  # nothing was relayed: no fallback to plain TCP
