@@ -83,6 +83,21 @@ def serial_group(item: pytest.Item) -> str | None:
     return None
 
 
+def keep_on_one_worker(config, item: pytest.Item, group: str) -> None:
+    """Give a worker's item the ``@group`` suffix by which xdist's loadgroup keeps a group on
+    one worker. xdist 3.8 sets it as ``item._nodeid``, which pytest 9.2 no longer reads (the
+    id is ``item._id``), so no group was kept together: the vLLM module's last test, which
+    stops CI's server, ran on the other worker while the module's other tests still needed
+    it. Only the model server's group for now: the "machine" group, made serial too, would
+    change the suite's time in a way not yet measured.
+    """
+    if not getattr(config.option, "loadgroup", False) or "@" in item.nodeid:
+        return
+    from _pytest.nodeid import coerce_node_id  # pytest 9.2's node id, as nodes.py builds it
+
+    item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
 def pytest_collection_modifyitems(config, items):
     """Group what cannot run in parallel, and order the work so the run's tail is short.
 
@@ -98,6 +113,8 @@ def pytest_collection_modifyitems(config, items):
         group = serial_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if group == "model_server":
+            keep_on_one_worker(config, item, group)
         if item.get_closest_marker("slow"):
             slow_files.add(item.path)
 
