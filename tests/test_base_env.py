@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -255,6 +256,10 @@ def test_a_sandbox_that_cannot_start_scores_zero_and_spares_the_group(
         rollout = await env.run_agent(GREETING)
         return rollout, await env.collect_trajectories(GREETING)
 
+    # Earlier tests' unclosed OpenAI clients, collected while this loop runs, would each
+    # schedule on it the close of a connection of their own closed loop, and asyncio logs that
+    # failure with a traceback: collect them now, while no loop runs.
+    gc.collect()
     rollout, group = asyncio.run(asyncio.wait_for(main(), 120))
     assert rollout.reward == 0.0 and expected in rollout.reward_error
     assert rollout.failure.startswith("sandbox failed: docker backend:")
