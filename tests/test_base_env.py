@@ -15,6 +15,7 @@ from terminal_env import TASKS, TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime import HermesAgentEnvConfig
+from hermes_envgen.runtime.sandbox.docker_engine import RUN_LABEL, run_label
 from hermes_envgen.runtime.tools import UnknownToolError
 from hermes_envgen.runtime.trajectory import MASKED
 
@@ -270,8 +271,10 @@ def test_a_sandbox_that_cannot_start_scores_zero_and_spares_the_group(
     assert "Traceback" not in caplog.text
     assert sandbox_dirs(tmp_path) == [] and len(env.sandboxes) == 0
     if docker_host is None:
+        # this run's containers only: tests on the other worker make and remove their own
+        run = f"label={RUN_LABEL}={run_label(env.sandboxes.root)}"
         left = subprocess.run(
-            ["docker", "ps", "--all", "--quiet", "--filter", "label=hermes-envgen.sandbox"],
+            ["docker", "ps", "--all", "--quiet", "--filter", run],
             capture_output=True,
             text=True,
             timeout=60,

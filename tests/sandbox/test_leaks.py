@@ -20,7 +20,7 @@ from sandbox_helpers import (
     processes_running,
 )
 
-from hermes_envgen.runtime.sandbox.docker_engine import LABEL
+from hermes_envgen.runtime.sandbox.docker_engine import LABEL, RUN_LABEL, run_label
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import ToolExecutionError
 
@@ -34,9 +34,12 @@ LINGERER = b"sleep\x00987"  # every background process the rollouts start runs t
 TIME_LIMIT = {"local": 150, "bwrap": 150, "docker": 600}
 
 
-def project_containers() -> set[str]:
-    """Every container carrying the sandboxes' label, running or not (docker ps -a)."""
-    return set(docker_containers(f"label={LABEL}"))
+def run_containers(root) -> set[str]:
+    """Every container of this manager's run, running or not (docker ps -a).
+
+    Filtered by the run's label, not the sandboxes' label alone: other tests, on the other
+    worker, make and remove containers of their own meanwhile."""
+    return set(docker_containers(f"label={LABEL}", f"label={RUN_LABEL}={run_label(root)}"))
 
 
 class Crash(RuntimeError):
@@ -83,7 +86,6 @@ def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
     root = manager.root
     processes_before = descendants()
     pointing_before = processes_pointing_into(root.parent)
-    containers_before = project_containers() if backend == "docker" else set()
 
     async def main():
         slots = asyncio.Semaphore(CONCURRENCY)
@@ -113,7 +115,7 @@ def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
     # no directory: every workspace and the manager's own root are gone
     assert not root.exists(), sorted(os.listdir(root))
     assert len(manager) == 0
-    # no container: the engine holds none of the project's beyond those there before
+    # no container: the engine holds none of this run's
     if backend == "docker":
-        assert project_containers() <= containers_before
+        assert run_containers(root) == set()
     assert elapsed < TIME_LIMIT[backend], f"{ROLLOUTS} rollouts took {elapsed:.1f} s"
