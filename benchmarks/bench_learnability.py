@@ -34,6 +34,10 @@ import threading
 import time
 from pathlib import Path
 
+# torch lives apart from .venv (scripts/install-torch-cpu.sh puts it in .venv-torch/): found
+# there, at the end of the path, before transformers looks for it.
+sys.path.append(str(Path(__file__).resolve().parent.parent / ".venv-torch"))
+
 import torch
 from aiohttp import web
 from transformers import AutoTokenizer

@@ -22,7 +22,7 @@ prime_index_cache() {
 if [ "${1:-}" = --fast ]; then
     shift
     bash scripts/setup.sh
-    bash scripts/install-torch-cpu.sh  # seconds: setup's sync leaves the venv without it
+    bash scripts/install-torch-cpu.sh  # into .venv-torch/, once: for the GRPO trainer tests
     prime_index_cache
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
     .venv/bin/ruff check src hooks tests examples benchmarks

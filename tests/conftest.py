@@ -33,6 +33,12 @@ collect_ignore_glob = ["fixtures/*"]
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 sys.path.insert(0, str(EXAMPLES))
+# torch, for the GRPO trainer tests, lives apart from .venv (scripts/install-torch-cpu.sh): only
+# these test processes see it, so the env processes they start do not import it with
+# transformers. Nothing before this line has imported transformers, which looks for it once.
+TORCH_DIRECTORY = REPO / ".venv-torch"
+if TORCH_DIRECTORY.is_dir():
+    sys.path.append(str(TORCH_DIRECTORY))
 
 
 # Set by scripts/test.sh once it has a Docker engine and the test image: a docker test that
