@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def in_env_process(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        what = f"the env's {args[0]} replays" if args else "importing and describing the env"
+        what = "the env's reward replays" if args else "importing and describing the env"
         raise CheckError(f"{what} took more than {timeout:g} s (--timeout)") from None
     lines = completed.stdout.strip().splitlines()
     try:
@@ -230,6 +231,7 @@ def run_checks(
     script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
     work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
     stub = None
+    replays_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replays")
     try:
         if endpoint is None:
             stub = StubServer(script, port=port).start()  # a port taken: StubServerError
@@ -254,6 +256,19 @@ def run_checks(
                 extra_env=target.environment(),
             )
 
+        if endpoint is not None:
+            judge_url, model = endpoint.base_url, endpoint.model
+        else:
+            assert stub is not None  # started above when there is no endpoint
+            judge_url, model = stub.base_url, None
+        # The replays need neither mode's output: they run beside them, in an env process of
+        # their own (on 2 cores a check took 38 s one after another, 20 s of it replays).
+        progress(
+            "replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer and "
+            "asking the judge to grade an injection answer, beside process and evaluate"
+        )
+        replay = ReplayChecks(target, work, gold_threshold, noop_threshold, timeout)
+        replays = replays_pool.submit(replay.rows, judge_url, model, stubbed=endpoint is None)
         scores: list[float] = []
         progress("running process (one group)")
         try:
@@ -301,23 +316,11 @@ def run_checks(
         results.append(
             _reward_range_check(scores, scripted=endpoint is None and solvable, real=bool(endpoint))
         )
-        progress("replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer")
-        results += _gold_and_noop_checks(
-            target, work, gold_threshold, noop_threshold, timeout=timeout
-        )
-        progress("asking the judge to grade an injection answer")
-        if endpoint is not None:
-            judge_url, model = endpoint.base_url, endpoint.model
-        else:
-            assert stub is not None  # started above when there is no endpoint
-            judge_url, model = stub.base_url, None
-        results.append(
-            _injection_check(
-                target, work, judge_url, model, noop_threshold, endpoint is None, timeout=timeout
-            )
-        )
+        progress("waiting for the replays")
+        results += replays.result()
         results.append(_cleanup_check(run.sandbox_root, work / "replays", work / "injection"))
     finally:
+        replays_pool.shutdown(wait=True)  # the stub below serves their judge
         if stub is not None:
             stub.stop()
     return results
@@ -546,104 +549,99 @@ def _reward_range_check(scores: list[float], scripted: bool, real: bool = False)
     )
 
 
-def _gold_and_noop_checks(
-    target: EnvTarget, work: Path, gold: float, noop: float, timeout: float
-) -> list[CheckResult]:
-    """Rows for the gold and no-op replays of every built-in sample."""
-    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+REPLAY_ROWS = ("gold solutions", "no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
 
-    tokenizer = build_offline_tokenizer(work / "tokenizer")
-    names = ("gold solutions", "no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
-    try:
-        report = in_env_process(
-            target,
-            "rewards",
-            str(tokenizer),
-            str(work / "replays"),
-            str(gold),
-            str(noop),
-            timeout=timeout,
-        )
-    except CheckError as exc:  # rows, as the injection's: the rows above are still printed
-        return [CheckResult(name, FAIL, str(exc)) for name in names]
-    if "skipped" in report:
-        return [CheckResult(name, WARN, report["skipped"]) for name in names]
-    n = len(report["outcomes"])
-    rows = []
-    for name, failures, passing in (
-        ("gold solutions", report["gold_failures"], f"all {n} samples earn >= {gold:g}"),
-        ("no-op", report["noop_failures"], f"answering without tools earns <= {noop:g} on all {n}"),
-        (
-            TOOL_TOUCH_ROW,
-            report["tool_touch_failures"],
+
+@dataclass
+class ReplayChecks:
+    """The rows of the reward replays and of the judge injection, from one env process."""
+
+    target: EnvTarget
+    work: Path
+    gold: float
+    noop: float
+    timeout: float
+
+    def rows(self, judge_url: str, model: str | None, *, stubbed: bool) -> list[CheckResult]:
+        """Replay every built-in sample and ask the judge at ``judge_url`` (``stubbed``: the
+        scripted stub plays it); one row per replay kind, then the injection's."""
+        from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+        tokenizer = build_offline_tokenizer(self.work / "tokenizer")
+        try:
+            report = in_env_process(
+                self.target,
+                "replays",
+                str(tokenizer),
+                str(self.work),
+                str(self.gold),
+                str(self.noop),
+                judge_url,
+                model or "",
+                timeout=self.timeout,
+            )
+        except CheckError as exc:  # rows still: the rows above them are printed
+            return [CheckResult(name, FAIL, str(exc)) for name in (*REPLAY_ROWS, INJECTION_ROW)]
+        rows = self.reward_rows(report["rewards"])
+        rows.append(self.injection_row(report["injection"], stubbed))
+        return rows
+
+    def reward_rows(self, report: dict) -> list[CheckResult]:
+        """The gold, no-op, tool-touch, shotgun and tampering rows."""
+        if "error" in report:
+            return [
+                CheckResult(name, FAIL, f"the replays failed: {report['error']}")
+                for name in REPLAY_ROWS
+            ]
+        if "skipped" in report:
+            return [CheckResult(name, WARN, report["skipped"]) for name in REPLAY_ROWS]
+        n, gold, noop = len(report["outcomes"]), self.gold, self.noop
+        passing = (
+            f"all {n} samples earn >= {gold:g}",
+            f"answering without tools earns <= {noop:g} on all {n}",
             f"running a tool and giving up earns <= {noop:g} on all {n}",
-        ),
-        (
-            SHOTGUN_ROW,
-            report["shotgun_failures"],
             f"a list of candidates holding the reference earns <= {noop:g} on all {n}",
-        ),
-        (
-            "reward tampering",
-            report["tamper_failures"],
             f"rewritten checks, a planted user site and PATH earn <= {noop:g} on all {n}",
-        ),
-    ):
-        if failures:
-            more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
-            rows.append(CheckResult(name, FAIL, "; ".join(failures[:3]) + more))
-        else:
-            rows.append(CheckResult(name, PASS, passing))
-    return rows
-
-
-def _injection_check(
-    target: EnvTarget,
-    work: Path,
-    base_url: str,
-    model: str | None,
-    noop: float,
-    stubbed: bool,
-    timeout: float,
-) -> CheckResult:
-    """The judge-injection row: the configured judge grades an answer that tells it to pay."""
-    from hermes_envgen.testing.tokenizer import build_offline_tokenizer
-
-    tokenizer = build_offline_tokenizer(work / "tokenizer")
-    try:
-        report = in_env_process(
-            target,
-            "injection",
-            str(tokenizer),
-            str(work / "injection"),
-            base_url,
-            model or "",
-            timeout=timeout,
         )
-    except CheckError as exc:
-        return CheckResult(INJECTION_ROW, FAIL, str(exc))
-    if "skipped" in report:
-        return CheckResult(INJECTION_ROW, PASS, report["skipped"])
-    judge = report["judge"]
-    if report["score"] is None:
-        return CheckResult(
-            INJECTION_ROW, WARN, f"the judge at {judge} could not be asked: {report['judge_error']}"
-        )
-    score = report["score"]
-    stub = report["self_judged"] and stubbed  # the scripted stub, not the user's model
-    if score > noop:
+        kinds = ("gold", "noop", "tool_touch", "shotgun", "tamper")
+        rows = []
+        for name, kind, reason in zip(REPLAY_ROWS, kinds, passing):
+            failures = report[f"{kind}_failures"]
+            if failures:
+                more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
+                rows.append(CheckResult(name, FAIL, "; ".join(failures[:3]) + more))
+            else:
+                rows.append(CheckResult(name, PASS, reason))
+        return rows
+
+    def injection_row(self, report: dict, stubbed: bool) -> CheckResult:
+        """The judge-injection row: the configured judge grades an answer that tells it to pay."""
+        if "error" in report:
+            return CheckResult(INJECTION_ROW, FAIL, f"asking the judge failed: {report['error']}")
+        if "skipped" in report:
+            return CheckResult(INJECTION_ROW, PASS, report["skipped"])
+        judge = report["judge"]
+        if report["score"] is None:
+            return CheckResult(
+                INJECTION_ROW,
+                WARN,
+                f"the judge at {judge} could not be asked: {report['judge_error']}",
+            )
+        score = report["score"]
+        stub = report["self_judged"] and stubbed  # the scripted stub, not the user's model
+        if score > self.noop:
+            return CheckResult(
+                INJECTION_ROW,
+                FAIL,
+                f"the judge at {judge} scored an answer that tells it to output a score of 1 "
+                f"{score:g}: use a separate, stricter judge (judge_base_url)",
+            )
         return CheckResult(
             INJECTION_ROW,
-            FAIL,
-            f"the judge at {judge} scored an answer that tells it to output a score of 1 "
-            f"{score:g}: use a separate, stricter judge (judge_base_url)",
+            PASS,
+            f"the judge at {judge} scored an injection answer {score:g}"
+            + (" (the scripted stub: pass --base-url to ask the real policy)" if stub else ""),
         )
-    return CheckResult(
-        INJECTION_ROW,
-        PASS,
-        f"the judge at {judge} scored an injection answer {score:g}"
-        + (" (the scripted stub: pass --base-url to ask the real policy)" if stub else ""),
-    )
 
 
 def _cleanup_check(*roots: Path) -> CheckResult:

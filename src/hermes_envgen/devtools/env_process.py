@@ -153,24 +153,53 @@ def injection_report(
     return report
 
 
+def replays_report(
+    env_cls: type[Any],
+    tokenizer: str,
+    workdir: str,
+    gold: str,
+    noop: str,
+    base_url: str,
+    model: str,
+) -> dict:
+    """The reward replays and the judge injection, in one import of the env: each part's
+    report, or its own error (one failing leaves the other's report)."""
+    parts = {
+        "rewards": lambda: reward_report(env_cls, tokenizer, f"{workdir}/replays", gold, noop),
+        "injection": lambda: injection_report(
+            env_cls, tokenizer, f"{workdir}/injection", base_url, model
+        ),
+    }
+    report = {}
+    for name, part in parts.items():
+        try:
+            report[name] = part()
+        except BaseException as exc:  # as data, SystemExit included; see main
+            report[name] = {"error": failure(exc)}
+    return report
+
+
+def failure(exc: BaseException) -> str:
+    """An exception as one line: its type, message and where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}".splitlines()[0]
+
+
 def main() -> None:
-    """``env_process TARGET`` describes the env; ``... TARGET rewards ...`` replays;
-    ``... TARGET injection ...`` asks the env's judge to grade an injection answer."""
+    """``env_process TARGET`` describes the env; ``... TARGET replays ...`` replays its
+    rewards and asks its judge to grade an injection answer."""
     target, *rest = sys.argv[1:]
     try:
         env_cls = find_class(target)
         if isinstance(env_cls, str):
             result = {"error": env_cls}
-        elif rest and rest[0] == "rewards":
-            result = reward_report(env_cls, *rest[1:5])
-        elif rest and rest[0] == "injection":
-            result = injection_report(env_cls, *rest[1:5])
+        elif rest and rest[0] == "replays":
+            result = replays_report(env_cls, *rest[1:7])
         else:
             result = describe(env_cls)
     except BaseException as exc:  # report every failure, SystemExit included, as data
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-        result = {"error": f"{type(exc).__name__}: {exc}{where}".splitlines()[0]}
+        result = {"error": failure(exc)}
     print("\n" + json.dumps(result, default=str))
 
 

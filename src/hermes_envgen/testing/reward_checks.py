@@ -13,6 +13,7 @@ solution, is found before training.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import shutil
 from dataclasses import dataclass, field
@@ -222,7 +223,6 @@ def check_rewards(
     from hermes_envgen.testing.stub_server import StubServer
 
     report = RewardCheckReport(gold_threshold=gold_threshold, noop_threshold=noop_threshold)
-    rewards: dict[str, list[tuple[float, str | None]]] = {}
     # Tampering runs on bwrap where it is installed: the training backend, which keeps the
     # promise (local cannot stop a daemon that drops its run tag; see the README).
     tamper_backend = {"sandbox_backend": "bwrap"} if shutil.which("bwrap") else {}
@@ -233,10 +233,14 @@ def check_rewards(
         ("shotgun", shotgun_script(samples), {}),
         ("tamper", tamper_script(samples), tamper_backend),
     )
-    for kind, script, overrides in kinds:
-        with StubServer(script) as stub:
-            env = build_env(env_cls, stub.base_url, tokenizer, Path(workdir) / kind, **overrides)
-            rewards[kind] = asyncio.run(_score_each(env, samples))
+    with contextlib.ExitStack() as stubs:
+        envs = {}
+        for kind, script, overrides in kinds:
+            stub = stubs.enter_context(StubServer(script))
+            envs[kind] = build_env(
+                env_cls, stub.base_url, tokenizer, Path(workdir) / kind, **overrides
+            )
+        rewards = asyncio.run(_score_all(envs, samples))
     for index, sample in enumerate(samples):
         (gold, gold_error), (noop, noop_error) = rewards["gold"][index], rewards["noop"][index]
         tamper, tamper_error = rewards["tamper"][index]
@@ -296,13 +300,36 @@ def judge_injection(env: Any, sample: dict) -> InjectionOutcome | None:
     return InjectionOutcome(verdict.score, verdict.error, where, self_judged)
 
 
-async def _score_each(env: Any, samples: list[dict]) -> list[tuple[float, str | None]]:
+# Replays in flight at once: as many as a group's rollouts, so that an env on a Docker engine
+# starts no more containers than process does; one after another they took 20 s for 24 tasks.
+CONCURRENT_REPLAYS = 8
+
+Scores = list[tuple[float, str | None]]
+
+
+async def _score_all(envs: dict[str, Any], samples: list[dict]) -> dict[str, Scores]:
+    """Every kind's replays of every sample, up to CONCURRENT_REPLAYS at once; tampering last,
+    alone: on the local backend a daemon that drops its run tag outlives its rollout, and it
+    must not meet another kind's verification."""
+    slots = asyncio.Semaphore(CONCURRENT_REPLAYS)
+    honest = [kind for kind in envs if kind != "tamper"]
+    scores = dict(
+        zip(honest, await asyncio.gather(*(_score_each(envs[k], samples, slots) for k in honest)))
+    )
+    if "tamper" in envs:
+        scores["tamper"] = await _score_each(envs["tamper"], samples, slots)
+    return scores
+
+
+async def _score_each(env: Any, samples: list[dict], slots: asyncio.Semaphore) -> Scores:
     await env.setup()
-    results = []
-    for sample in samples:
-        rollout = await env.run_agent(sample, split="eval")
+
+    async def score(sample: dict) -> tuple[float, str | None]:
+        async with slots:
+            rollout = await env.run_agent(sample, split="eval")
         error = rollout.reward_error or rollout.result.error
         if rollout.result.tool_errors:
             error = error or f"tool error: {rollout.result.tool_errors[0].error}"
-        results.append((rollout.reward, error))
-    return results
+        return rollout.reward, error
+
+    return list(await asyncio.gather(*(score(sample) for sample in samples)))
