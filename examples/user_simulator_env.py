@@ -101,7 +101,7 @@ class UserSimulatorEnv(HermesAgentBaseEnv):
         self.index = 0
 
     # This env's items are its own dicts, not the runtime's Task (the base's item type).
-    async def get_next_item(self) -> dict:  # type: ignore[override]
+    async def get_next_item(self) -> dict:
         item = self.items[self.index % len(self.items)]
         self.index += 1
         return item

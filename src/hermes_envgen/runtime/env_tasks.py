@@ -75,8 +75,11 @@ class EnvTasks:
             f"from {self.task_source}"
         )
 
-    async def get_next_item(self) -> Task:
-        """The next training task, cycling through them in this worker's order."""
+    async def get_next_item(self) -> Any:
+        """The next training task, cycling through them in this worker's order.
+
+        A ``Task`` here; typed as atroposlib's item (anything) so that an env drawing items of
+        its own shape overrides it as it likes, as its hooks take ``item: Any``."""
         item = self.train_items[self.next_index % len(self.train_items)]
         self.next_index += 1
         return item
