@@ -62,7 +62,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # group "machine": they assert on host-wide state (the mount table, every process, every
 # container of the engine), start engines, or hold a time limit. The tests of a real model
 # server are a group of their own, scheduled after the slow tests: CI starts that server beside
-# the suite (the order: pytest_collection_modifyitems).
+# the suite (the order: pytest_collection_modifyitems). The tests that run a generated README's
+# commands as written, on its fixed ports, are a third group: beside each other they would
+# only wait for the ports' lock (readme_ports), holding a worker idle.
 MACHINE_FILES = {
     "devtools/test_demo.py",  # mounts and processes below its run, the whole demo
     "sandbox/test_crash_cleanup.py",  # kills runs, then asserts no process or mount is left
@@ -76,6 +78,10 @@ MACHINE_TESTS = {
 }
 MACHINE_MARKERS = {"docker"}  # one shared engine
 MODEL_SERVER_MARKERS = {"llama_server", "vllm_server"}
+README_PORTS_TESTS = {  # the tests that take test_template.readme_ports
+    "test_the_readme_offline_recipe_runs_as_written_and_feeds_the_trainer",
+    "test_the_run_block_runs_as_written_against_the_stub_and_serve_feeds_a_trainer",
+}
 
 
 def serial_group(item: pytest.Item) -> str | None:
@@ -86,6 +92,8 @@ def serial_group(item: pytest.Item) -> str | None:
     path = item.path.relative_to(Path(__file__).parent).as_posix()
     if path in MACHINE_FILES or item.originalname in MACHINE_TESTS or markers & MACHINE_MARKERS:
         return "machine"
+    if item.originalname in README_PORTS_TESTS:
+        return "readme_ports"
     return None
 
 
@@ -94,8 +102,7 @@ def keep_on_one_worker(config, item: pytest.Item, group: str) -> None:
     one worker. xdist 3.8 sets it as ``item._nodeid``, which pytest 9.2 no longer reads (the
     id is ``item._id``), so no group was kept together: the vLLM module's last test, which
     stops CI's server, ran on the other worker while the module's other tests still needed
-    it. Only the model server's group for now: the "machine" group, made serial too, would
-    change the suite's time in a way not yet measured.
+    it, and the "machine" tests ran beside each other.
     """
     if not getattr(config.option, "loadgroup", False) or "@" in item.nodeid:
         return
@@ -119,7 +126,6 @@ def pytest_collection_modifyitems(config, items):
         group = serial_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        if group == "model_server":
             keep_on_one_worker(config, item, group)
         if item.get_closest_marker("slow"):
             slow_files.add(item.path)
