@@ -4,7 +4,8 @@ The engines are real: the one the suite shares, and a second dockerd this module
 scripts/docker-engine.sh on a throw-away data root and a private socket (root only; stopped
 at the end of the module), with the test image loaded into it. An engine that vanishes
 mid-run is the shared engine behind a unix-socket relay this test closes; a dead one is a
-socket nobody listens on.
+socket nobody listens on; a dark one (a host whose packets are dropped) a loopback listener
+whose accept queue is full, so that the kernel drops each new connection's SYN.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from hermes_envgen.runtime.sandbox import (
     docker_pool,
 )
 from hermes_envgen.runtime.sandbox.docker_engine import RUN_LABEL, run_label
-from hermes_envgen.runtime.sandbox.docker_pool import EnginePool, engine_failure
+from hermes_envgen.runtime.sandbox.docker_pool import EnginePool, connect_failure, engine_failure
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.testing.runner import offline_environment
 
@@ -61,6 +62,18 @@ def shared_engine() -> str:
 def fresh_pools(monkeypatch):
     """Each test's pools start with every engine in (they are per process otherwise)."""
     monkeypatch.setattr(docker_pool, "_POOLS", {})
+
+
+@pytest.fixture
+def dark_engine():
+    """``tcp://127.0.0.1:PORT`` that takes no connection and refuses none: its accept queue
+    (of one) is full and never read, so a connection's SYN goes unanswered, as across a network
+    to a host gone dark."""
+    with socket.socket() as listener, socket.socket() as queued:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        queued.connect(listener.getsockname())
+        yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +172,24 @@ def test_only_engine_failures_take_an_engine_out():
     assert engine_failure(0, "Cannot connect to the Docker daemon") is None
 
 
+def test_a_network_engine_that_takes_no_connection_is_found_in_seconds(dark_engine):
+    started = time.monotonic()
+    why = asyncio.run(connect_failure(dark_engine, timeout=1))
+    assert why == f"no TCP connection to 127.0.0.1:{dark_engine.rsplit(':', 1)[1]} within 1 s"
+    assert time.monotonic() - started < 10
+    with socket.socket() as probe:  # refused: said at once, with why
+        probe.bind(("127.0.0.1", 0))
+        refused = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    assert "refused" in (asyncio.run(connect_failure(refused)) or "").lower()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert asyncio.run(connect_failure(f"tcp://127.0.0.1:{listening.getsockname()[1]}")) is None
+    # Not probed: a local engine, and ssh (a host may be an alias of the ssh configuration).
+    assert asyncio.run(connect_failure(DEAD)) is None
+    assert asyncio.run(connect_failure("ssh://agent@engine-alias")) is None
+
+
 def test_the_setting_takes_a_list_comma_separated_text_or_json():
     from pydantic import ValidationError
 
@@ -237,6 +268,29 @@ def test_a_dead_engine_is_out_logged_once_and_the_pool_carries_on(tmp_path, capl
     said = [r.getMessage() for r in caplog.records if DEAD in r.getMessage()]
     assert len(said) == 1 and said[0].startswith(f"docker engine {DEAD} is out for 30 s: "), said
     assert "Cannot connect to the Docker daemon" in said[0]
+
+
+@needs_docker
+@pytest.mark.timeout(120)
+def test_a_dark_engine_is_out_within_the_connect_timeout(dark_engine, tmp_path, caplog):
+    manager = pool_manager(tmp_path, [dark_engine, shared_engine()])
+
+    async def main():
+        box = manager.get("dark")
+        ran = await box.run("echo alive")
+        await manager.close_all()
+        return ran, box.host
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger=docker_pool.__name__):
+        ran, placed = asyncio.run(main())
+    assert (ran.output, placed) == ("alive\n", shared_engine())
+    assert time.monotonic() - started < docker_pool.CONNECT_TIMEOUT + 40
+    said = [r.getMessage() for r in caplog.records if dark_engine in r.getMessage()]
+    assert said == [
+        f"docker engine {dark_engine} is out for 30 s: no TCP connection to "
+        f"127.0.0.1:{dark_engine.rsplit(':', 1)[1]} within {docker_pool.CONNECT_TIMEOUT:g} s"
+    ]
 
 
 @needs_docker

@@ -73,7 +73,12 @@ from hermes_envgen.runtime.sandbox.docker_engine import (
 )
 from hermes_envgen.runtime.sandbox.docker_engine import docker_cli as _docker
 from hermes_envgen.runtime.sandbox.docker_engine import docker_exec as _exec
-from hermes_envgen.runtime.sandbox.docker_pool import engine_failure, is_local, pool_of
+from hermes_envgen.runtime.sandbox.docker_pool import (
+    connect_failure,
+    engine_failure,
+    is_local,
+    pool_of,
+)
 from hermes_envgen.runtime.sandbox.docker_shell import (
     DENIED,
     DIRECTORY,
@@ -266,7 +271,9 @@ class DockerSandbox(Sandbox):
         while True:
             self.host = self.pool.pick(tried)  # SandboxUnavailable with every engine out
             try:
-                code, out = await self._start_container()
+                # A network engine that takes no connection is asked for nothing.
+                why = await connect_failure(self.host)
+                code, out = (1, why) if why else await self._start_container()
             except BaseException:  # cancelled (the rollout's budget, Ctrl-C): not open here
                 self.pool.release(self.host)
                 raise
@@ -274,7 +281,7 @@ class DockerSandbox(Sandbox):
                 self.pool.working(self.host)
                 return
             self.pool.release(self.host)
-            why = engine_failure(code, out)
+            why = why or engine_failure(code, out)
             if why is None:  # the engine answered: the image, say, which another may lack too
                 raise SandboxUnavailable(start_failure(out, self.image, self.host))
             self.pool.out(self.host, why)

@@ -11,11 +11,16 @@ one, and an engine back from an outage takes the new sandboxes until it is level
 An engine that fails (no answer, refused, a TLS handshake that does not match, the CLI
 timing out) is out for ``OUT_SECONDS``, logged once per outage in one line naming it and why;
 the start goes on to the next engine. With every engine out, the start fails naming them.
+A start on a ``tcp://`` engine first opens a TCP connection to it, within ``CONNECT_TIMEOUT``:
+an engine whose packets are dropped (a host gone dark) is out in seconds, where the docker CLI
+would wait for the operating system to give up.
 One pool per list of hosts per process: every sandbox of the run shares what it knows.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -23,6 +28,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from hermes_envgen.runtime.errors import EnvConfigError, SandboxUnavailable
 from hermes_envgen.runtime.sandbox.base import TIMEOUT_EXIT_CODE
@@ -31,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 OUT_SECONDS = 30.0  # an engine that failed gets no new sandbox for this long
 CHECK_TIMEOUT = 10.0  # seconds the start-up check gives each engine
+CONNECT_TIMEOUT = 5.0  # seconds a start gives a network engine to accept a TCP connection
 # What the docker CLI says when the engine itself cannot be used (as opposed to a container
 # or image problem): it does not answer, refuses, or the TLS handshake fails.
 # Lower case: matched against the lower-cased output.
@@ -56,6 +63,30 @@ def engine_failure(code: int, output: str) -> str | None:
     for line in output.splitlines():
         if any(marker in line.lower() for marker in ENGINE_FAILURES):
             return line.strip()[:200]
+    return None
+
+
+async def connect_failure(host: str, timeout: float = CONNECT_TIMEOUT) -> str | None:
+    """Why a TCP connection to a ``tcp://`` engine cannot be opened within ``timeout`` (one
+    line), or None: it accepts, or it is not a ``tcp://`` one (an ``ssh://`` host may be an
+    alias of the ssh configuration, and ssh has a ConnectTimeout of its own)."""
+    url = urlsplit(host)
+    if url.scheme != "tcp" or not url.hostname:
+        return None
+    try:  # the docker CLI's default ports: 2376 with TLS, else 2375
+        port = url.port or (2376 if os.environ.get("DOCKER_TLS_VERIFY") else 2375)
+    except ValueError:  # a port out of range: the docker CLI says what is wrong with it
+        return None
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(url.hostname, port), timeout)
+    except asyncio.TimeoutError:  # not TimeoutError before Python 3.11
+        return f"no TCP connection to {url.hostname}:{port} within {timeout:g} s"
+    except OSError as exc:  # asyncio's message names the address again: the errno's says why
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        return f"no TCP connection to {url.hostname}:{port}: {why}"
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
     return None
 
 
