@@ -221,9 +221,7 @@ def run_checks(
         skipped = "not run: fix config_init first"
         names: tuple[str, ...] = ("process", TOOL_CALLS_ROW)
         names += (TRAINER_ROW,) if trainer != "none" else ()
-        names += ("evaluate", "reward range", "gold solutions")
-        names += ("no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
-        names += (INJECTION_ROW, "sandbox cleanup")
+        names += ("evaluate", "reward range", *REPLAY_ROWS, INJECTION_ROW, "sandbox cleanup")
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
     samples = info.get("samples") or []
