@@ -129,7 +129,8 @@ def test_the_hosted_backend_needs_its_key_at_start_up(monkeypatch):
 async def http_server(routes: list[web.RouteDef]) -> AsyncIterator[str]:
     app = web.Application()
     app.add_routes(routes)
-    runner = web.AppRunner(app)
+    # A handler still stalling when the test ends is cancelled, not waited for.
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
