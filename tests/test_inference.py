@@ -203,8 +203,8 @@ def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
         "evaluate",
         {
             "openai.base_url": base_url,
-            "openai.timeout": 3,
-            "env.startup_wait": 8,
+            "openai.timeout": 1,
+            "env.startup_wait": 3,
             "env.tokenizer_name": offline_tokenizer,
             "env.data_dir_to_save_evals": tmp_path / "eval",
             "env.sandbox_root": tmp_path / "sandboxes",
@@ -213,7 +213,7 @@ def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
         cwd=tmp_path,
     )
     assert completed.returncode == 2, completed.stderr[-3000:]
-    # At once: the start-up wait (8 s) and the env's start, which takes most of a minute on a
+    # At once: the start-up wait (3 s) and the env's start, which takes most of a minute on a
     # busy machine; a run that went on asking would take many times the timeout per task.
     assert time.monotonic() - started < 120
     line = last_line(completed)
