@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import render_template
+
+from hermes_envgen.runtime.sandbox import procfs
 
 # A whole check is several env subprocesses (run_check allows 600 s, the own-judge one 900 s):
 # on a busy machine they took 220-290 s beside another, near pytest-timeout's default 300 s.
@@ -226,6 +231,44 @@ def test_an_env_that_fails_to_import_exits_2(tmp_path):
     assert result.returncode == 2
     assert "could not be imported: ModuleNotFoundError" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_an_interrupted_check_leaves_nothing_running(project, tmp_path):
+    """A SIGINT to the CLI alone (a supervisor's, not the terminal's to the whole group) while
+    process runs and the replays run beside it: exit 130 at once, every env process gone."""
+    # A reward that takes 10 s: the replays take minutes, so waiting them out cannot pass.
+    anchor = '        checks = item.get("checks") or {'
+    slow = variant(project, tmp_path, anchor, "        await asyncio.sleep(10)\n" + anchor)
+    env_file = slow / "src/ready_env/env.py"
+    env_file.write_text("import asyncio\n" + env_file.read_text())
+    check = subprocess.Popen(
+        [sys.executable, "-m", "hermes_envgen", "check", str(slow)],
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # check's work directory goes here
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        said = []
+        for line in check.stdout:
+            said.append(line)
+            if "running process" in line:  # the replays were started just before
+                break
+        assert said and "running process" in said[-1], "".join(said)
+        check.send_signal(signal.SIGINT)
+        check.wait(timeout=60)
+    finally:
+        if check.poll() is None:
+            os.killpg(check.pid, signal.SIGKILL)
+            check.wait()
+    assert check.returncode == 130
+    # The env processes run in the project (describe, replays) and in the work directory, both
+    # under tmp_path.
+    left = procfs.working_in(str(tmp_path))
+    assert left == [], [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left]
 
 
 @pytest.mark.slow

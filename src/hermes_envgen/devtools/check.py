@@ -86,32 +86,54 @@ def find_env(path: str | Path) -> EnvTarget:
     )
 
 
+REPLAYS = "the env's reward replays"  # what an env process with arguments does
+
+
 def in_env_process(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
     """Import the env in a subprocess of its own and describe it (with args: replay rewards, ask
     its judge); see ``env_process``.
 
     CheckError when the env cannot be imported.
     """
+    what = REPLAYS if args else "importing and describing the env"
+    return env_process_report(start_env_process(target, *args), timeout, what)
+
+
+def start_env_process(target: EnvTarget, *args: str) -> subprocess.Popen[str]:
+    """``env_process`` started on the env (see ``in_env_process``); read it with
+    ``env_process_report``."""
     from hermes_envgen.testing.runner import offline_environment
 
+    return subprocess.Popen(
+        [sys.executable, "-m", "hermes_envgen.devtools.env_process", target.entry, *args],
+        cwd=target.root,
+        env=offline_environment(target.environment()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def env_process_report(process: subprocess.Popen[str], timeout: float, what: str) -> dict:
+    """What an ``env_process`` reported, once it exits; killed past ``timeout`` (CheckError:
+    ``what`` took too long), and on any other way out of the wait (Ctrl-C), as
+    ``subprocess.run`` does."""
     try:
-        completed = subprocess.run(
-            [sys.executable, "-m", "hermes_envgen.devtools.env_process", target.entry, *args],
-            cwd=target.root,
-            env=offline_environment(target.environment()),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        what = "the env's reward replays" if args else "importing and describing the env"
+        process.kill()
+        process.communicate()
         raise CheckError(f"{what} took more than {timeout:g} s (--timeout)") from None
-    lines = completed.stdout.strip().splitlines()
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    lines = stdout.strip().splitlines()
     try:
         description = json.loads(lines[-1])
     except (IndexError, ValueError):
-        tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise CheckError(f"the env could not be imported: {tail}") from None
     if "error" in description:
         raise CheckError(f"the env could not be imported: {description['error']}")
@@ -229,6 +251,7 @@ def run_checks(
     script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
     work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
     stub = None
+    replay = ReplayChecks(target, work, gold_threshold, noop_threshold, timeout)
     replays_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replays")
     try:
         if endpoint is None:
@@ -265,8 +288,8 @@ def run_checks(
             "replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer and "
             "asking the judge to grade an injection answer, beside process and evaluate"
         )
-        replay = ReplayChecks(target, work, gold_threshold, noop_threshold, timeout)
-        replays = replays_pool.submit(replay.rows, judge_url, model, stubbed=endpoint is None)
+        replay.start(judge_url, model)
+        replays = replays_pool.submit(replay.rows, stubbed=endpoint is None)
         scores: list[float] = []
         progress("running process (one group)")
         try:
@@ -318,6 +341,7 @@ def run_checks(
         results += replays.result()
         results.append(_cleanup_check(run.sandbox_root, work / "replays", work / "injection"))
     finally:
+        replay.stop()  # still running only when the check ends early
         replays_pool.shutdown(wait=True)  # the stub below serves their judge
         if stub is not None:
             stub.stop()
@@ -559,30 +583,32 @@ class ReplayChecks:
     gold: float
     noop: float
     timeout: float
+    process: subprocess.Popen[str] | None = None
 
-    def rows(self, judge_url: str, model: str | None, *, stubbed: bool) -> list[CheckResult]:
-        """Replay every built-in sample and ask the judge at ``judge_url`` (``stubbed``: the
-        scripted stub plays it); one row per replay kind, then the injection's."""
+    def start(self, judge_url: str, model: str | None) -> None:
+        """Start replaying every built-in sample, and asking the judge at ``judge_url``."""
         from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
         tokenizer = build_offline_tokenizer(self.work / "tokenizer")
+        options = (str(tokenizer), str(self.work), str(self.gold), str(self.noop))
+        self.process = start_env_process(self.target, "replays", *options, judge_url, model or "")
+
+    def rows(self, *, stubbed: bool) -> list[CheckResult]:
+        """Once the replays are done: one row per replay kind, then the injection's
+        (``stubbed``: the scripted stub played the judge)."""
+        assert self.process is not None, "start() first"
         try:
-            report = in_env_process(
-                self.target,
-                "replays",
-                str(tokenizer),
-                str(self.work),
-                str(self.gold),
-                str(self.noop),
-                judge_url,
-                model or "",
-                timeout=self.timeout,
-            )
+            report = env_process_report(self.process, self.timeout, REPLAYS)
         except CheckError as exc:  # rows still: the rows above them are printed
             return [CheckResult(name, FAIL, str(exc)) for name in (*REPLAY_ROWS, INJECTION_ROW)]
         rows = self.reward_rows(report["rewards"])
         rows.append(self.injection_row(report["injection"], stubbed))
         return rows
+
+    def stop(self) -> None:
+        """Kill the replays if they still run (the check ends early: Ctrl-C, an error)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
 
     def reward_rows(self, report: dict) -> list[CheckResult]:
         """The gold, no-op, tool-touch, shotgun and tampering rows."""
