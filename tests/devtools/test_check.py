@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,6 +259,13 @@ def test_an_interrupted_check_leaves_nothing_running(project, tmp_path):
             if "running process" in line:  # the replays were started just before
                 break
         assert said and "running process" in said[-1], "".join(said)
+        # Once process mode's env process runs and the CLI waits for it: a signal while the
+        # CLI is still starting it is a race of its own, not what this test is about.
+        deadline = time.monotonic() + 120
+        while not any(b"\0process\0" in cmdline(pid) for pid in procfs.working_in(str(tmp_path))):
+            assert time.monotonic() < deadline, "process mode did not start"
+            time.sleep(0.05)
+        time.sleep(1)
         check.send_signal(signal.SIGINT)
         check.wait(timeout=60)
     finally:
@@ -268,7 +276,14 @@ def test_an_interrupted_check_leaves_nothing_running(project, tmp_path):
     # The env processes run in the project (describe, replays) and in the work directory, both
     # under tmp_path.
     left = procfs.working_in(str(tmp_path))
-    assert left == [], [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left]
+    assert left == [], [cmdline(pid) for pid in left]
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile
+        return b""
 
 
 @pytest.mark.slow
