@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -68,6 +70,61 @@ def test_ctrl_c_reaches_the_env_once_and_is_waited_for(env_file, tmp_path):
     finally:
         timer.cancel()
     assert mark.read_text() == "SIGINT"  # run_env_mode returned only after the env's cleanup
+
+
+class InterruptedAsItStarts(subprocess.Popen):
+    """A Popen that gets Ctrl-C the moment its child exists, before the caller has a handle."""
+
+    started: ClassVar[list[int]] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        InterruptedAsItStarts.started.append(self.pid)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def assert_reaped(pid: int) -> None:
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_ctrl_c_while_the_env_starts_stops_it_too(env_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", InterruptedAsItStarts)
+    InterruptedAsItStarts.started.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_env_mode(env_file, "polite", str(tmp_path / "ended-by"), timeout=60)
+    (pid,) = InterruptedAsItStarts.started
+    assert_reaped(pid)  # without the hold: raised inside Popen, and the env ran on for 120 s
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_while_checks_env_process_starts_kills_it(tmp_path, monkeypatch):
+    from hermes_envgen.devtools.check import EnvTarget, start_env_process
+
+    monkeypatch.setattr(subprocess, "Popen", InterruptedAsItStarts)
+    InterruptedAsItStarts.started.clear()
+    with pytest.raises(KeyboardInterrupt):
+        start_env_process(EnvTarget(tmp_path, str(tmp_path / "env.py")))
+    (pid,) = InterruptedAsItStarts.started
+    assert_reaped(pid)
+
+
+def test_interrupts_are_held_only_in_the_main_thread():
+    with runner.interrupts_held() as held:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # a signal's Python handler runs between bytecodes: it has run now
+    assert held == [signal.SIGINT]
+    in_thread: list[object] = []
+
+    def hold() -> None:
+        with runner.interrupts_held() as held_there:
+            in_thread.append(signal.getsignal(signal.SIGINT))
+        in_thread.append(held_there)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    thread.join()
+    assert in_thread == [signal.default_int_handler, []]
 
 
 def test_a_run_against_a_stub_brings_the_offline_tokenizer(tmp_path):

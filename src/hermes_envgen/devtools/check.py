@@ -102,17 +102,23 @@ def in_env_process(target: EnvTarget, *args: str, timeout: float = 120) -> dict:
 def start_env_process(target: EnvTarget, *args: str) -> subprocess.Popen[str]:
     """``env_process`` started on the env (see ``in_env_process``); read it with
     ``env_process_report``."""
-    from hermes_envgen.testing.runner import offline_environment
+    from hermes_envgen.testing.runner import interrupts_held, offline_environment
 
-    return subprocess.Popen(
-        [sys.executable, "-m", "hermes_envgen.devtools.env_process", target.entry, *args],
-        cwd=target.root,
-        env=offline_environment(target.environment()),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
+    with interrupts_held() as held:  # a Ctrl-C inside Popen would leave no handle to kill
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hermes_envgen.devtools.env_process", target.entry, *args],
+            cwd=target.root,
+            env=offline_environment(target.environment()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+    if held:
+        process.kill()
+        process.communicate()
+        raise KeyboardInterrupt
+    return process
 
 
 def env_process_report(process: subprocess.Popen[str], timeout: float, what: str) -> dict:

@@ -7,7 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hermes_envgen.errors import EnvRunFailed
@@ -50,17 +51,21 @@ def run_env_mode(
     command: Sequence[str] = [python or sys.executable, *entry, mode, *args]
     # Its own process group: a terminal's Ctrl-C reaches the env once, forwarded from here,
     # so that the env's cleanup (sandboxes, mounts) is not cut short by a second signal.
-    with subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=offline_environment(extra_env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # a group of its own (process_group=0 is Python 3.11+)
-    ) as process:
+    with interrupts_held() as held:
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=offline_environment(extra_env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # a group of its own (process_group=0 is Python 3.11+)
+        )
+    with process:
         try:
+            if held:
+                raise KeyboardInterrupt
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             stdout, stderr = stop_gracefully(process, signal.SIGTERM)
@@ -77,6 +82,30 @@ def run_env_mode(
             f"\n--- stderr\n{stderr[-6000:]}"
         )
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block; yields the list it is held in.
+
+    For the start of a child process: a KeyboardInterrupt raised inside ``Popen`` after its fork
+    returns no handle, and the child runs on with nothing left to stop it. The caller checks
+    the list once it has the handle, and stops the child itself. Only the main thread is ever
+    interrupted (and may set a handler); another thread's block holds nothing. A handler other
+    than Python's default is left alone.
+    """
+    held: list[int] = []
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield held
+        return
+    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stop_gracefully(process: subprocess.Popen, signum: int) -> tuple[str, str]:
