@@ -199,6 +199,7 @@ def test_wandb_log_adds_metrics_and_calls_super(
     assert env._train_stats.rewards == []  # flushed
 
 
+@pytest.mark.slow
 def test_a_dead_server_drops_the_group_instead_of_crashing(offline_tokenizer, tmp_path):
     env = make_env("http://127.0.0.1:9/v1", offline_tokenizer, tmp_path)
     env.config.max_agent_turns = 1

@@ -99,6 +99,7 @@ def test_stub_server_on_a_busy_port_exits_2(stub_server, tmp_path):
     assert f"cannot listen on 127.0.0.1:{busy.port}" in result.stderr
 
 
+@pytest.mark.slow
 def test_trainer_on_a_busy_port_fails_in_one_line(stub_server):
     busy = stub_server({"conversations": [{"turns": [{"content": "x"}]}]})
     result = run_cli("trainer", "--port", str(busy.port), "--steps", "1", timeout=120)

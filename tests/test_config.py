@@ -68,6 +68,7 @@ def run_example(*args: str, cwd) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["flag", "config file"])
 def test_an_old_name_reaches_the_env_from_a_flag_or_a_config_file(
     offline_tokenizer, tmp_path, source
@@ -96,6 +97,7 @@ def test_an_old_name_reaches_the_env_from_a_flag_or_a_config_file(
     assert "Traceback" not in completed.stderr
 
 
+@pytest.mark.slow
 def test_a_new_flag_beats_an_old_name_in_the_config_file(offline_tokenizer, tmp_path):
     (tmp_path / "old.yaml").write_text(yaml.safe_dump({"env": {"terminal_backend": "vm"}}))
     completed = run_example(

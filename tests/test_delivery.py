@@ -170,6 +170,7 @@ def serving_env(offline_tokenizer, tmp_path: Path, api_url: str):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_worker_cancelled_mid_post_delivers_the_group_it_recorded(offline_tokenizer, tmp_path):
     with RunApi(log=tmp_path / "run-api.log") as api:

@@ -144,6 +144,7 @@ def _process(env_file: Path, base_url: str, tokenizer: Path, workdir: Path, **en
     )
 
 
+@pytest.mark.slow
 def test_a_mistyped_dataset_stops_the_run_in_one_line(
     env_file, stub_server, offline_tokenizer, tmp_path
 ):
@@ -158,6 +159,7 @@ def test_a_mistyped_dataset_stops_the_run_in_one_line(
     assert not (tmp_path / "groups.jsonl").exists()  # nothing trained, nothing written
 
 
+@pytest.mark.slow
 def test_the_fallback_asked_for_is_said_and_trains_on_the_samples(
     env_file, stub_server, offline_tokenizer, tmp_path, monkeypatch
 ):

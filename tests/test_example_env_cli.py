@@ -15,6 +15,7 @@ ENV_FILE = EXAMPLES / "terminal_env.py"
 SCRIPT = EXAMPLES / "stub_script.yaml"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "backend",
     [
@@ -54,6 +55,7 @@ def test_process_writes_valid_groups(stub_server, offline_tokenizer, tmp_path, b
     assert not any((tmp_path / "sandboxes").rglob("*.txt")), "sandboxes were cleaned up"
 
 
+@pytest.mark.slow
 def test_evaluate_writes_metrics_and_samples(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(SCRIPT)
     run = OfflineRun(ENV_FILE, server.base_url, offline_tokenizer, tmp_path, health_check=None)

@@ -94,6 +94,7 @@ def readmes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {kind: render(root, data) for kind, data in PROJECTS.items()}
 
 
+@pytest.mark.slow
 def test_every_block_of_every_generated_readme_is_one_these_tests_run(readmes):
     setups = {}
     for kind, project in readmes.items():

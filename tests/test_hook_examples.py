@@ -24,6 +24,7 @@ def spoken(messages: list[dict], role: str) -> list[str]:
     return [m["content"] for m in messages if m["role"] == role]
 
 
+@pytest.mark.slow
 def test_user_simulator_process_trains_the_agent_only(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(USER_SCRIPT)
     run = OfflineRun(USER_ENV, server.base_url, offline_tokenizer, tmp_path, health_check=None)
@@ -47,6 +48,7 @@ def test_user_simulator_process_trains_the_agent_only(stub_server, offline_token
             assert not any(text in trained for text in customer), "the env's text is masked"
 
 
+@pytest.mark.slow
 def test_user_simulator_evaluate_saves_the_customers_verdicts(
     stub_server, offline_tokenizer, tmp_path
 ):
@@ -60,6 +62,7 @@ def test_user_simulator_evaluate_saves_the_customers_verdicts(
     assert all(s["messages"][-1]["content"] == "That did it, thank you!" for s in helped)
 
 
+@pytest.mark.slow
 def test_guess_number_process_rewards_turns_and_wins(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(GAME_SCRIPT)
     run = OfflineRun(GAME_ENV, server.base_url, offline_tokenizer, tmp_path, health_check=None)
@@ -74,6 +77,7 @@ def test_guess_number_process_rewards_turns_and_wins(stub_server, offline_tokeni
             assert not any(hint in trained for hint in hints), "the game's hints are masked"
 
 
+@pytest.mark.slow
 def test_guess_number_evaluate_records_each_turns_reward(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(GAME_SCRIPT)
     run = OfflineRun(GAME_ENV, server.base_url, offline_tokenizer, tmp_path, health_check=None)

@@ -180,6 +180,7 @@ def last_line(completed: subprocess.CompletedProcess) -> str:
     return completed.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", ["refused", "dns", "404", "401", "hang"])
 def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
     failure, stub_server, offline_tokenizer, tmp_path
@@ -226,6 +227,7 @@ def test_a_model_server_that_fails_every_request_stops_the_run_at_once(
     assert leftovers == []
 
 
+@pytest.mark.slow
 def test_a_server_that_is_still_starting_is_waited_for_with_a_progress_line(
     stub_server, offline_tokenizer, tmp_path
 ):
@@ -272,6 +274,7 @@ def test_a_server_that_is_still_starting_is_waited_for_with_a_progress_line(
     assert (tmp_path / "eval" / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_a_server_that_never_comes_up_is_named_after_the_bounded_wait(offline_tokenizer, tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
     started = time.monotonic()
@@ -294,6 +297,7 @@ def test_a_server_that_never_comes_up_is_named_after_the_bounded_wait(offline_to
     assert lines[-1].endswith(f"(asked from {socket.gethostname()})"), lines[-1]
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_model_url_that_is_the_rollout_server(offline_tokenizer, tmp_path):
     completed = run_example(
         "serve",
@@ -325,6 +329,7 @@ def test_same_server_treats_every_local_name_alike():
     assert not same_server("http://localhost:9001/v1", "http://localhost:8000")
 
 
+@pytest.mark.slow
 def test_evaluate_where_every_rollout_fails_exits_2_with_the_cause(
     stub_server, offline_tokenizer, tmp_path
 ):
@@ -352,6 +357,7 @@ def test_evaluate_where_every_rollout_fails_exits_2_with_the_cause(
     assert all(r.get("top_k") == 7 for r in stub.requests[1:])
 
 
+@pytest.mark.slow
 def test_process_stops_when_every_request_fails_for_good(stub_server, offline_tokenizer, tmp_path):
     stub = stub_server(SCRIPT, faults=Faults(status=403, status_after=1))
     completed = run_example(
@@ -371,6 +377,7 @@ def test_process_stops_when_every_request_fails_for_good(stub_server, offline_to
     assert not (tmp_path / "groups.jsonl").exists()  # no group was written: no file
 
 
+@pytest.mark.slow
 def test_process_against_a_refused_port_leaves_no_groups_file(offline_tokenizer, tmp_path):
     completed = run_example(
         "process",
@@ -388,6 +395,7 @@ def test_process_against_a_refused_port_leaves_no_groups_file(offline_tokenizer,
     assert not (tmp_path / "groups.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_extra_body_that_is_not_json_is_refused_in_one_line(offline_tokenizer, tmp_path):
     completed = run_example(
         "evaluate",
@@ -458,6 +466,7 @@ def run_judged_env(mode: str, judge_url: str, flags: dict, cwd) -> subprocess.Co
     )
 
 
+@pytest.mark.slow
 def test_a_judge_that_refuses_the_key_stops_the_run_at_start(
     stub_server, offline_tokenizer, tmp_path
 ):
@@ -484,6 +493,7 @@ def test_a_judge_that_refuses_the_key_stops_the_run_at_start(
     assert not (tmp_path / "groups.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_judge_that_fails_every_request_later_stops_the_run(
     stub_server, offline_tokenizer, tmp_path
 ):
@@ -509,6 +519,7 @@ def test_a_judge_that_fails_every_request_later_stops_the_run(
     assert not (tmp_path / "groups.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_judge_on_a_policy_server_with_only_generate_is_refused_at_start(
     stub_server, offline_tokenizer, tmp_path
 ):
@@ -536,6 +547,7 @@ def test_a_judge_on_a_policy_server_with_only_generate_is_refused_at_start(
     assert len(policy.requests) == 1  # the policy's start-up request, on /generate
 
 
+@pytest.mark.slow
 def test_a_remote_judge_without_a_key_stops_process_mode_with_no_groups_file(
     offline_tokenizer, tmp_path
 ):

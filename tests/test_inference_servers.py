@@ -10,6 +10,8 @@ import asyncio
 import logging
 import time
 
+import pytest
+
 from hermes_envgen.runtime.inference import Endpoint, ModelClient
 
 SCRIPT = {"conversations": [{"turns": [{"content": "OK"}]}]}
@@ -69,6 +71,7 @@ def test_with_every_server_failing_the_request_fails_with_the_last_cause(stub_se
     assert [len(s.requests) for s in stubs] == [2, 2]
 
 
+@pytest.mark.slow
 def test_serve_with_run_api_unreachable_says_so_in_one_line_and_exits_2(
     stub_server, offline_tokenizer, tmp_path
 ):

@@ -94,6 +94,7 @@ def test_an_interrupted_install_is_redone_and_a_complete_one_kept(checkout):
     assert (target / ".complete").stat().st_mtime_ns == marker  # not installed again
 
 
+@pytest.mark.slow
 def test_without_a_cpu_build_it_says_so_and_leaves_nothing(checkout, tmp_path):
     # No wheel directory in pip's configuration, and an index that refuses at once: nothing
     # of the network is reached.

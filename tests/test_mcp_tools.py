@@ -122,6 +122,7 @@ def test_ten_thousand_tools_are_refused_unless_the_allowed_ones_are_named(tmp_pa
     assert "notes_extra_9999" in picked.names()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -45,6 +45,7 @@ def script_file(tmp_path):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_evaluate_saves_every_rollout_of_a_reply_with_lone_surrogates(
     stub_server, offline_tokenizer, tmp_path
@@ -62,6 +63,7 @@ def test_evaluate_saves_every_rollout_of_a_reply_with_lone_surrogates(
     saved.decode("utf-8")  # strict: no lone surrogate reached the file
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_process_trains_on_a_reply_with_lone_surrogates(stub_server, offline_tokenizer, tmp_path):
     server = stub_server(script_file(tmp_path))

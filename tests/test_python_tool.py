@@ -110,6 +110,7 @@ def test_a_timeout_interrupts_the_code_and_keeps_the_state(tmp_path, backend):
     run(scenario())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ALL)
 def test_code_that_ignores_the_interrupt_is_killed_and_the_restart_is_reported(tmp_path, backend):
     stubborn = cell("""

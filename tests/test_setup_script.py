@@ -94,6 +94,7 @@ def test_the_committed_locks_agree_with_pyproject():
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_an_interrupted_setup_is_repaired_by_the_next_run(checkout):
     # Killed once the venv exists, while uv fills it (as Ctrl-C, a closed terminal or a
     # reboot would leave it).
@@ -156,6 +157,7 @@ def test_an_export_out_of_date_with_the_lock_stops_setup_in_one_line(checkout):
     ]
 
 
+@pytest.mark.slow
 def test_no_uv_and_no_index_says_so_then_a_run_with_uv_repairs(checkout, tmp_path):
     # A PATH with Python but no uv, no uv installed by an earlier run, no package index.
     bin_dir = tmp_path / "bin"

@@ -52,6 +52,7 @@ def apt_get_waiting(*args: str, wait: int) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_held_lock_is_waited_for_and_said_once():
     hold_lock(4)
     result = apt_get_waiting("check", wait=60)

@@ -450,6 +450,7 @@ def test_an_sglang_project_says_how_to_start_sglang_and_passes_its_own_tests(tmp
         assert_own_tests_pass(project)
 
 
+@pytest.mark.slow
 def test_the_atropos_project_asks_atropos_inference_port_not_run_api(tmp_path):
     """Atropos's convention: inference on 9001, run-api on 8000; a local model's timeout."""
     project = render(tmp_path, answers("atropos", "binary", False, False))

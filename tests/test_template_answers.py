@@ -207,6 +207,7 @@ def run(command: list[str], cwd: Path, timeout: float = 120) -> subprocess.Compl
     )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=6,
     deadline=None,

@@ -144,6 +144,7 @@ async def http_server(routes: list[web.RouteDef]) -> AsyncIterator[str]:
 KEY = "tvly-test-key-98765"
 
 
+@pytest.mark.slow
 def test_the_hosted_backend_speaks_tavilys_api_and_never_shows_the_key(tmp_path, monkeypatch):
     monkeypatch.setenv("TAVILY_API_KEY", KEY)
     seen = []

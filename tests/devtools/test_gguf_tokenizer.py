@@ -51,6 +51,7 @@ def smollm2(tmp_path_factory):
     return AutoTokenizer.from_pretrained(str(directory))
 
 
+@pytest.mark.slow
 @needs_smollm2
 @pytest.mark.parametrize(
     "text",
@@ -103,6 +104,7 @@ def test_chat_template_is_the_models(smollm2):
     )
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_directory_is_written_by_hand_for_transformers_4_and_5(tmp_path):
     from hermes_envgen.devtools.gguf_tokenizer import tokenizer_from_gguf

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.trainer import free_port
 
@@ -21,6 +23,7 @@ def reach(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_reach_only_names_what_answers_and_what_does_not(stub_server):
     stub = stub_server(SCRIPT)
     refused = f"http://127.0.0.1:{free_port()}"

@@ -260,6 +260,7 @@ def browse(page: Path, profile: Path, *args: str, fragment: str = "") -> str:
     return completed.stdout
 
 
+@pytest.mark.slow
 def test_the_page_renders_and_filters_in_chromium(tmp_path):
     page = write_view(write_jsonl(tmp_path / "samples.jsonl", [*SAMPLES, FAILURE]))
     profile = tmp_path / "profile"

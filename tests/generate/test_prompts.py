@@ -100,6 +100,7 @@ PROVIDERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_every_provider_can_be_answered_on_a_terminal(
     provider: str, tmp_path: Path, cli_env: dict[str, str]
@@ -122,6 +123,7 @@ def test_every_provider_can_be_answered_on_a_terminal(
         assert 'os.environ.get("EXAMPLE_API_KEY", "")' in env_py
 
 
+@pytest.mark.slow
 def test_the_dataset_branch_asks_its_questions(tmp_path: Path, cli_env: dict[str, str]):
     replies = {
         "Load tasks from a Hugging Face dataset": ["y"],

@@ -80,6 +80,7 @@ def change_template(repo: Path, env: dict[str, str]) -> None:
     git(repo, "commit", "--quiet", "-am", "A template change", env=env)
 
 
+@pytest.mark.slow
 def test_two_releases_and_a_project_from_a_dev_checkout_updates_to_the_newest_by_default(
     repo: Path, tmp_path: Path, run_copy: RunCli, cli_env: dict[str, str]
 ):
@@ -116,6 +117,7 @@ def test_two_releases_and_a_project_from_a_dev_checkout_updates_to_the_newest_by
     assert TEMPLATE_LINE in (project / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_release_never_tagged_is_tagged_where_its_projects_were_made(
     repo: Path, tmp_path: Path, run_copy: RunCli, cli_env: dict[str, str]
 ):
@@ -212,6 +214,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow
 def test_the_v0_1_0_project_updates_from_the_commit_that_made_it(
     tmp_path: Path, run_cli: RunCli, cli_env: dict[str, str]
 ):

@@ -53,6 +53,7 @@ def _inputs(name: str) -> dict[str, str]:
     return inputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_one_megabyte_adversarial_inputs_parse_fast(name: str) -> None:
     parser = get_parser(name)

@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Callable
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from markup import (
@@ -203,6 +204,7 @@ marker_soup = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=4)
 )
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=1500)
 @given(marker_soup)
 def test_marker_soup(text: str) -> None:
@@ -433,6 +435,7 @@ def decoded(calls: list[dict]) -> list[Call]:
     return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=1200)
 @given(rendered())
 def test_valid_output_round_trips(case: tuple[str, str, list[Call], str | None]) -> None:
@@ -451,6 +454,7 @@ QUOTABLE = {"hermes", "qwen", "longcat", "qwen3_coder", "glm45", "glm47"}
 NOT_IN_ANSWERS = QUOTABLE | {"llama3_json", "llama4_json", "gpt_oss", "harmony"}
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=600)
 @given(rendered(), st.sampled_from(["fence", "tilde fence", "inline"]), prose)
 def test_a_call_quoted_in_markdown_code_never_runs(
@@ -494,6 +498,7 @@ def mutated(draw) -> str:
     return text
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=1500)
 @given(mutated())
 def test_mutated_valid_output(text: str) -> None:
@@ -549,6 +554,7 @@ def nested_call(draw) -> tuple[str, str, list[Call] | None, int]:
     return outer_fmt, text, calls, real_victims
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=1500)
 @given(nested_call())
 def test_a_call_nested_in_a_value_never_runs(

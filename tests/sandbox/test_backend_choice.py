@@ -87,6 +87,7 @@ def test_auto_without_bwrap_falls_back_to_local_with_one_warning_line():
     assert "read and change its files" in warnings[0] and "train on bwrap or docker" in warnings[0]
 
 
+@pytest.mark.slow
 @needs_root
 def test_the_env_as_root_on_local_exits_2_naming_the_setting(offline_tokenizer, tmp_path):
     result = subprocess.run(
@@ -135,6 +136,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("through_env", [True, False], ids=["env", "bare-manager"])
 def test_a_local_command_cannot_read_the_runs_secrets(offline_tokenizer, through_env):

@@ -145,6 +145,7 @@ def test_fifos_and_swapped_links_do_not_trap_the_host(manager, tmp_path):
     assert (outside / "secret").read_text() == "host secret"
 
 
+@pytest.mark.slow
 def test_limits_default_and_configured(tmp_path):
     default = make_manager(tmp_path, "bwrap")
     tight = make_manager(
@@ -339,6 +340,7 @@ UNPRIVILEGED_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not AS_ROOT, reason="needs root to start the test as an unprivileged user")
 def test_unprivileged_mode_contains_a_fork_bomb_too():
     # The other mode: the host process is not root, bwrap makes the user namespace itself.
@@ -421,6 +423,7 @@ def test_commands_get_no_descriptor_of_the_host(manager, tmp_path):
     assert result.output.split() == ["0", "1", "2", "3"], result.output  # 3: ls's own
 
 
+@pytest.mark.slow
 def test_a_stopped_anchor_is_replaced(manager):
     # The agent can stop the anchor (its processes run as the same user): the command that
     # did so times out, and the next one runs in a fresh sandbox instead of hanging.
@@ -445,6 +448,7 @@ def test_a_stopped_anchor_is_replaced(manager):
     assert after.output == "kept\n" and replaced
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not AS_ROOT, reason="per-sandbox caps need root (cgroups, a tmpfs mount)")
 def test_memory_disk_files_and_cpu_are_capped_per_sandbox(tmp_path):
     manager = make_manager(tmp_path, "bwrap", memory_mb=300, workspace_mb=64, cpus=0.2)

@@ -61,6 +61,7 @@ def script(mark: str) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_a_killed_run_leaves_no_sandbox_behind(

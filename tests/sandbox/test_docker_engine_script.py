@@ -32,6 +32,7 @@ exec {docker} "$@"
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_up_interrupted_while_waiting_stops_the_dockerd_it_started(signum, tmp_path):
     client = tmp_path / "bin" / "docker"

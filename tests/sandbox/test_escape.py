@@ -298,6 +298,7 @@ async def host_starts_processes(count: int) -> bool:
     return shell.returncode == 0 and out == b"done\n" and err == b""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ISOLATED)
 def test_a_fork_bomb_is_contained_and_cleaned_up(backend, tmp_path):
     manager = make_manager(tmp_path, backend)  # no max_processes: the backend's default holds
@@ -353,6 +354,7 @@ def test_a_fork_bomb_is_contained_and_cleaned_up(backend, tmp_path):
 # -- output floods --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ALL)
 @pytest.mark.parametrize("command", ["yes", "head -c 3G /dev/zero"])
 def test_a_gigabyte_flood_of_output_is_capped_and_cut_off(backend, command, tmp_path):

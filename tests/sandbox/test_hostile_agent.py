@@ -49,6 +49,7 @@ async def longest_stall(work) -> tuple[object, float]:
     return result, max(gaps)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("backend", EVERY_BACKEND)
 def test_a_catastrophic_pattern_does_not_stall_the_loop(backend, tmp_path):
@@ -84,6 +85,7 @@ def test_a_catastrophic_pattern_does_not_stall_the_loop(backend, tmp_path):
     assert "invalid pattern" in str(refused) and "no backreferences" in str(refused)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend", EVERY_BACKEND)
 def test_the_agent_cannot_raise_its_command_timeout(backend, tmp_path):

@@ -79,6 +79,7 @@ async def rollout(manager, number: int) -> str:
         await ctx.cleanup()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # past TIME_LIMIT, which says how long it took
 @pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):

@@ -33,6 +33,7 @@ def sleeper(mark: str) -> dict:
     return {"conversations": [{"match": "greeting", "turns": [{"tool_calls": calls}]}]}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
