@@ -44,3 +44,18 @@ def test_a_replay_without_an_error_is_named_without_one():
         f"sample 3 ({'x' * 50!r}): tampering with the checks earned 0.5"
     ]
     assert report.noop_failures == report.shotgun_failures == report.tool_touch_failures == []
+
+
+def test_a_reward_outside_zero_to_one_is_named_whichever_replay_earned_it():
+    # The thresholds are set in [0, 1]: a gold reward of 2 passes them, and is still wrong.
+    outcome = SampleOutcome(4, "Count the files.", gold=2.0, noop=-0.5, tamper=float("nan"))
+    report = RewardCheckReport([outcome], gold_threshold=0.9, noop_threshold=0.1)
+    assert report.gold_failures == report.noop_failures == []
+    sample = "sample 4 ('Count the files.'): "
+    assert report.range_failures == [
+        sample + "gold solution earned 2",
+        sample + "answering without tools earned -0.5",
+        sample + "tampering with the checks earned nan",
+    ]
+    fine = SampleOutcome(5, "Name a color.", gold=1.0, noop=0.0)
+    assert RewardCheckReport([fine]).range_failures == []

@@ -380,17 +380,17 @@ def assistant_headers(endpoint, prompt) -> int:
 def test_a_mode_past_its_budget_says_which_budget_ran_out(project, stub_server, offline_tokenizer):
     from hermes_envgen.testing.stub_server import Faults
 
-    # A model that calls a tool every turn, 3 s a reply: 40 turns cannot fit in 20 s. Each mode
+    # A model that calls a tool every turn, 2 s a reply: 40 turns cannot fit in 10 s. Each mode
     # waits out its whole budget, so the budget is small; the replays after them run under it
     # too, and on a busy machine may run past it: their rows fail then, the table still prints.
     forever = {"turns": [{"tool_calls": [{"name": "terminal", "arguments": {"command": "true"}}]}]}
-    slow = stub_server({"conversations": [forever]}, Faults(latency=3))
+    slow = stub_server({"conversations": [forever]}, Faults(latency=2))
     flags = ["--base-url", slow.base_url, "--model", "m", "--tokenizer", str(offline_tokenizer)]
-    result = run_check(str(project), *flags, "--timeout", "20", "--max-turns", "40")
+    result = run_check(str(project), *flags, "--timeout", "10", "--max-turns", "40")
     assert result.returncode == 1, result.stdout + result.stderr
     process = row_reason(result, "process")
-    assert process.startswith("ran past its 20 s budget (--timeout) with one group of 8 "), process
+    assert process.startswith("ran past its 10 s budget (--timeout) with one group of 8 "), process
     assert "of up to 40 turns: bound it with --group-size and --max-turns" in process
     evaluate = row_reason(result, "evaluate")
-    assert "ran past its 20 s budget (--timeout) with " in evaluate, evaluate
+    assert "ran past its 10 s budget (--timeout) with " in evaluate, evaluate
     assert "bound it with --eval-size and --max-turns" in evaluate

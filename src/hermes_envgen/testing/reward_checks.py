@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,16 @@ done 2> /dev/null
 echo planted"""
 
 
+# Each replay's field in SampleOutcome, and what it did, as a failure names it.
+REPLAYS = {
+    "gold": "gold solution",
+    "noop": "answering without tools",
+    "tool_touch": "running a tool and giving up",
+    "shotgun": "a shotgun list of candidates",
+    "tamper": "tampering with the checks",
+}
+
+
 @dataclass
 class SampleOutcome:
     """One task's gold and no-op rewards."""
@@ -90,42 +101,39 @@ class RewardCheckReport:
 
     @property
     def gold_failures(self) -> list[str]:
-        return [
-            _failure(o, "gold solution", o.gold, o.gold_error)
-            for o in self.outcomes
-            if o.gold < self.gold_threshold
-        ]
+        return self._failures("gold", lambda reward: reward < self.gold_threshold)
 
     @property
     def noop_failures(self) -> list[str]:
-        return [
-            _failure(o, "answering without tools", o.noop, o.noop_error)
-            for o in self.outcomes
-            if o.noop > self.noop_threshold
-        ]
+        return self._failures("noop", lambda reward: reward > self.noop_threshold)
 
     @property
     def tamper_failures(self) -> list[str]:
-        return [
-            _failure(o, "tampering with the checks", o.tamper, o.tamper_error)
-            for o in self.outcomes
-            if o.tamper > self.noop_threshold
-        ]
+        return self._failures("tamper", lambda reward: reward > self.noop_threshold)
 
     @property
     def shotgun_failures(self) -> list[str]:
-        return [
-            _failure(o, "a shotgun list of candidates", o.shotgun, o.shotgun_error)
-            for o in self.outcomes
-            if o.shotgun > self.noop_threshold
-        ]
+        return self._failures("shotgun", lambda reward: reward > self.noop_threshold)
 
     @property
     def tool_touch_failures(self) -> list[str]:
+        return self._failures("tool_touch", lambda reward: reward > self.noop_threshold)
+
+    @property
+    def range_failures(self) -> list[str]:
+        """Replays that earned a reward outside [0, 1], the range the thresholds are set in."""
         return [
-            _failure(o, "running a tool and giving up", o.tool_touch, o.tool_touch_error)
+            failure
+            for kind in REPLAYS
+            for failure in self._failures(kind, lambda reward: not 0.0 <= reward <= 1.0)
+        ]
+
+    def _failures(self, kind: str, breaks: Callable[[float], bool]) -> list[str]:
+        """The samples whose ``kind`` replay earned a reward that ``breaks`` the check."""
+        return [
+            _failure(o, REPLAYS[kind], getattr(o, kind), getattr(o, f"{kind}_error"))
             for o in self.outcomes
-            if o.tool_touch > self.noop_threshold
+            if breaks(getattr(o, kind))
         ]
 
     def as_dict(self) -> dict:
