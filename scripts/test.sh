@@ -28,6 +28,11 @@ if [ "${1:-}" = --fast ]; then
     .venv/bin/ruff check src hooks tests examples benchmarks
     .venv/bin/ruff format --check src hooks tests examples benchmarks
     .venv/bin/mypy  # [tool.mypy] in pyproject.toml: strict over the runtime's declared API
+    # The docs site, --strict (a broken link or a warning fails); the full run builds it in
+    # tests/docs/test_site.py and opens it in Chromium.
+    docs_site=$(mktemp -d)
+    bash scripts/docs.sh build "$docs_site" 2>&1 | { grep -v '^INFO' || true; }  # pipefail: its code
+    rm -rf "$docs_site"
     exec "${PYTEST[@]}" -m "not slow and not docker and not llama_server and not vllm_server" "$@"
 fi
 
