@@ -232,7 +232,7 @@ def check_rewards(
 
     report = RewardCheckReport(gold_threshold=gold_threshold, noop_threshold=noop_threshold)
     # Tampering runs on bwrap where it is installed: the training backend, which keeps the
-    # promise (local cannot stop a daemon that drops its run tag; see the README).
+    # promise (local cannot stop a daemon that drops its run tag: docs/concepts/sandboxes.md).
     tamper_backend = {"sandbox_backend": "bwrap"} if shutil.which("bwrap") else {}
     kinds: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
         ("gold", gold_script(samples), {}),
