@@ -25,8 +25,8 @@ if [ "${1:-}" = --fast ]; then
     bash scripts/install-torch-cpu.sh  # into .venv-torch/, once: for the GRPO trainer tests
     prime_index_cache
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
-    .venv/bin/ruff check src hooks tests examples benchmarks
-    .venv/bin/ruff format --check src hooks tests examples benchmarks
+    .venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks
+    .venv/bin/ruff format --check src hooks tests examples benchmarks docs/_hooks
     .venv/bin/mypy  # [tool.mypy] in pyproject.toml: strict over the runtime's declared API
     # The docs site, --strict (a broken link or a warning fails); the full run builds it in
     # tests/docs/test_site.py and opens it in Chromium.
@@ -68,8 +68,8 @@ bash scripts/setup.sh
 bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer on served groups
 prime_index_cache
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
-.venv/bin/ruff check src hooks tests examples benchmarks
-.venv/bin/ruff format --check src hooks tests examples benchmarks
+.venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks
+.venv/bin/ruff format --check src hooks tests examples benchmarks docs/_hooks
 .venv/bin/mypy
 
 # The docker backend's tests need an engine and an image: use the engine that answers, or start
