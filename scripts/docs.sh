@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Serve the docs site (docs/, mkdocs.yml) on 127.0.0.1 with live reload, from this checkout's
-# venv (scripts/setup.sh makes it). Arguments go to mkdocs serve (e.g. -a 127.0.0.1:8001).
-#   bash scripts/docs.sh             http://127.0.0.1:8000/
+# venv (scripts/setup.sh makes it). Arguments go to mkdocs serve (-a 127.0.0.1:8001: another
+# port). The site's path is site_url's, so the pages are under /hermes-envgen/.
+#   bash scripts/docs.sh             http://127.0.0.1:8000/hermes-envgen/
 #   bash scripts/docs.sh build DIR   the site as CI builds it (--strict), into DIR; a warning
 #                                    (a broken link, a missing page) fails it
 set -euo pipefail
