@@ -226,6 +226,17 @@ def test_a_close_cut_short_keeps_the_run_to_be_reaped_at_exit(tmp_path):
     assert list((root / "hermes-envgen").iterdir()) == []
 
 
+def test_runs_made_in_one_millisecond_have_names_of_their_own(tmp_path):
+    # A shared name would make the second run wait forever for the first one's lock.
+    runs = [runs_module.RunDirectory(tmp_path) for _ in range(20)]
+    assert len({run.name for run in runs}) == len(runs)
+    for run in runs:
+        run.claim()
+    for run in runs:
+        run.release()
+    assert list(tmp_path.iterdir()) == []
+
+
 # Runs of bwrap sandboxes, one after another for SECONDS (each a new run, whose start reaps what
 # dead runs left), printing each run's name and each sandbox that failed; with SECONDS 0, one
 # run that starts a sandbox and kills itself (SIGKILL) meanwhile.

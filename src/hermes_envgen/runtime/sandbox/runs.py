@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
 RUNS_DIRECTORY = "hermes-envgen"
+_stamp_lock = threading.Lock()
 
 
 def runs_directory(root: str | Path | None) -> Path:
@@ -56,7 +58,7 @@ class RunDirectory:
 
     def __init__(self, parent: Path) -> None:
         self.parent = parent
-        self.name = f"{os.getpid()}-{int(time.time() * 1000)}-{procfs.own_pid_namespace()}"
+        self.name = f"{os.getpid()}-{_stamp()}-{procfs.own_pid_namespace()}"
         self.path = parent / self.name
         self._lock: int | None = None
 
@@ -113,6 +115,18 @@ class RunDirectory:
             os.close(self._lock)
             self._lock = None
         _LIVE.discard(self)
+
+
+_last_stamp = 0
+
+
+def _stamp() -> int:
+    """Milliseconds since the epoch, never the same twice in this process: two runs made in one
+    millisecond would share a name, and the second would wait forever for the first's lock."""
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(int(time.time() * 1000), _last_stamp + 1)
+        return _last_stamp
 
 
 def reap_stale_runs(parent: Path) -> list[str]:
