@@ -370,7 +370,7 @@ def test_a_page_read_past_its_limit_has_its_reader_killed():
 # -- compression bombs -----------------------------------------------------------------------
 
 
-@pytest.mark.slow  # some 3 s: five 128 MiB bombs built and fetched, in a process of their own
+@pytest.mark.slow  # seconds: six 64 MiB bombs built and fetched, in a process of their own
 def test_a_compression_bomb_is_refused_before_it_costs_memory():
     program = Path(__file__).with_name("web_bombs.py")
     done = subprocess.run(
@@ -389,7 +389,7 @@ def test_a_compression_bomb_is_refused_before_it_costs_memory():
             assert error and error.endswith("is not read: it is compressed 2 times (gzip, gzip)")
         else:
             assert error and error.endswith("is over 2000000 bytes once decompressed; not read")
-    # Each body holds 128 MiB: the fetcher's peak grew by buffers of the 2 MB limit alone.
+    # Each body holds 64 MiB: the fetcher's peak grew by buffers of the 2 MB limit alone.
     assert report["grown_mib"] < 48, report
 
 

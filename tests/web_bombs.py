@@ -21,7 +21,7 @@ from hermes_envgen.runtime.sandbox import SandboxManager
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools.web import WebSettings, WebToolset
 
-INNER = 128 * 1024 * 1024  # what each bomb expands to
+INNER = 64 * 1024 * 1024  # what each bomb expands to
 MIB = b"\0" * (1 << 20)
 
 
