@@ -252,11 +252,15 @@ def _relay_directory(ctx: ToolContext) -> str:
     return mcp_tools._relays[ctx.sandbox]["notes"].directory
 
 
-# Kills the rollout's relay (and the server it keeps) by their run tag, as an agent could.
-KILL_RELAY = (
-    "for p in /proc/[0-9]*; do grep -qa 'HERMES_SANDBOX_RUN=[^[:cntrl:]]*[.]mcp' $p/environ "
-    "2>/dev/null && kill -9 ${p#/proc/}; done; sleep 0.2; true"
-)
+def kill_relay(ctx: ToolContext) -> str:
+    """The command that kills the rollout's relay (and the server it keeps) by their run tag,
+    as an agent could: this sandbox's alone (a local sandbox's command sees every process of
+    the host, other tests' and other work's relays too)."""
+    tag = f"HERMES_SANDBOX_RUN={ctx.sandbox._tag_prefix}mcp"  # the prefix holds a uuid
+    return (
+        f"for p in /proc/[0-9]*; do grep -qaF '{tag}' $p/environ 2>/dev/null"
+        " && kill -9 ${p#/proc/}; done; sleep 0.2; true"
+    )
 
 
 @pytest.mark.parametrize("backend", [LOCAL, BWRAP])
@@ -282,7 +286,7 @@ def test_calls_go_over_the_kept_relay_and_a_killed_relay_is_restarted(tmp_path, 
             for _ in range(10):
                 assert await ctx.call_tool("notes_list_notes") == '["a"]'
             over_socket = len(commands) - started
-            await ctx.terminal(KILL_RELAY)
+            await ctx.terminal(kill_relay(ctx))
             after_kill = await ctx.call_tool("notes_list_notes")  # the notes live in the file
             restarted = len(commands) - started - over_socket - 1
             assert await ctx.call_tool("notes_read_note", {"title": "a"}) == "x"
@@ -335,7 +339,7 @@ def test_the_host_follows_no_link_the_agent_puts_where_the_relay_was(tmp_path):
         try:
             await ctx.call_tool("notes_list_notes")
             directory = _relay_directory(ctx)
-            await ctx.terminal(KILL_RELAY)
+            await ctx.terminal(kill_relay(ctx))
             replaced = await ctx.terminal(
                 f"rm -rf {directory} && ln -s {bait_directory} {directory}"
             )

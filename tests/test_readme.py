@@ -90,3 +90,21 @@ def broken_code_spans(text: str) -> list[str]:
 def test_no_inline_code_span_is_broken_across_lines():
     assert broken_code_spans("a `one\ntwo` b\n```\n`open\n```\n``x ` y`` `z`") == ["a `one"]
     assert broken_code_spans(README) == []
+
+
+def test_the_config_defaults_the_readme_names_are_the_defaults():
+    from hermes_envgen.runtime.config import HermesAgentEnvConfig
+
+    start = README.index("`HermesAgentEnvConfig` adds to Atropos's `BaseEnvConfig`")
+    paragraph = " ".join(README[start : README.index("\n\n", start)].split())
+    # `name` ("text") or `name` (30) or `name` (1800: why), the value the README gives
+    named = re.findall(r"`(\w+)` \((\"[^\"]*\"|[\w.]+)[):]", paragraph)
+    assert len(named) >= 10 and "sandbox_backend" in dict(named)
+    wrong = []
+    for name, value in named:
+        default = HermesAgentEnvConfig.model_fields[name].default
+        text = value.strip('"') if value.startswith('"') else value
+        expected = str(default).lower() if isinstance(default, bool) else str(default)
+        if text != expected and not (isinstance(default, float) and float(text) == default):
+            wrong.append(f"{name}: README {value}, default {default!r}")
+    assert wrong == []
