@@ -6,8 +6,9 @@ something (advice thrown at it unasked, or a list of every fix there is, does no
 leaves when the problem is solved or its patience runs out. The turn hooks carry it:
 ``new_state`` is the customer's memory of the conversation, ``env_response`` its reply, and
 ``state.finish()`` makes its thanks or its goodbye the conversation's last message. No tools:
-the agent only talks. Each task carries a scripted ``player`` (a support agent that asks, then
-advises), which ``hermes-envgen check`` replays.
+the agent only talks, and its tasks have no ``prompt``: ``format_prompt`` makes it of the
+customer's opening words. Each task carries a scripted ``player`` (a support agent that asks,
+then advises), which ``hermes-envgen check`` replays.
 
 Run it offline against the scripted stub model::
 
@@ -37,7 +38,7 @@ class Customer(TypedDict):
     """What a customer says first, what it knows (told when a question names a key), the word
     the right advice contains, and a support agent that helps it (``check``'s gold play)."""
 
-    prompt: str
+    opening: str
     facts: dict[str, str]
     fix: str
     player: list[str]
@@ -45,7 +46,7 @@ class Customer(TypedDict):
 
 SAMPLES: list[Customer] = [
     {
-        "prompt": "Hi. I can't log in to my account any more.",
+        "opening": "Hi. I can't log in to my account any more.",
         "facts": {
             "error": "It says: 'account locked after too many attempts'.",
             "email": "It's ana@example.com.",
@@ -57,7 +58,7 @@ SAMPLES: list[Customer] = [
         ],
     },
     {
-        "prompt": "My parcel never arrived.",
+        "opening": "My parcel never arrived.",
         "facts": {
             "address": "Oh. I moved last month, to 12 Elm Street.",
             "order": "The order number is 4417.",
@@ -134,7 +135,7 @@ class UserSimulatorEnv(HermesAgentBaseEnv[Customer, Memory]):
         return item
 
     def format_prompt(self, item: Customer) -> str:
-        return item["prompt"]
+        return item["opening"]
 
     # -- the turn hooks ---------------------------------------------------------------------
 

@@ -63,6 +63,42 @@ def build_env(
     return env_cls(type(config)(**values), [server])
 
 
+def with_prompts(env_cls: type[Any], tasks: list[Any]) -> list[Any]:
+    """``tasks``, each with a ``prompt`` where it has none: the first user message the env's
+    ``format_prompt`` makes of it (a game's tasks carry their data, not a prompt). The stub's
+    scripts find a task's conversation by that message. A task it cannot format stays as it is.
+    """
+    config, _ = env_cls.config_init()
+    formatter = object.__new__(env_cls)  # format_prompt needs the config alone: no servers
+    formatter.config = config
+    prompted = []
+    for task in tasks:
+        if isinstance(task, dict) and "prompt" not in task:
+            try:
+                messages = formatter.build_messages(task)
+                opening = next(m["content"] for m in messages if m.get("role") == "user")
+            except Exception:  # the env's own code: the task is left unreplayable
+                opening = None
+            if isinstance(opening, str) and opening:
+                task = {**task, "prompt": opening}
+        prompted.append(task)
+    return prompted
+
+
+def offers_tools(env_cls: type[Any]) -> bool:
+    """Whether the env gives its agent any tool (a game or a simulated user may give none)."""
+    config, _ = env_cls.config_init()
+    if getattr(config, "mcp_servers", None):
+        return True
+    registry = getattr(env_cls, "tool_registry", None)
+    if registry is None:
+        return False
+    try:
+        return bool(registry.resolve(config.enabled_toolsets, config.disabled_toolsets))
+    except Exception:  # an unknown toolset: the env's start-up says which
+        return True
+
+
 def validate_groups(path: str | Path, group_size: int | None = None) -> list[dict]:
     """Read a ``process`` JSONL file and check every group; AssertionError says what is wrong."""
     lines = [line for line in Path(path).read_text(encoding="utf-8").split("\n") if line]
