@@ -173,3 +173,31 @@ def test_the_policy_client_keeps_its_old_name(stub_server, offline_tokenizer, tm
     env = build_env(GuessNumberEnv, stub_server(HALVING).base_url, offline_tokenizer, tmp_path)
     assert isinstance(env.policy, ModelClient)
     assert env.model is env.policy  # judge envs of earlier releases pass self.model
+
+
+class HalvingPlayer(GuessNumberEnv):
+    """An env that carries its tasks' scripted player: halving the range until it wins."""
+
+    def gold_player(self, item: dict) -> list[str | dict]:
+        low, high, moves = item["low"], item["high"], []
+        while True:
+            guess = (low + high) // 2
+            moves.append(str(guess))
+            if guess == item["secret"]:
+                return moves
+            low, high = (guess + 1, high) if guess < item["secret"] else (low, guess - 1)
+
+
+@pytest.mark.slow
+def test_the_reward_checks_replay_the_player_an_env_carries(offline_tokenizer, tmp_path):
+    from hermes_envgen.testing.envs import with_prompts
+    from hermes_envgen.testing.reward_checks import check_rewards
+
+    tasks = [{"secret": 37, "low": 1, "high": 100}]  # no prompt, no player of its own
+    (task,) = with_prompts(HalvingPlayer, tasks)
+    assert task["prompt"] == "I am thinking of a whole number from 1 to 100. Guess it."
+    assert task["player"] == ["50", "25", "37"]
+    report = check_rewards(HalvingPlayer, tasks, offline_tokenizer, tmp_path, gold_threshold=0.8)
+    (outcome,) = report.outcomes
+    assert outcome.gold == WON_IN_3 and outcome.noop == outcome.shotgun == outcome.tamper == 0.0
+    assert report.broken_failures == [] and report.gold_failures == []

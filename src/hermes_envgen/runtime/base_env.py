@@ -290,6 +290,12 @@ class HermesAgentBaseEnv(
     async def prepare_sandbox(self, item: TaskT, ctx: ToolContext) -> None:
         """Put what the task needs into the fresh sandbox before the agent starts (optional)."""
 
+    def gold_player(self, item: TaskT) -> list[str | dict[str, Any]] | None:
+        """A scripted player that solves ``item``: the model's replies in order (a text, or a
+        turn with ``tool_calls``), which ``check`` and the reward checks replay as its gold
+        solution (optional; a task may carry its own as ``player``, or a shell ``solution``)."""
+        return None
+
     def make_judge(self) -> ModelClient | None:
         """The client of the reward's LLM judge (optional; ``judge_client`` makes one)."""
         return None

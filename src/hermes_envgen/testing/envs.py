@@ -64,23 +64,35 @@ def build_env(
 
 
 def with_prompts(env_cls: type[Any], tasks: list[Any]) -> list[Any]:
-    """``tasks``, each with a ``prompt`` where it has none: the first user message the env's
-    ``format_prompt`` makes of it (a game's tasks carry their data, not a prompt). The stub's
-    scripts find a task's conversation by that message. A task it cannot format stays as it is.
+    """``tasks`` made replayable: each with a ``prompt`` where it has none (the first user
+    message the env's ``format_prompt`` makes of it: a game's tasks carry their data, not a
+    prompt), by which the stub's scripts find its conversation, and a ``player`` where it has
+    no gold solution and the env's ``gold_player`` gives one. A task the env's code cannot
+    format stays as it is.
     """
     config, _ = env_cls.config_init()
-    formatter = object.__new__(env_cls)  # format_prompt needs the config alone: no servers
-    formatter.config = config
+    env = object.__new__(env_cls)  # format_prompt and gold_player need the config alone
+    env.config = config
     prompted = []
     for task in tasks:
-        if isinstance(task, dict) and "prompt" not in task:
+        if not isinstance(task, dict):
+            prompted.append(task)
+            continue
+        if "prompt" not in task:
             try:
-                messages = formatter.build_messages(task)
+                messages = env.build_messages(task)
                 opening = next(m["content"] for m in messages if m.get("role") == "user")
             except Exception:  # the env's own code: the task is left unreplayable
                 opening = None
             if isinstance(opening, str) and opening:
                 task = {**task, "prompt": opening}
+        if "solution" not in task and "player" not in task and hasattr(env, "gold_player"):
+            try:
+                player = env.gold_player(task)
+            except Exception:  # the same
+                player = None
+            if player:
+                task = {**task, "player": list(player)}
         prompted.append(task)
     return prompted
 
