@@ -201,3 +201,19 @@ def test_the_reward_checks_replay_the_player_an_env_carries(offline_tokenizer, t
     (outcome,) = report.outcomes
     assert outcome.gold == WON_IN_3 and outcome.noop == outcome.shotgun == outcome.tamper == 0.0
     assert report.broken_failures == [] and report.gold_failures == []
+
+
+def test_a_reward_of_the_wrong_shape_is_a_failure_naming_it(
+    stub_server, offline_tokenizer, tmp_path
+):
+    class TextReward(GuessNumberEnv):
+        async def compute_reward(self, item, result, ctx):  # a number as text
+            return "1.0"
+
+    env = build_env(TextReward, stub_server(HALVING).base_url, offline_tokenizer, tmp_path)
+    rollout = asyncio.run(env.run_agent(SECRET_37, split="eval"))
+    assert rollout.failure == "compute_reward failed: it returned '1.0', not a number or a Reward"
+    assert (
+        rollout.reward == 0.0
+        and rollout.reward_error == "it returned '1.0', not a number or a Reward"
+    )
