@@ -74,7 +74,8 @@ class AgentResult(Generic[StateT]):
 
     messages: list[dict[str, Any]]
     turns_used: int = 0
-    # Ended by the model's answer or the env's is_done, not by turns, time or a failed server.
+    # Ended by the model's answer or the env (should_stop, finish), not by turns, time or a
+    # failed server.
     finished_naturally: bool = False
     tool_errors: list[ToolErrorRecord] = field(default_factory=list)
     reasoning_per_turn: list[str | None] = field(default_factory=list)
