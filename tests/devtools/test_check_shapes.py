@@ -92,3 +92,29 @@ def test_check_catches_a_simulated_user_whose_reward_pays_a_shotgun(tmp_path):
     assert table["gold solutions"][0] == table["no-op"][0] == table[FAILURES_ROW][0] == PASS
     status, reason = table["shotgun answer"]
     assert status == FAIL and "a shotgun list of candidates earned 1" in reason
+
+
+def replays_report(**changes: object) -> dict:
+    """A replays report of one sample whose every replay earned what it should."""
+    outcome = {"index": 0, "prompt": "Guess.", "gold": 0.93, "noop": 0.0}
+    report: dict = {"outcomes": [outcome], "tools": False, "failure_score": 0.0}
+    report |= {f"{kind}_failures": [] for kind in ("gold", "noop", "tool_touch", "shotgun")}
+    report |= {"tamper_failures": [], "broken_failures": [], "eval_pass_threshold": 0.5}
+    return report | changes
+
+
+def test_a_failure_that_pays_more_than_a_no_op_fails_the_failures_row(tmp_path):
+    replays = ReplayChecks(find_env(EXAMPLES / "guess_number_env.py"), tmp_path, 0.9, 0.1, 60)
+    table = {row.name: row for row in replays.reward_rows(replays_report())}
+    assert {row.status for row in table.values()} == {PASS}
+    paying = {row.name: row for row in replays.reward_rows(replays_report(failure_score=0.5))}
+    assert paying[FAILURES_ROW].status == FAIL
+    assert paying[FAILURES_ROW].reason.startswith("failure_score 0.5 pays a broken judge or hook")
+
+
+def test_a_gold_solution_below_the_pass_threshold_warns_how_to_set_it(tmp_path):
+    replays = ReplayChecks(find_env(EXAMPLES / "guess_number_env.py"), tmp_path, 0.9, 0.1, 60)
+    (gold, *_) = replays.reward_rows(replays_report(eval_pass_threshold=1.0))
+    assert gold.status == "WARN"
+    assert "1 earn less than eval_pass_threshold 1 (sample 0: 0.93)" in gold.reason
+    assert gold.reason.endswith("set eval_pass_threshold to what a solved task earns at least")
