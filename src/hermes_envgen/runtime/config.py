@@ -309,7 +309,16 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     eval_pass_threshold: float = Field(
         default=1.0,
         description="Reward at or above which an evaluation rollout counts as passed, for "
-        "pass@1, pass@k and pass^k (1.0: only a full score passes).",
+        "pass@1, pass@k and pass^k (1.0: only a full score passes). A shaped reward (a game "
+        "that pays fewer guesses more) sets it to what a solved task earns at least.",
+    )
+    failure_score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="The score of a rollout that failed (its judge, a turn hook, compute_reward, "
+        "its sandbox or the model server gave out), in training and in every evaluation metric: "
+        "never more than a no-op earns, or breaking something pays.",
     )
     resume: bool = Field(
         default=False,

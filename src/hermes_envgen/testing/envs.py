@@ -63,6 +63,54 @@ def build_env(
     return env_cls(type(config)(**values), [server])
 
 
+def with_prompts(env_cls: type[Any], tasks: list[Any]) -> list[Any]:
+    """``tasks`` made replayable: each with a ``prompt`` where it has none (the first user
+    message the env's ``format_prompt`` makes of it: a game's tasks carry their data, not a
+    prompt), by which the stub's scripts find its conversation, and a ``player`` where it has
+    no gold solution and the env's ``gold_player`` gives one. A task the env's code cannot
+    format stays as it is.
+    """
+    config, _ = env_cls.config_init()
+    env = object.__new__(env_cls)  # format_prompt and gold_player need the config alone
+    env.config = config
+    prompted = []
+    for task in tasks:
+        if not isinstance(task, dict):
+            prompted.append(task)
+            continue
+        if "prompt" not in task:
+            try:
+                messages = env.build_messages(task)
+                opening = next(m["content"] for m in messages if m.get("role") == "user")
+            except Exception:  # the env's own code: the task is left unreplayable
+                opening = None
+            if isinstance(opening, str) and opening:
+                task = {**task, "prompt": opening}
+        if "solution" not in task and "player" not in task and hasattr(env, "gold_player"):
+            try:
+                player = env.gold_player(task)
+            except Exception:  # the same
+                player = None
+            if player:
+                task = {**task, "player": list(player)}
+        prompted.append(task)
+    return prompted
+
+
+def offers_tools(env_cls: type[Any]) -> bool:
+    """Whether the env gives its agent any tool (a game or a simulated user may give none)."""
+    config, _ = env_cls.config_init()
+    if getattr(config, "mcp_servers", None):
+        return True
+    registry = getattr(env_cls, "tool_registry", None)
+    if registry is None:
+        return False
+    try:
+        return bool(registry.resolve(config.enabled_toolsets, config.disabled_toolsets))
+    except Exception:  # an unknown toolset: the env's start-up says which
+        return True
+
+
 def validate_groups(path: str | Path, group_size: int | None = None) -> list[dict]:
     """Read a ``process`` JSONL file and check every group; AssertionError says what is wrong."""
     lines = [line for line in Path(path).read_text(encoding="utf-8").split("\n") if line]
