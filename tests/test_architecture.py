@@ -348,6 +348,9 @@ INTERNAL_EXCEPTIONS = {
     "hermes_envgen.runtime.parsers.base.UnreadableCall",  # a parser's "not a call", made a miss
     "hermes_envgen.runtime.parsers.base.NoCallMeant",  # a parser's "no call meant", made a miss
     "hermes_envgen.runtime.agent_loop._HookFailed",  # a hook raised: the rollout ends, recorded
+    # a fetched body over the limit or not decodable: web_fetch makes it a tool error
+    "hermes_envgen.runtime.tools.content_decoding.TooLarge",
+    "hermes_envgen.runtime.tools.content_decoding.NotDecodable",
 }
 
 
