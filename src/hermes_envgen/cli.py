@@ -528,17 +528,39 @@ def check(
 
 @command()
 def view(
-    path: Annotated[
-        Path, typer.Argument(help="samples.jsonl / failures.jsonl of evaluate, or process JSONL.")
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="samples.jsonl / failures.jsonl of evaluate, or process JSONL; two files: "
+            "two runs side by side (A before, B after)."
+        ),
     ],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Where to write (default: PATH.html).")
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Where to write (default: PATH.html; B.vs-A.html for two)."
+        ),
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="The run's tokenizer (directory or name): token views show text."),
+    ] = None,
+    tokens_from: Annotated[
+        int, typer.Option(min=0, help="Draw token views from this rollout on (0: the first).")
+    ] = 0,
 ) -> None:
-    """Render rollouts as one self-contained HTML page, with filters by reward and error."""
-    from hermes_envgen.devtools.view import write_view
+    """Render rollouts as one self-contained HTML page: the run at a glance, filters, tokens."""
+    from hermes_envgen.devtools.view import load_tokenizer, write_view
+    from hermes_envgen.devtools.view_compare import write_comparison
+    from hermes_envgen.errors import ViewError
 
-    typer.echo(write_view(path, output))
+    if len(paths) == 2:
+        typer.echo(write_comparison(paths[0], paths[1], output))
+        return
+    if len(paths) != 1:
+        raise ViewError(f"view takes one run or two (A B), not {len(paths)}")
+    loaded = load_tokenizer(tokenizer) if tokenizer else None
+    typer.echo(write_view(paths[0], output, tokenizer=loaded, tokens_from=tokens_from))
 
 
 def main() -> None:

@@ -380,6 +380,59 @@ def test_records_without_tokens_say_so_and_the_token_budget_holds(tokenizer):
     assert "No token view: this record holds no tokens" in html
 
 
+# -- two runs side by side ------------------------------------------------------------------
+
+
+def test_two_runs_side_by_side_name_what_changed(tmp_path):
+    before = write_jsonl(
+        tmp_path / "before.jsonl", evaluation([[0.0, 0.0], [1.0, 1.0], [0.5, 0.5], [1.0, 0.0]])
+    )
+    # Item 0 improved, item 1 regressed, item 2 unchanged; item 3 only in A, item 4 only in B.
+    after = evaluation([[1.0, 0.5], [0.0, 1.0], [0.5, 0.5], [1.0, 1.0], [0.2, 0.2]])
+    after = [r for r in after if r["item_key"] != f"{3:016x}"]
+    after_path = write_jsonl(tmp_path / "after.jsonl", after)
+    result = CliRunner().invoke(app, ["view", str(before), str(after_path)])
+    assert result.exit_code == 0, result.output
+    page = Path(result.output.strip())
+    assert page == tmp_path / "after.jsonl.vs-before.jsonl.html"
+    html = page.read_text()
+    assert "3 tasks in both runs; 1 only in before.jsonl, 1 only in after.jsonl." in html
+    assert "Mean reward over those tasks: 0.500 → 0.583 (+0.083)." in html
+    assert "1 improved, 1 regressed, 1 with the same mean." in html
+    assert "Tasks whose rollouts all earned one reward: 3 → 1." in html
+    rows = re.findall(r'<tr class="(up|down|same)"><td>([^<]*)</td>', html)
+    assert rows == [("up", "Task number 0."), ("down", "Task number 1.")]
+    assert html.count('<circle class="') == 3  # one point per shared task
+
+
+def test_runs_with_no_task_in_common_say_so(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", evaluation([[1.0]]))
+    b = write_jsonl(tmp_path / "b.jsonl", SAMPLES)
+    result = CliRunner().invoke(app, ["view", str(a), str(b), "-o", str(tmp_path / "c.html")])
+    assert result.exit_code == 0, result.output
+    assert "No task is in both runs" in (tmp_path / "c.html").read_text()
+
+
+def test_three_files_are_refused(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", SAMPLES)
+    result = CliRunner().invoke(app, ["view", str(a), str(a), str(a)])
+    assert result.exit_code == 2 and "one run or two" in result.output
+
+
+def test_view_with_the_runs_tokenizer_shows_token_text(tmp_path, tokenizer):
+    tokenizer.save_pretrained(tmp_path / "tok")
+    group = group_of(tokenizer, [SAMPLES[0]["messages"]], [1.0])
+    path = write_jsonl(tmp_path / "groups.jsonl", [group])
+    result = CliRunner().invoke(app, ["view", str(path), "--tokenizer", str(tmp_path / "tok")])
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "groups.jsonl.html").read_text()
+    assert "3 trained spans · lines up" in html and "&lt;|im_start|&gt;" in html
+    without = render_html(load_rollouts(path), "groups.jsonl")
+    assert "Token ids only: give <code>--tokenizer</code>" in without
+    result = CliRunner().invoke(app, ["view", str(path), "--tokenizer", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "cannot load the tokenizer" in result.output
+
+
 # -- in a real browser -----------------------------------------------------------------------
 
 

@@ -189,8 +189,13 @@ def _str_or_none(value: Any) -> str | None:
 
 def _task_of(messages: list[dict]) -> str | None:
     """A task's identity across runs when records carry no item key: its first user message."""
+    return first_user_text(messages) or None
+
+
+def first_user_text(messages: list[dict]) -> str:
+    """The first user message, its whitespace collapsed."""
     text = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
-    return " ".join(text.split()) or None
+    return " ".join(text.split())
 
 
 def _text(content: Any) -> str:
@@ -461,61 +466,7 @@ PAGE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title} · rollouts</title>
 <style>
-:root { --bg: #f6f7f9; --card: #fff; --ink: #1d2330; --muted: #667085; --line: #e3e6eb;
-  --good: #127a43; --good-bg: #e3f6ea; --mid: #8a5a00; --mid-bg: #fff2d6; --bad: #b42318;
-  --bad-bg: #fde8e6; --accent: #3b5bdb; }
-* { box-sizing: border-box; }
-body { margin: 0; background: var(--bg); color: var(--ink);
-  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-.top { position: sticky; top: 0; z-index: 1; background: var(--card);
-  border-bottom: 1px solid var(--line); padding: 12px 24px; }
-.top h1 { margin: 0 0 2px; font-size: 18px; }
-.summary { color: var(--muted); }
-.filters { display: flex; flex-wrap: wrap; gap: 14px; align-items: center; margin-top: 10px; }
-.filters label { color: var(--muted); }
-.filters input, .filters select { font: inherit; padding: 3px 6px; border: 1px solid var(--line);
-  border-radius: 6px; background: #fff; }
-.filters input[type=number] { width: 80px; }
-.filters input[type=search] { width: 240px; }
-#shown { margin-left: auto; font-weight: 600; }
-main { max-width: 1100px; margin: 0 auto; padding: 18px 24px 60px; }
-.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px;
-  margin-bottom: 16px; overflow: hidden; box-shadow: 0 1px 2px rgba(16, 24, 40, .04); }
-.card[hidden] { display: none; }
-.card header { padding: 10px 14px; border-bottom: 1px solid var(--line); background: #fbfbfc; }
-.card h2 { font-size: 14px; margin: 0 0 6px; font-weight: 600; overflow-wrap: anywhere; }
-.badges { display: flex; flex-wrap: wrap; gap: 6px; }
-.badge { font-size: 12px; padding: 1px 8px; border-radius: 999px; background: #eef0f4;
-  color: var(--muted); }
-.badge.reward { font-weight: 700; }
-.badge.good { background: var(--good-bg); color: var(--good); }
-.badge.mid { background: var(--mid-bg); color: var(--mid); }
-.badge.bad, .badge.none, .badge.error { background: var(--bad-bg); color: var(--bad); }
-.facts { margin-top: 4px; font-size: 12px; color: var(--muted); }
-.failure { margin: 10px 14px 0; padding: 8px 10px; border-radius: 8px; background: var(--bad-bg);
-  color: var(--bad); overflow-wrap: anywhere; }
-.conversation { padding: 8px 14px 12px; }
-.msg { margin: 6px 0; padding: 6px 10px; border-left: 3px solid var(--line); }
-.msg .role { font-size: 11px; text-transform: uppercase; letter-spacing: .05em;
-  color: var(--muted); margin-bottom: 2px; }
-.msg.user { border-color: #8da2fb; }
-.msg.assistant { border-color: #4cb782; background: #f7fcf9; }
-.msg.tool, .msg.system { border-color: #d0d5dd; padding-top: 2px; padding-bottom: 2px; }
-.msg.error { border-color: var(--bad); }
-.text { white-space: pre-wrap; overflow-wrap: anywhere; }
-details { margin: 4px 0; }
-summary { cursor: pointer; color: var(--muted); font-size: 13px; overflow-wrap: anywhere; }
-details.tool-call summary { color: var(--accent); font-family: ui-monospace, monospace; }
-details.tool-result.error summary { color: var(--bad); font-weight: 600; }
-pre { margin: 4px 0; padding: 8px; background: #f2f4f7; border-radius: 6px; max-height: 420px;
-  overflow: auto; white-space: pre-wrap; overflow-wrap: anywhere;
-  font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; }
-.empty { color: var(--muted); text-align: center; padding: 40px; }
-.notice { background: var(--mid-bg); color: var(--mid); border-radius: 8px; padding: 8px 12px;
-  margin-bottom: 12px; }
-.notice ul { margin: 4px 0 0; }
-/*glance*/
-/*tokens*/
+/*css*/
 </style>
 </head>
 <body>
@@ -596,4 +547,59 @@ pre { margin: 4px 0; padding: 8px; background: #f2f4f7; border-radius: 6px; max-
 </body>
 </html>
 """
-PAGE = PAGE.replace("/*glance*/", GLANCE_CSS).replace("/*tokens*/", TOKEN_CSS)
+PAGE_CSS = """
+:root { --bg: #f6f7f9; --card: #fff; --ink: #1d2330; --muted: #667085; --line: #e3e6eb;
+  --good: #127a43; --good-bg: #e3f6ea; --mid: #8a5a00; --mid-bg: #fff2d6; --bad: #b42318;
+  --bad-bg: #fde8e6; --accent: #3b5bdb; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--ink);
+  font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+.top { position: sticky; top: 0; z-index: 1; background: var(--card);
+  border-bottom: 1px solid var(--line); padding: 12px 24px; }
+.top h1 { margin: 0 0 2px; font-size: 18px; }
+.summary { color: var(--muted); }
+.filters { display: flex; flex-wrap: wrap; gap: 14px; align-items: center; margin-top: 10px; }
+.filters label { color: var(--muted); }
+.filters input, .filters select { font: inherit; padding: 3px 6px; border: 1px solid var(--line);
+  border-radius: 6px; background: #fff; }
+.filters input[type=number] { width: 80px; }
+.filters input[type=search] { width: 240px; }
+#shown { margin-left: auto; font-weight: 600; }
+main { max-width: 1100px; margin: 0 auto; padding: 18px 24px 60px; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px;
+  margin-bottom: 16px; overflow: hidden; box-shadow: 0 1px 2px rgba(16, 24, 40, .04); }
+.card[hidden] { display: none; }
+.card header { padding: 10px 14px; border-bottom: 1px solid var(--line); background: #fbfbfc; }
+.card h2 { font-size: 14px; margin: 0 0 6px; font-weight: 600; overflow-wrap: anywhere; }
+.badges { display: flex; flex-wrap: wrap; gap: 6px; }
+.badge { font-size: 12px; padding: 1px 8px; border-radius: 999px; background: #eef0f4;
+  color: var(--muted); }
+.badge.reward { font-weight: 700; }
+.badge.good { background: var(--good-bg); color: var(--good); }
+.badge.mid { background: var(--mid-bg); color: var(--mid); }
+.badge.bad, .badge.none, .badge.error { background: var(--bad-bg); color: var(--bad); }
+.facts { margin-top: 4px; font-size: 12px; color: var(--muted); }
+.failure { margin: 10px 14px 0; padding: 8px 10px; border-radius: 8px; background: var(--bad-bg);
+  color: var(--bad); overflow-wrap: anywhere; }
+.conversation { padding: 8px 14px 12px; }
+.msg { margin: 6px 0; padding: 6px 10px; border-left: 3px solid var(--line); }
+.msg .role { font-size: 11px; text-transform: uppercase; letter-spacing: .05em;
+  color: var(--muted); margin-bottom: 2px; }
+.msg.user { border-color: #8da2fb; }
+.msg.assistant { border-color: #4cb782; background: #f7fcf9; }
+.msg.tool, .msg.system { border-color: #d0d5dd; padding-top: 2px; padding-bottom: 2px; }
+.msg.error { border-color: var(--bad); }
+.text { white-space: pre-wrap; overflow-wrap: anywhere; }
+details { margin: 4px 0; }
+summary { cursor: pointer; color: var(--muted); font-size: 13px; overflow-wrap: anywhere; }
+details.tool-call summary { color: var(--accent); font-family: ui-monospace, monospace; }
+details.tool-result.error summary { color: var(--bad); font-weight: 600; }
+pre { margin: 4px 0; padding: 8px; background: #f2f4f7; border-radius: 6px; max-height: 420px;
+  overflow: auto; white-space: pre-wrap; overflow-wrap: anywhere;
+  font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; }
+.empty { color: var(--muted); text-align: center; padding: 40px; }
+.notice { background: var(--mid-bg); color: var(--mid); border-radius: 8px; padding: 8px 12px;
+  margin-bottom: 12px; }
+.notice ul { margin: 4px 0 0; }
+"""
+PAGE = PAGE.replace("/*css*/", PAGE_CSS + GLANCE_CSS + TOKEN_CSS)

@@ -73,7 +73,7 @@ def glance_html(cards: Sequence[RolloutCard], source: Path | None = None) -> str
     panels = [
         _panel(
             "Reward distribution",
-            _histogram(rewards, "reward", bins=REWARD_BINS)
+            histogram_svg(rewards, "reward", bins=REWARD_BINS)
             if rewards
             else _note("No rollout has a measured reward."),
             _reward_caption(rewards, len(cards)),
@@ -81,17 +81,17 @@ def glance_html(cards: Sequence[RolloutCard], source: Path | None = None) -> str
         _groups_panel(cards),
         _panel(
             "Turns per rollout",
-            _histogram([c.turns for c in scored], "turns", integer=True),
+            histogram_svg([c.turns for c in scored], "turns", integer=True),
             _mean_caption([c.turns for c in scored]),
         ),
         _panel(
             "Tool calls per rollout",
-            _histogram([c.tool_calls for c in scored], "tool calls", integer=True),
+            histogram_svg([c.tool_calls for c in scored], "tool calls", integer=True),
             _mean_caption([c.tool_calls for c in scored]),
         ),
         _panel(
             "Tool errors per rollout",
-            _histogram([c.tool_errors for c in scored], "tool errors", integer=True),
+            histogram_svg([c.tool_errors for c in scored], "tool errors", integer=True),
             _error_caption(scored),
         ),
         _signals_panel(scored),
@@ -201,7 +201,8 @@ def _signals_panel(scored: Sequence[RolloutCard]) -> str:
     rows = "".join(
         f"<tr><th>{escape(name)}</th><td>{len(values)}</td>"
         f"<td>{statistics.fmean(values):.3f}</td><td>{min(values):.4g}</td>"
-        f"<td>{max(values):.4g}</td><td>{_histogram(values, name, bins=10, small=True)}</td></tr>"
+        f"<td>{max(values):.4g}</td>"
+        f"<td>{histogram_svg(values, name, bins=10, small=True)}</td></tr>"
         for name, values in sorted(signals.items())
     )
     table = (
@@ -283,7 +284,7 @@ def _bins(values: Sequence[float], bins: int, integer: bool) -> tuple[list[int],
     return counts, low, high
 
 
-def _histogram(
+def histogram_svg(
     values: Sequence[float],
     label: str,
     bins: int = REWARD_BINS,
