@@ -563,5 +563,36 @@ def view(
     typer.echo(write_view(paths[0], output, tokenizer=loaded, tokens_from=tokens_from))
 
 
+@command()
+def rescore(
+    run: Annotated[
+        Path, typer.Argument(help="The run: samples.jsonl of evaluate, or process JSONL.")
+    ],
+    env: Annotated[
+        str, typer.Option("--env", help="The env as it is now: its module or .py file.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write (default: RUN.rescored.jsonl)."),
+    ] = None,
+    no_judge: Annotated[
+        bool, typer.Option("--no-judge", help="Score only what needs no LLM judge.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue an interrupted rescore's output.")
+    ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Rollouts replayed at once (default: max_eval_workers)."),
+    ] = None,
+) -> None:
+    """Score a run's rollouts again with the env's current reward, replaying their tool calls."""
+    from hermes_envgen.devtools.rescore import format_summary
+    from hermes_envgen.devtools.rescore import rescore as run_rescore
+
+    result = run_rescore(env, run, output, no_judge=no_judge, resume=resume, workers=workers)
+    typer.echo(format_summary(result))
+
+
 def main() -> None:
     app()

@@ -569,6 +569,8 @@ main { max-width: 1100px; margin: 0 auto; padding: 18px 24px 60px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 10px;
   margin-bottom: 16px; overflow: hidden; box-shadow: 0 1px 2px rgba(16, 24, 40, .04); }
 .card[hidden] { display: none; }
+/* Cards off screen are not laid out until scrolled to: a page of 10,000 opens at once. */
+.card { content-visibility: auto; contain-intrinsic-size: auto 320px; }
 .card header { padding: 10px 14px; border-bottom: 1px solid var(--line); background: #fbfbfc; }
 .card h2 { font-size: 14px; margin: 0 0 6px; font-weight: 600; overflow-wrap: anywhere; }
 .badges { display: flex; flex-wrap: wrap; gap: 6px; }

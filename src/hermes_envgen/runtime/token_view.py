@@ -24,7 +24,7 @@ MASKED = -100
 # Logprobs of masked positions are written as 1.0 (no sample): not a logprob to show.
 NO_LOGPROB = 1.0
 MIN_PROMPT_TEXT = 12  # shorter user/tool texts ("ok", "6") may rightly recur in an answer
-TOKEN_BUDGET = 200_000  # tokens drawn on one page; past it, rollouts say how to see theirs
+TOKEN_BUDGET = 100_000  # tokens drawn on one page; past it, rollouts say how to see theirs
 
 
 class TokenText:
@@ -33,6 +33,7 @@ class TokenText:
     def __init__(self, tokenizer: Any | None) -> None:
         self.tokenizer = tokenizer
         self._pieces: dict[int, str] = {}
+        self._shown: dict[int, str] = {}
         self.special: set[int] = set()
         if tokenizer is not None:
             self.special = set(getattr(tokenizer, "all_special_ids", None) or ())
@@ -50,6 +51,14 @@ class TokenText:
                 text = f"⟨{token}?⟩"
             self._pieces[token] = text
         return text
+
+    def shown(self, token: int) -> str:
+        """The token's text as HTML: escaped, a line break marked, an empty one visible."""
+        html = self._shown.get(token)
+        if html is None:
+            html = escape(self.piece(token)).replace("\n", "↵\n") or "∅"
+            self._shown[token] = html
+        return html
 
     def decode(self, tokens: list[int]) -> str | None:
         if self.tokenizer is None:
@@ -236,8 +245,12 @@ def token_view_html(card: RolloutCard, text: TokenText, budget: list[int]) -> st
 
 def _stream(tokens: list[int], masks: list[int], logprobs: list[Any], text: TokenText) -> str:
     parts = []
+    masked: dict[int, str] = {}  # a masked token's element depends on its id alone
     for index, token in enumerate(tokens):
         trained = index < len(masks) and masks[index] != MASKED
+        if not trained and token in masked:
+            parts.append(masked[token])
+            continue
         css = ("t" if trained else "m") + (" s" * (token in text.special))
         title = f"id {token}"
         if trained:
@@ -246,8 +259,10 @@ def _stream(tokens: list[int], masks: list[int], logprobs: list[Any], text: Toke
                 title += f" · logprob {value:.4f}"
         else:
             title += " · masked"
-        shown = escape(text.piece(token)).replace("\n", "↵\n") or "∅"
-        parts.append(f'<i class="{css}" title="{title}">{shown}</i>')
+        element = f'<i class="{css}" title="{title}">{text.shown(token)}</i>'
+        if not trained:
+            masked[token] = element
+        parts.append(element)
     return "".join(parts)
 
 

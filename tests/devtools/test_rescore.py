@@ -1,0 +1,255 @@
+"""``hermes-envgen rescore``: a real run of a small env (process mode against the stub model, in
+bwrap sandboxes) scored again by the env as it is now, its tool calls replayed in fresh
+sandboxes. One run serves the module; each rescore is the real CLI and its env process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hermes_envgen.cli import app
+from hermes_envgen.testing import OfflineRun
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed"),
+]
+
+ENV = '''
+from pathlib import Path
+
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+
+from hermes_envgen.runtime import HermesAgentBaseEnv, HermesAgentEnvConfig, tool
+
+LEDGER = Path(__file__).with_name("ledger.txt")
+
+
+@tool(toolset="ledger")
+def stamp(note: str) -> str:
+    """Write a note into the ledger, a file outside the sandbox (a side effect replay repeats).
+
+    Args:
+        note: what to write.
+    """
+    with LEDGER.open("a") as ledger:
+        ledger.write(note + "\\n")
+    return f"entry {len(LEDGER.read_text().splitlines())}"
+
+
+SAMPLES = [
+    {"prompt": "Write hello into answer.txt.", "answer": "hello"},
+    {"prompt": "Write world into answer.txt.", "answer": "world"},
+    {"prompt": "Write nothing useful into answer.txt.", "answer": "42"},
+    {"prompt": "Stamp the ledger, then write done into answer.txt.", "answer": "done"},
+]
+
+
+class RescoreEnv(HermesAgentBaseEnv):
+    name = "rescore_env"
+    env_config_cls = HermesAgentEnvConfig
+    samples = SAMPLES
+
+    @classmethod
+    def config_init(cls):
+        config = HermesAgentEnvConfig(
+            group_size=2,
+            max_agent_turns=4,
+            enabled_toolsets=["terminal", "ledger"],
+            sandbox_backend="bwrap",
+            eval_size=1,
+            ensure_scores_are_not_same=False,
+            tokenizer_name="unused",
+            use_wandb=False,
+        )
+        return config, [APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="stub")]
+
+    async def setup(self):
+        await super().setup()
+        self.train_items = list(SAMPLES)  # process draws each task once, in this order
+
+    def format_prompt(self, item):
+        return item["prompt"]
+
+    async def prepare_sandbox(self, item, ctx):
+        await ctx.write_file("task.txt", item["prompt"])
+
+    async def compute_reward(self, item, result, ctx):
+        written = (await ctx.terminal("cat answer.txt"))["output"].strip()
+        return REWARD
+
+
+if __name__ == "__main__":
+    RescoreEnv.cli()
+'''
+STRICT = '1.0 if written == item["answer"] else 0.0'
+# The changed reward: case no longer matters. Only the rollouts that wrote WORLD change.
+LENIENT = '1.0 if written.lower() == item["answer"].lower() else 0.0'
+RANDOM = "__import__('random').random()"
+
+
+def write(command: str) -> dict:
+    return {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}
+
+
+SCRIPT = {
+    "conversations": [
+        {"match": "Write hello", "turns": [write("echo hello > answer.txt"), {"content": "ok"}]},
+        {"match": "Write world", "turns": [write("echo WORLD > answer.txt"), {"content": "ok"}]},
+        {"match": "nothing useful", "turns": [write("echo 7 > answer.txt"), {"content": "ok"}]},
+        {
+            "match": "Stamp the ledger",
+            "turns": [
+                {"tool_calls": [{"name": "stamp", "arguments": {"note": "was here"}}]},
+                write("echo done > answer.txt"),
+                {"content": "ok"},
+            ],
+        },
+    ]
+}
+
+
+def env_file(directory: Path, reward: str) -> Path:
+    path = directory / "rescore_env.py"
+    path.write_text(ENV.replace("REWARD", reward))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, stub_server_module):
+    """Four groups of two rollouts of the strict env (every task once)."""
+    workdir = tmp_path_factory.mktemp("run")
+    target = env_file(workdir, STRICT)
+    stub = stub_server_module(SCRIPT)
+    groups = OfflineRun.against_stub(target, stub.base_url, workdir).process(groups=4, group_size=2)
+    return workdir, workdir / "groups.jsonl", groups
+
+
+@pytest.fixture(scope="module")
+def stub_server_module():
+    from hermes_envgen.testing.stub_server import StubServer
+
+    started = []
+
+    def start(script):
+        server = StubServer(script).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def rescore(*args: str):
+    return CliRunner().invoke(app, ["rescore", *args])
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+
+def prompts_of(groups: list[dict]) -> list[str]:
+    return [
+        next(m["content"] for m in conversation if m["role"] == "user")
+        for group in groups
+        for conversation in group["messages"]
+    ]
+
+
+@pytest.fixture(scope="module")
+def strict(run, tmp_path_factory):
+    """The run rescored by the env as it was: the CLI's output and its lines."""
+    workdir, groups_file, _ = run
+    out = tmp_path_factory.mktemp("strict") / "out.jsonl"
+    result = rescore(str(groups_file), "--env", str(workdir / "rescore_env.py"), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    return result.output, out
+
+
+def test_the_env_as_it_was_changes_nothing_and_scores_the_same_twice(run, strict):
+    _, _, groups = run
+    output, out = strict
+    rescored = lines(out)
+    assert len(rescored) == len(prompts_of(groups)) == 8
+    assert not any(r["changed"] for r in rescored)
+    assert all(r["deterministic"] for r in rescored)
+    assert "0 changed" in output and "0 not deterministic" in output
+
+
+def test_a_changed_reward_changes_exactly_the_rollouts_it_should(run, tmp_path):
+    _, groups_file, groups = run
+    prompts = prompts_of(groups)
+    out = tmp_path / "lenient.jsonl"
+    result = rescore(str(groups_file), "--env", str(env_file(tmp_path, LENIENT)), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    rescored = lines(out)
+    changed = sorted(r["index"] for r in rescored if r["changed"])
+    expected = [i for i, p in enumerate(prompts) if p.startswith("Write world")]
+    assert len(expected) == 2 and changed == expected
+    assert all(r["old_reward"] == 0.0 and r["new_reward"] == 1.0 for r in rescored if r["changed"])
+    assert "2 changed" in result.output
+
+
+def test_a_tool_with_a_side_effect_outside_the_sandbox_diverges(run, strict):
+    _, _, groups = run
+    output, out = strict
+    rescored = {r["index"]: r for r in lines(out)}
+    stamped = {i for i, p in enumerate(prompts_of(groups)) if p.startswith("Stamp")}
+    assert len(stamped) == 2
+    assert {i for i, r in rescored.items() if not r["reliable"]} == stamped
+    for index in stamped:
+        (diverged,) = rescored[index]["diverged"]
+        # The run's two rollouts made entries 1 and 2; their replays make later ones.
+        assert diverged.startswith("turn 1, stamp: recorded 'entry ")
+        assert "replayed 'entry " in diverged
+    assert "2 unreliable (replay diverged)" in output
+    assert "replay diverged: turn 1, stamp" in output
+
+
+def test_a_reward_that_is_not_deterministic_is_named(run, tmp_path):
+    _, groups_file, _ = run
+    out = tmp_path / "random.jsonl"
+    result = rescore(str(groups_file), "--env", str(env_file(tmp_path, RANDOM)), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert all(not r["deterministic"] for r in lines(out))
+    assert "8 not deterministic" in result.output
+
+
+def test_an_interrupted_rescore_resumes_where_it_stopped(run, strict, tmp_path):
+    workdir, groups_file, _ = run
+    out = tmp_path / "out.jsonl"
+    written = strict[1].read_text().splitlines()
+    # As an interruption leaves it: a header, three rollouts written, the fourth cut short.
+    out.write_text("\n".join([*written[:4], written[4][:30]]) + "\n")
+    target = str(workdir / "rescore_env.py")
+    refused = rescore(str(groups_file), "--env", target, "-o", str(out))
+    assert refused.exit_code == 2 and "--resume continues that rescore" in refused.output
+    result = rescore(str(groups_file), "--env", target, "-o", str(out), "--resume")
+    assert result.exit_code == 0, result.output
+    assert "rescored 5 of 8 rollouts (3 from an earlier rescore)" in result.output
+    assert sorted(r["index"] for r in lines(out)) == list(range(8))
+
+
+def test_rollouts_of_another_env_are_refused_with_the_mismatch_named(run, tmp_path):
+    workdir, groups_file, _ = run
+    other = tmp_path / "other_env.py"
+    source = (workdir / "rescore_env.py").read_text()
+    other.write_text(
+        source.replace('"Write world into answer.txt."', '"Write planet into answer.txt."').replace(
+            '["terminal", "ledger"]', '["terminal"]'
+        )
+    )
+    result = rescore(str(groups_file), "--env", str(other))
+    assert result.exit_code == 2
+    message = result.output.strip()
+    assert "these rollouts are not of RescoreEnv" in message
+    assert "the run calls tools this env does not have: stamp (it has terminal)" in message
+    assert "rollouts are of tasks this env does not have" in message
+    assert "Write world into answer.txt." in message
+    assert not (tmp_path / "groups.jsonl.rescored.jsonl").exists()
