@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -43,9 +45,9 @@ class RolloutCard:
     task: str | None = None  # the same task in another run of the env (for comparing runs)
     signals: dict[str, float] = field(default_factory=dict)  # the reward's named signals
     summary: dict[str, Any] | None = None  # an evaluation record's summary (for pass@k)
-    tokens: list[int] | None = None  # process mode's training data: the exact token ids,
-    masks: list[int] | None = None  # their masks (-100: not trained),
-    logprobs: list[float] | None = None  # and token mode's sampled logprobs
+    tokens: Sequence[int] | None = None  # process mode's training data: the exact token ids,
+    masks: Sequence[int] | None = None  # their masks (-100: not trained),
+    logprobs: Sequence[float] | None = None  # and token mode's sampled logprobs
 
 
 @dataclass
@@ -148,9 +150,9 @@ def _sample_card(record: dict, number: int) -> RolloutCard:
 def group_cards(record: dict, line: int) -> list[RolloutCard]:
     """Cards from one ``process`` group: a conversation, a score and its tokens per rollout."""
     scores = record.get("scores") or []
-    tokens = _lists(record.get("tokens"))
-    masks = _lists(record.get("masks"))
-    logprobs = _lists(record.get("inference_logprobs"))
+    tokens = _lists(record.get("tokens"), "q")
+    masks = _lists(record.get("masks"), "q")
+    logprobs = _lists(record.get("inference_logprobs"), "d")
     cards = []
     for index, conversation in enumerate(record["messages"]):
         messages = [m for m in conversation if isinstance(m, dict)]
@@ -173,10 +175,18 @@ def group_cards(record: dict, line: int) -> list[RolloutCard]:
     return cards
 
 
-def _lists(value: Any) -> list[list[Any]]:
+def _lists(value: Any, kind: str) -> list[Sequence[Any] | None]:
+    """Each rollout's numbers as a compact array: a run's millions of tokens held as Python
+    objects made the collector crawl; a list that is not all numbers is None."""
     if not isinstance(value, list):
         return []
-    return [v if isinstance(v, list) else [] for v in value]
+    arrays: list[Sequence[Any] | None] = []
+    for numbers in value:
+        try:
+            arrays.append(array(kind, numbers) if isinstance(numbers, list) else None)
+        except (TypeError, OverflowError):
+            arrays.append(None)
+    return arrays
 
 
 def _int(value: Any) -> int:

@@ -39,6 +39,7 @@ class GroupSpread:
     name: str
     first_card: int  # index of its first rollout on the page, for a link
     rewards: list[float]
+    label: str = ""  # what a person reads: the task's first user message
 
     @property
     def low(self) -> float:
@@ -60,7 +61,10 @@ def group_spreads(cards: Sequence[RolloutCard]) -> list[GroupSpread]:
     for index, card in enumerate(cards):
         if card.group is None:
             continue
-        group = groups.setdefault(card.group, GroupSpread(card.group, index, []))
+        if card.group not in groups:
+            label = _first_user(card.messages) or card.group
+            groups[card.group] = GroupSpread(card.group, index, [], label)
+        group = groups[card.group]
         if card.reward is not None and not card.failure:
             group.rewards.append(card.reward)
     return [g for g in groups.values() if g.rewards]
@@ -165,7 +169,8 @@ def _groups_panel(cards: Sequence[RolloutCard]) -> str:
         "reward as the rest of their group, which gives GRPO no signal."
     )
     links = "".join(
-        f'<a href="#r{g.first_card}" class="flat-group">{escape(g.name[:40])} '
+        f'<a href="#r{g.first_card}" class="flat-group" title="{escape(g.name)}">'
+        f"{escape(_short(g.label))} "
         f"({len(g.rewards)}× {g.low:.4g})</a>"
         for g in flat[:MAX_LISTED_GROUPS]
     )
@@ -182,6 +187,17 @@ def _groups_panel(cards: Sequence[RolloutCard]) -> str:
         ),
         css,
     )
+
+
+def _first_user(messages: list[dict]) -> str:
+    content = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+    if isinstance(content, list):  # content parts
+        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return " ".join(str(content or "").split())
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _signals_panel(scored: Sequence[RolloutCard]) -> str:
@@ -342,7 +358,7 @@ def _spread_svg(groups: list[GroupSpread]) -> str:
     for index, group in enumerate(ordered):
         x = PAD + (index + 0.5) * step
         title = (
-            f"<title>{escape(group.name[:60])}: {len(group.rewards)} rollouts, "
+            f"<title>{escape(_short(group.label, 60))}: {len(group.rewards)} rollouts, "
             f"{group.low:.4g} – {group.high:.4g}</title>"
         )
         if group.zero_variance:

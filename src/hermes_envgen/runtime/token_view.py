@@ -13,6 +13,7 @@ with their tokens.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -220,7 +221,7 @@ def token_view_html(card: RolloutCard, text: TokenText, budget: list[int]) -> st
     report = check_tokens(card, text)
     tokens = [int(t) for t in card.tokens]
     masks = [int(m) for m in card.masks or []]
-    logprobs = card.logprobs or []
+    logprobs: Sequence[float] = card.logprobs or []
     trained = sum(1 for m in masks if m != MASKED)
     findings = "".join(f"<li>{escape(f)}</li>" for f in report.findings)
     warn = f" · {len(report.findings)} findings" if report.findings else " · lines up"
@@ -243,7 +244,7 @@ def token_view_html(card: RolloutCard, text: TokenText, budget: list[int]) -> st
     )
 
 
-def _stream(tokens: list[int], masks: list[int], logprobs: list[Any], text: TokenText) -> str:
+def _stream(tokens: list[int], masks: list[int], logprobs: Sequence[float], text: TokenText) -> str:
     parts = []
     masked: dict[int, str] = {}  # a masked token's element depends on its id alone
     for index, token in enumerate(tokens):
