@@ -42,12 +42,7 @@ def stamp(note: str) -> str:
     return f"entry {len(LEDGER.read_text().splitlines())}"
 
 
-SAMPLES = [
-    {"prompt": "Write hello into answer.txt.", "answer": "hello"},
-    {"prompt": "Write world into answer.txt.", "answer": "world"},
-    {"prompt": "Write nothing useful into answer.txt.", "answer": "42"},
-    {"prompt": "Stamp the ledger, then write done into answer.txt.", "answer": "done"},
-]
+SAMPLES = TASKS
 
 
 class RescoreEnv(HermesAgentBaseEnv):
@@ -87,6 +82,12 @@ class RescoreEnv(HermesAgentBaseEnv):
 if __name__ == "__main__":
     RescoreEnv.cli()
 '''
+TASKS = [
+    {"prompt": "Write hello into answer.txt.", "answer": "hello"},
+    {"prompt": "Write world into answer.txt.", "answer": "world"},
+    {"prompt": "Write nothing useful into answer.txt.", "answer": "42"},
+    {"prompt": "Stamp the ledger, then write done into answer.txt.", "answer": "done"},
+]
 STRICT = '1.0 if written == item["answer"] else 0.0'
 # The changed reward: case no longer matters. Only the rollouts that wrote WORLD change.
 LENIENT = '1.0 if written.lower() == item["answer"].lower() else 0.0'
@@ -116,7 +117,7 @@ SCRIPT = {
 
 def env_file(directory: Path, reward: str) -> Path:
     path = directory / "rescore_env.py"
-    path.write_text(ENV.replace("REWARD", reward))
+    path.write_text(ENV.replace("REWARD", reward).replace("TASKS", repr(TASKS)))
     return path
 
 
@@ -196,6 +197,30 @@ def test_a_changed_reward_changes_exactly_the_rollouts_it_should(run, tmp_path):
     assert "2 changed" in result.output
 
 
+def test_evaluation_records_are_rescored_by_their_items(run, tmp_path):
+    # The same rollouts as evaluate saves them: an item each, failures without a reward.
+    _, _, groups = run
+    samples = {s["prompt"]: s for s in TASKS}
+    records = []
+    for group in groups:
+        for conversation, score in zip(group["messages"], group["scores"]):
+            prompt = next(m["content"] for m in conversation if m["role"] == "user")
+            records.append(
+                {"item": samples[prompt], "reward": score, "failure": None}
+                | {"messages": conversation, "turns_used": 2, "tool_errors": []}
+            )
+    records[0] |= {"reward": None, "failure": "judge failed: no reply"}
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = rescore(str(path), "--env", str(env_file(tmp_path, LENIENT)))
+    assert result.exit_code == 0, result.output
+    rescored = {r["index"]: r for r in lines(tmp_path / "samples.jsonl.rescored.jsonl")}
+    changed = sorted(i for i, r in rescored.items() if r["changed"])
+    world = [i for i, r in enumerate(records) if r["item"]["answer"] == "world"]
+    assert changed == [0, *world]  # the failure is measured now, and the two WORLD rollouts
+    assert rescored[0]["old_reward"] is None and rescored[0]["new_reward"] == 1.0
+
+
 def test_a_tool_with_a_side_effect_outside_the_sandbox_diverges(run, strict):
     _, _, groups = run
     output, out = strict
@@ -241,7 +266,7 @@ def test_rollouts_of_another_env_are_refused_with_the_mismatch_named(run, tmp_pa
     other = tmp_path / "other_env.py"
     source = (workdir / "rescore_env.py").read_text()
     other.write_text(
-        source.replace('"Write world into answer.txt."', '"Write planet into answer.txt."').replace(
+        source.replace("'Write world into answer.txt.'", "'Write planet into answer.txt.'").replace(
             '["terminal", "ledger"]', '["terminal"]'
         )
     )
