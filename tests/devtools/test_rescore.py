@@ -6,7 +6,12 @@ sandboxes. One run serves the module; each rescore is the real CLI and its env p
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,6 +263,70 @@ def test_an_interrupted_rescore_resumes_where_it_stopped(run, strict, tmp_path):
     result = rescore(str(groups_file), "--env", target, "-o", str(out), "--resume")
     assert result.exit_code == 0, result.output
     assert "rescored 5 of 8 rollouts (3 from an earlier rescore)" in result.output
+    assert sorted(r["index"] for r in lines(out)) == list(range(8))
+
+
+def test_process_writes_its_page_with_token_views_in_the_envs_tokenizer(run):
+    workdir, _, _ = run
+    html = (workdir / "groups.html").read_text()
+    assert html.count('<details class="tokens') == 8
+    assert "&lt;|im_start|&gt;" in html  # the token's text, not its id
+    assert html.count("3 trained spans · lines up") == 2  # the ledger task: three turns each
+    assert "4 of 4 groups (100%) have zero variance" in html
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"event": "start"}\n', "line 1: neither a rollout nor a group"),
+        ('{"messages": [{"role": "user"', "line 1: not JSON (cut short?)"),
+        ("\n", "no rollouts in it"),
+    ],
+)
+def test_a_file_of_no_rollouts_is_refused_before_the_env_is_imported(tmp_path, content, message):
+    path = tmp_path / "run.jsonl"
+    path.write_text(content)
+    result = rescore(str(path), "--env", str(tmp_path / "no_env.py"))
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_ctrl_c_stops_the_rescore_cleanly_and_resume_finishes_it(run, tmp_path):
+    _, groups_file, _ = run
+    slow = env_file(tmp_path, "__import__('time').sleep(1.5) or 1.0")
+    out = tmp_path / "out.jsonl"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    command = [sys.executable, "-m", "hermes_envgen", "rescore", str(groups_file)]
+    command += ["--env", str(slow), "-o", str(out), "--workers", "1"]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+        start_new_session=True,  # the signal goes to the CLI alone, as a supervisor's would
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and len(out.read_text().splitlines()) >= 2):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no rollout was rescored in 120 s"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "rescore interrupted: the rollouts done are in" in stderr
+    assert not list(scratch.glob("rescore-*")), "the env process left its sandboxes' root"
+    done = len(lines(out))
+    assert 1 <= done < 8
+    result = rescore(str(groups_file), "--env", str(slow), "-o", str(out), "--resume")
+    assert result.exit_code == 0, result.output
+    assert f"({done} from an earlier rescore)" in result.output
     assert sorted(r["index"] for r in lines(out)) == list(range(8))
 
 

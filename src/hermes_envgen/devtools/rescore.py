@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,12 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.errors import UsageError
+from hermes_envgen.errors import Interrupted, UsageError
 
 # How much of a diverging tool result a report quotes.
 QUOTE = 160
 # The policy's URL the replay env is built with: never asked (no model in a rescore).
 NO_MODEL_URL = "http://127.0.0.1:9/v1"
+STOP_WAIT = 30.0  # seconds the env's process gets to clean its sandboxes up on Ctrl-C
 
 
 class RescoreError(UsageError):
@@ -78,6 +80,7 @@ def rescore(
     run = Path(run)
     if not run.is_file():
         raise RescoreError(f"{run}: no such file (give the run's samples.jsonl or groups JSONL)")
+    read_replays(run)  # a file of no rollouts is refused before the env is imported
     output = Path(output) if output is not None else run.with_name(f"{run.name}.rescored.jsonl")
     if output.exists() and not resume:
         raise RescoreError(
@@ -94,24 +97,33 @@ def rescore(
     ]
     from hermes_envgen.testing.runner import offline_environment
 
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=offline_environment(None),  # offline: no hub, no telemetry
+    )
     try:
-        completed = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=offline_environment(None),  # offline: no hub, no telemetry
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        raise RescoreError(
-            f"the rescore took longer than {timeout:g} s; --resume continues it"
+        stdout, stderr = process.communicate(timeout=timeout)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired) as exc:
+        # The env's process cleans its sandboxes up on SIGINT; what it wrote stays.
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"past {timeout:g} s"
+        raise Interrupted(
+            f"rescore {what}: the rollouts done are in {output}; --resume continues it"
         ) from None
-    lines = completed.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
     except (IndexError, ValueError):
-        tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         raise RescoreError(f"the env's process failed: {tail}") from None
     if "error" in result:
         raise RescoreError(result["error"])
@@ -402,23 +414,24 @@ def worker_main(target: str, run: str, output: str, options: dict[str, Any]) -> 
         return {"error": env_cls}
     run_path, output_path = Path(run), Path(output)
     replays = read_replays(run_path)
-    workdir = Path(tempfile.mkdtemp(prefix="rescore-"))
-    tokenizer = build_offline_tokenizer(workdir / "tokenizer")  # no model: text is not encoded
-    said = io.StringIO()
-    with contextlib.redirect_stdout(said):
-        env = build_env(env_cls, NO_MODEL_URL, tokenizer, workdir, stub_judge=False)
-        asyncio.run(env.setup())
-    match_env(env, replays)
-    fingerprint = {
-        "run": str(run_path),
-        "sha256": hashlib.sha256(run_path.read_bytes()).hexdigest(),
-        "env": env_cls.__name__,
-    }
-    workers = options.get("workers") or env.config.max_eval_workers
-    with contextlib.redirect_stdout(said):
-        return asyncio.run(
-            rescore_all(env, replays, output_path, fingerprint, workers, options["no_judge"])
-        )
+    with tempfile.TemporaryDirectory(prefix="rescore-") as scratch:
+        workdir = Path(scratch)  # the sandboxes' root: removed however the rescore ends
+        tokenizer = build_offline_tokenizer(workdir / "tokenizer")  # no model: nothing encoded
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            env = build_env(env_cls, NO_MODEL_URL, tokenizer, workdir, stub_judge=False)
+            asyncio.run(env.setup())
+        match_env(env, replays)
+        fingerprint = {
+            "run": str(run_path),
+            "sha256": hashlib.sha256(run_path.read_bytes()).hexdigest(),
+            "env": env_cls.__name__,
+        }
+        workers = options.get("workers") or env.config.max_eval_workers
+        with contextlib.redirect_stdout(said):
+            return asyncio.run(
+                rescore_all(env, replays, output_path, fingerprint, workers, options["no_judge"])
+            )
 
 
 def main() -> None:
