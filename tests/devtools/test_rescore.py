@@ -226,6 +226,44 @@ def test_evaluation_records_are_rescored_by_their_items(run, tmp_path):
     assert rescored[0]["old_reward"] is None and rescored[0]["new_reward"] == 1.0
 
 
+JUDGED = """
+
+    def make_judge(self):
+        return judge_client(self.policy, "JUDGE_URL", "judge-model")
+
+    async def compute_reward(self, item, result, ctx):
+        verdict = await ask_judge(self.judge, item["prompt"], result.final_response, item["answer"])
+        return Reward(0.0, failure="judge failed") if verdict.failed else verdict.score
+"""
+
+
+def test_the_judge_pattern_asks_the_configured_judge_and_no_judge_scores_none(
+    run, tmp_path, stub_server_module
+):
+    _, groups_file, groups = run
+    judge = stub_server_module({"default": {"turns": [{"content": '{"score": 1}'}]}})
+    source = env_file(tmp_path, STRICT).read_text()
+    source = source.replace(
+        "from hermes_envgen.runtime import HermesAgentBaseEnv, HermesAgentEnvConfig, tool",
+        "from hermes_envgen.runtime import (\n    HermesAgentBaseEnv, HermesAgentEnvConfig, "
+        "Reward, ask_judge, judge_client, tool\n)",
+    )
+    head, tail = source.split("    async def compute_reward", 1)
+    tail = tail.split("\n\n\n", 1)[1]
+    path = tmp_path / "judged_env.py"
+    path.write_text(head + JUDGED.replace("JUDGE_URL", judge.base_url).lstrip("\n") + "\n\n" + tail)
+    result = rescore(str(groups_file), "--env", str(path), "--no-judge", "-o", str(tmp_path / "a"))
+    assert result.exit_code == 0, result.output
+    assert "rescored 0 of 8 rollouts" in result.output and "8 not scored" in result.output
+    assert all("asks an LLM judge" in r["skipped"] for r in lines(tmp_path / "a"))
+    result = rescore(str(groups_file), "--env", str(path), "-o", str(tmp_path / "b"))
+    assert result.exit_code == 0, result.output
+    rescored = lines(tmp_path / "b")
+    assert all(r["new_reward"] == 1.0 for r in rescored)  # the judge said 1 to every answer
+    failed_before = sum(1 for g in groups for score in g["scores"] if score == 0.0)
+    assert sum(r["changed"] for r in rescored) == failed_before == 4
+
+
 def test_a_tool_with_a_side_effect_outside_the_sandbox_diverges(run, strict):
     _, _, groups = run
     output, out = strict
