@@ -264,6 +264,24 @@ def test_the_judge_pattern_asks_the_configured_judge_and_no_judge_scores_none(
     assert sum(r["changed"] for r in rescored) == failed_before == 4
 
 
+def test_a_sandbox_that_cannot_be_rebuilt_leaves_its_rollouts_unscored(run, tmp_path):
+    _, groups_file, _ = run
+    source = env_file(tmp_path, STRICT).read_text()
+    broken = source.replace(
+        '        await ctx.write_file("task.txt", item["prompt"])',
+        '        if "nothing" in item["prompt"]:\n'
+        '            raise RuntimeError("the fixture is gone")\n'
+        '        await ctx.write_file("task.txt", item["prompt"])',
+    )
+    assert broken != source
+    path = tmp_path / "broken_env.py"
+    path.write_text(broken)
+    result = rescore(str(groups_file), "--env", str(path), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert "rescored 6 of 8 rollouts" in result.output and "2 not scored" in result.output
+    assert "not scored: the sandbox could not be rebuilt: the fixture is gone" in result.output
+
+
 def test_a_tool_with_a_side_effect_outside_the_sandbox_diverges(run, strict):
     _, _, groups = run
     output, out = strict

@@ -39,6 +39,7 @@ from hermes_envgen.errors import Interrupted, UsageError
 QUOTE = 160
 # The policy's URL the replay env is built with: never asked (no model in a rescore).
 NO_MODEL_URL = "http://127.0.0.1:9/v1"
+MAX_NOTES = 200  # lines of the summary's notes kept; the output has every rollout's
 STOP_WAIT = 30.0  # seconds the env's process gets to clean its sandboxes up on Ctrl-C
 
 
@@ -269,9 +270,12 @@ async def replay_one(env: Any, replay: Replay) -> dict[str, Any]:
     loop = env.make_loop(replay.item, ctx, split="eval", temperature=0.0, tools=tools)
     diverged: list[str] = []
     try:
-        if any("sandbox" in env.tool_registry.get(name).injected for name in tools[1]):
-            await ctx.sandbox.start()
-        await env.prepare_sandbox(replay.item, ctx)
+        try:
+            if any("sandbox" in env.tool_registry.get(name).injected for name in tools[1]):
+                await ctx.sandbox.start()
+            await env.prepare_sandbox(replay.item, ctx)
+        except Exception as exc:  # the sandbox could not start, or prepare_sandbox failed
+            return _unscored(replay, f"the sandbox could not be rebuilt: {exc}")
         scratch = AgentResult(messages=[])
         for turn, call, recorded in recorded_calls(replay.messages):
             output = await loop._execute(call, turn, scratch)  # as the run's loop ran it
@@ -296,7 +300,8 @@ async def replay_one(env: Any, replay: Replay) -> dict[str, Any]:
                 or sum(1 for m in replay.messages if m.get("role") == "assistant")
             ),
             finished_naturally=bool(record.get("finished_naturally", True)),
-            tool_errors=errors,
+            # process groups keep no tool errors: the replay's own, made as the run's were
+            tool_errors=errors if "tool_errors" in record else scratch.tool_errors,
         )
         first, first_error = await env._score(replay.item, result, ctx)
         second, second_error = await env._score(replay.item, result, ctx)
@@ -321,6 +326,16 @@ async def replay_one(env: Any, replay: Replay) -> dict[str, Any]:
         "second_reward": None if second.failure else second.score,
         "reward_error": first_error or first.failure or second_error,
         "signals": first.signals,
+    }
+
+
+def _unscored(replay: Replay, why: str) -> dict[str, Any]:
+    return {
+        "index": replay.index,
+        "line": replay.line,
+        "task": replay.prompt[:200],
+        "old_reward": replay.old_reward,
+        "skipped": why,
     }
 
 
@@ -359,35 +374,37 @@ async def rescore_all(
     counts = {"rescored": 0, "changed": 0, "unreliable": 0, "nondeterministic": 0, "skipped": 0}
     notes: list[str] = []
     judged = env.judge is not None
+
+    def note(text: str) -> None:
+        if len(notes) < MAX_NOTES:
+            notes.append(text)
+
     with output.open("a", encoding="utf-8") as journal:
 
         async def worker() -> None:
             for replay in pending:
                 line: dict[str, Any]
                 if judged and no_judge:
-                    line = {
-                        "index": replay.index,
-                        "line": replay.line,
-                        "task": replay.prompt[:200],
-                        "old_reward": replay.old_reward,
-                        "skipped": "the reward asks an LLM judge (--no-judge)",
-                    }
-                    counts["skipped"] += 1
+                    line = _unscored(replay, "the reward asks an LLM judge (--no-judge)")
                 else:
                     line = await replay_one(env, replay)
+                if "skipped" in line:
+                    counts["skipped"] += 1
+                    note(f"rollout {replay.index} not scored: {line['skipped']}")
+                else:
                     counts["rescored"] += 1
                     counts["changed"] += line["changed"]
                     counts["unreliable"] += not line["reliable"]
                     counts["nondeterministic"] += not line["deterministic"]
                     if line["changed"]:
-                        notes.append(
+                        note(
                             f"rollout {replay.index} (line {replay.line}): reward "
                             f"{line['old_reward']} -> {line['new_reward']}"
                         )
                     for diverged in line["diverged"][:1]:
-                        notes.append(f"rollout {replay.index} replay diverged: {diverged}")
+                        note(f"rollout {replay.index} replay diverged: {diverged}")
                     if not line["deterministic"]:
-                        notes.append(
+                        note(
                             f"rollout {replay.index}: scored twice, {line['new_reward']} and "
                             f"{line['second_reward']}: the reward is not deterministic"
                         )
