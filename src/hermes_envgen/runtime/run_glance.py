@@ -82,6 +82,7 @@ def glance_html(cards: Sequence[RolloutCard], source: Path | None = None) -> str
             else _note("No rollout has a measured reward."),
             _reward_caption(rewards, len(cards)),
         ),
+        _pass_panel(cards, source),  # an evaluation's headline, beside its distribution
         _groups_panel(cards),
         _panel(
             "Turns per rollout",
@@ -99,7 +100,6 @@ def glance_html(cards: Sequence[RolloutCard], source: Path | None = None) -> str
             _error_caption(scored),
         ),
         _signals_panel(scored),
-        _pass_panel(cards, source),
         _panel(
             "Timing",
             _note(
@@ -423,7 +423,7 @@ GLANCE_CSS = """
 .verdict { margin: 6px 0 0; max-width: 360px; }
 .verdict.flat { color: var(--bad); font-weight: 600; }
 .flat-list { display: flex; flex-wrap: wrap; gap: 4px; max-width: 360px; margin: 6px 0 0;
-  font-size: 12px; }
+  font-size: 12px; max-height: 96px; overflow: auto; }
 .flat-list a { color: var(--bad); background: var(--bad-bg); border-radius: 999px;
   padding: 0 6px; text-decoration: none; }
 table.signals, table.pass { border-collapse: collapse; font-size: 13px; }
