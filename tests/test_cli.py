@@ -53,7 +53,9 @@ def test_version_is_an_option_too():
         assert result.stdout == f"{__version__}\n"
 
 
-@pytest.mark.parametrize("command", [[], ["new"], ["update"], ["demo"], ["check"], ["view"]])
+@pytest.mark.parametrize(
+    "command", [[], ["new"], ["update"], ["demo"], ["check"], ["view"], ["rescore"]]
+)
 def test_help_shows_no_placeholder_for_flags(command):
     # Typer's rich panels once labelled every flag, --help included, with "<bool>".
     result = run_cli(*command, "--help")

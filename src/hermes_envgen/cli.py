@@ -528,17 +528,70 @@ def check(
 
 @command()
 def view(
-    path: Annotated[
-        Path, typer.Argument(help="samples.jsonl / failures.jsonl of evaluate, or process JSONL.")
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="samples.jsonl / failures.jsonl of evaluate, or process JSONL; two files: "
+            "two runs side by side (A before, B after)."
+        ),
     ],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Where to write (default: PATH.html).")
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Where to write (default: PATH.html; B.vs-A.html for two)."
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="The run's tokenizer (directory or name): token views show text."),
+    ] = None,
+    tokens_from: Annotated[
+        int, typer.Option(min=0, help="Draw token views from this rollout on (0: the first).")
+    ] = 0,
+) -> None:
+    """Render rollouts as one self-contained HTML page: the run at a glance, filters, tokens."""
+    from hermes_envgen.devtools.view import load_tokenizer, write_view
+    from hermes_envgen.devtools.view_compare import write_comparison
+    from hermes_envgen.errors import ViewError
+
+    if len(paths) == 2:
+        typer.echo(write_comparison(paths[0], paths[1], output))
+        return
+    if len(paths) != 1:
+        raise ViewError(f"view takes one run or two (A B), not {len(paths)}")
+    loaded = load_tokenizer(tokenizer) if tokenizer else None
+    typer.echo(write_view(paths[0], output, tokenizer=loaded, tokens_from=tokens_from))
+
+
+@command()
+def rescore(
+    run: Annotated[
+        Path, typer.Argument(help="The run: samples.jsonl of evaluate, or process JSONL.")
+    ],
+    env: Annotated[
+        str, typer.Option("--env", help="The env as it is now: its module or .py file.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write (default: RUN.rescored.jsonl)."),
+    ] = None,
+    no_judge: Annotated[
+        bool, typer.Option("--no-judge", help="Score only what needs no LLM judge.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue an interrupted rescore's output.")
+    ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Rollouts replayed at once (default: max_eval_workers)."),
     ] = None,
 ) -> None:
-    """Render rollouts as one self-contained HTML page, with filters by reward and error."""
-    from hermes_envgen.devtools.view import write_view
+    """Score a run's rollouts again with the env's current reward, replaying their tool calls."""
+    from hermes_envgen.devtools.rescore import format_summary
+    from hermes_envgen.devtools.rescore import rescore as run_rescore
 
-    typer.echo(write_view(path, output))
+    result = run_rescore(env, run, output, no_judge=no_judge, resume=resume, workers=workers)
+    typer.echo(format_summary(result))
 
 
 def main() -> None:

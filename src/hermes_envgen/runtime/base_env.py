@@ -642,7 +642,7 @@ class HermesAgentBaseEnv(
         except BaseException:  # whatever stopped it: an empty file is no output
             self._discard_empty_output()
             raise
-        write_groups_page(Path(self.config.data_path_to_save_groups))
+        write_groups_page(Path(self.config.data_path_to_save_groups), self.tokenizer)
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
