@@ -118,6 +118,7 @@ def reward_report(env_cls: type[Any], tokenizer: str, workdir: str, gold: str, n
         "tamper_failures": report.tamper_failures,
         "shotgun_failures": report.shotgun_failures,
         "tool_touch_failures": report.tool_touch_failures,
+        "two_shots_failures": report.two_shots_failures,
     }
 
 

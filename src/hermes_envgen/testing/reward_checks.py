@@ -5,9 +5,12 @@ with the stub server playing a scripted model: once replaying the task's gold so
 must earn a high reward), once answering at once without any tool, once running a tool and
 then giving up, once answering with a shotgun list of candidates that holds the reference
 (written to answer.txt and replied), and once tampering with the verification instead of
-solving (all four must earn no more than the no-op threshold). A reward that pays for doing
-nothing, for guessing everything or for gaming the checks, or fails to pay for the right
-solution, is found before training.
+solving (all four must earn no more than the no-op threshold). Two shots: a wrong answer.txt
+with the right reply, and the right answer.txt with a wrong reply; a reward that takes one
+final answer pays at most one of them, so the smaller of the two must not pass the no-op
+threshold either. A reward that pays for doing nothing, for guessing everything, for two
+answers in one rollout or for gaming the checks, or fails to pay for the right solution, is
+found before training.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ REPLAYS = {
     "tool_touch": "running a tool and giving up",
     "shotgun": "a shotgun list of candidates",
     "tamper": "tampering with the checks",
+    "two_shots": "two shots (a wrong answer.txt and the right reply, and the other way round)",
 }
 
 
@@ -89,6 +93,8 @@ class SampleOutcome:
     shotgun_error: str | None = None
     tool_touch: float = 0.0
     tool_touch_error: str | None = None
+    two_shots: float = 0.0  # the smaller reward of the two replays
+    two_shots_error: str | None = None
 
 
 @dataclass
@@ -118,6 +124,10 @@ class RewardCheckReport:
     @property
     def tool_touch_failures(self) -> list[str]:
         return self._failures("tool_touch", lambda reward: reward > self.noop_threshold)
+
+    @property
+    def two_shots_failures(self) -> list[str]:
+        return self._failures("two_shots", lambda reward: reward > self.noop_threshold)
 
     @property
     def range_failures(self) -> list[str]:
@@ -216,6 +226,23 @@ def shotgun_script(samples: list[dict]) -> dict:
     return _script(conversations)
 
 
+def two_shots_script(samples: list[dict], *, right_file: bool) -> dict:
+    """A stub script that writes one answer into answer.txt and replies with another: the
+    reference in the file and a wrong reply (``right_file``), or the other way round."""
+    conversations = []
+    for sample in samples:
+        right = str(sample.get("gold_answer") or sample["answer"])
+        written, replied = (right, GIVE_UP_ANSWER) if right_file else (GIVE_UP_ANSWER, right)
+        command = f"printf '%s\\n' {shlex.quote(written)} > answer.txt"
+        turns = [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]},
+            {"content": replied},
+        ]
+        conversations.append({"match": anchored(sample["prompt"]), "turns": turns})
+        conversations.append(judge_conversation(sample))
+    return _script(conversations)
+
+
 def check_rewards(
     env_cls: type[Any],
     samples: list[dict],
@@ -239,6 +266,8 @@ def check_rewards(
         ("noop", noop_script(samples), {}),
         ("tool_touch", tool_touch_script(samples), {}),
         ("shotgun", shotgun_script(samples), {}),
+        ("right_reply", two_shots_script(samples, right_file=False), {}),
+        ("right_file", two_shots_script(samples, right_file=True), {}),
         ("tamper", tamper_script(samples), tamper_backend),
     )
     with contextlib.ExitStack() as stubs:
@@ -254,6 +283,10 @@ def check_rewards(
         tamper, tamper_error = rewards["tamper"][index]
         shotgun, shotgun_error = rewards["shotgun"][index]
         touch, touch_error = rewards["tool_touch"][index]
+        # A reward of one final answer pays at most one of the two: the smaller one counts.
+        two_shots, two_shots_error = min(
+            rewards["right_reply"][index], rewards["right_file"][index], key=lambda r: r[0]
+        )
         report.outcomes.append(
             SampleOutcome(
                 index,
@@ -268,6 +301,8 @@ def check_rewards(
                 shotgun_error,
                 touch,
                 touch_error,
+                two_shots,
+                two_shots_error,
             )
         )
     return report
