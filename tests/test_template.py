@@ -204,7 +204,9 @@ TESTED = [
 def test_generated_project_passes_its_own_tests(tmp_path, data):
     project = render(tmp_path, data)
     env = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
-    if "judge_base_url" in data:  # the generated tests point the judge at the stub too
+    if data.get("judge_base_url") == "policy":  # chosen, and said so
+        assert "judge_base_url=None,  # chosen: the policy grades its own answers" in env
+    elif "judge_base_url" in data:  # the generated tests point the judge at the stub too
         assert f'judge_base_url="{data["judge_base_url"]}"' in env
     assert_own_tests_pass(project)
 

@@ -76,6 +76,7 @@ def test_a_judge_project_without_a_judge_of_its_own_says_the_policy_grades_itsel
     unanswered = run_cli("new", "unjudged-env", "--defaults", "--data", "reward_pattern=judge")
     assert unanswered.returncode == 2, unanswered.stderr
     assert "judge_base_url has no default for these answers" in unanswered.stderr
+    assert "or 'policy' to let the policy grade its own answers" in unanswered.stderr
     result = run_cli(
         "new", "judged-env", "--defaults", "--data", "reward_pattern=judge",
         "--data", "judge_base_url=policy",

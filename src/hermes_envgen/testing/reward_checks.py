@@ -231,7 +231,7 @@ def two_shots_script(samples: list[dict], *, right_file: bool) -> dict:
     reference in the file and a wrong reply (``right_file``), or the other way round."""
     conversations = []
     for sample in samples:
-        right = str(sample.get("gold_answer") or sample["answer"])
+        right = str(sample["answer"])  # the reference itself: right wherever it is read
         written, replied = (right, GIVE_UP_ANSWER) if right_file else (GIVE_UP_ANSWER, right)
         command = f"printf '%s\\n' {shlex.quote(written)} > answer.txt"
         turns = [
@@ -239,7 +239,7 @@ def two_shots_script(samples: list[dict], *, right_file: bool) -> dict:
             {"content": replied},
         ]
         conversations.append({"match": anchored(sample["prompt"]), "turns": turns})
-        conversations.append(judge_conversation(sample))
+        conversations.append(judge_conversation({"answer": right}))  # the judge pays it
     return _script(conversations)
 
 
