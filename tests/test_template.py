@@ -455,6 +455,7 @@ def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     assert not (tmp_path / data["project_name"]).exists()
 
 
+@pytest.mark.slow  # seven renders
 def test_the_judge_is_not_the_policy_unless_the_user_says_so(tmp_path):
     # An obedient policy-judge pays an injected answer 1.0: `new` made one by default.
     data = answers("openrouter", "judge", False, False)
