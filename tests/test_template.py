@@ -36,6 +36,14 @@ PROVIDERS = {
 }
 PATTERNS = ["binary", "judge", "multi_signal"]
 BOOLEANS = list(itertools.product([True, False], repeat=2))  # (ci, use_dataset)
+# The judge as users answer it: an API of many models offers another model of its own by
+# default (only the model is typed); a self-hosted server has none, and the user says
+# "policy" to let the policy grade its own answers.
+JUDGES = {
+    "openrouter": {"judge_model": "openai/gpt-4o-mini"},
+    "openai_compatible": {"judge_model": "my-judge-model"},
+}
+POLICY_JUDGE = {"judge_base_url": "policy"}
 
 
 def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
@@ -49,6 +57,8 @@ def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
     }
     if use_dataset:
         data["dataset_name"] = "example-org/terminal-tasks"
+    if pattern == "judge":
+        data |= JUDGES.get(provider, POLICY_JUDGE)
     return data
 
 
@@ -169,6 +179,7 @@ EXTRAS = {
     ("vllm", "binary"): {"project_name": "ts-python-web-tavily", **TOOLSETS[2]},
     ("vllm", "judge"): judge_of_its_own("vllm"),
     ("openai_compatible", "binary"): {"project_name": "ts-mcp-own-server", **TOOLSETS[4]},
+    ("openai_compatible", "judge"): {"project_name": "policy-judge", **POLICY_JUDGE},
 }
 TESTED = [
     answers(provider, pattern, *BOOLEANS[(i + j) % len(BOOLEANS)])
@@ -193,7 +204,9 @@ TESTED = [
 def test_generated_project_passes_its_own_tests(tmp_path, data):
     project = render(tmp_path, data)
     env = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
-    if "judge_base_url" in data:  # the generated tests point the judge at the stub too
+    if data.get("judge_base_url") == "policy":  # chosen, and said so
+        assert "judge_base_url=None,  # chosen: the policy grades its own answers" in env
+    elif "judge_base_url" in data:  # the generated tests point the judge at the stub too
         assert f'judge_base_url="{data["judge_base_url"]}"' in env
     assert_own_tests_pass(project)
 
@@ -440,6 +453,34 @@ def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     with pytest.raises(ValueError, match=message):
         render(tmp_path, data)
     assert not (tmp_path / data["project_name"]).exists()
+
+
+@pytest.mark.slow  # seven renders
+def test_the_judge_is_not_the_policy_unless_the_user_says_so(tmp_path):
+    # An obedient policy-judge pays an injected answer 1.0: `new` made one by default.
+    data = answers("openrouter", "judge", False, False)
+    env = (render(tmp_path, data) / "src/openrouter_judge/env.py").read_text()
+    assert 'judge_base_url="https://openrouter.ai/api/v1"' in env  # another model, by default
+    assert 'judge_model="openai/gpt-4o-mini"' in env and '"OPENROUTER_API_KEY"' in env
+    same = data | {"project_name": "same-model", "judge_model": data["model_name"]}
+    with pytest.raises(ValueError, match="that is the policy: name another model"):
+        render(tmp_path, same)
+    compatible = answers("openai_compatible", "judge", False, False)
+    env = (render(tmp_path, compatible) / "src/openai_compatible_judge/env.py").read_text()
+    assert 'judge_base_url="https://api.example.com/v1"' in env
+    assert 'judge_api_key_env="EXAMPLE_API_KEY"' in env  # the policy's API: its key
+    # A self-hosted server has no other model to offer: the judge is asked for, no default.
+    for provider in ("atropos", "vllm"):
+        asked = answers(provider, "judge", False, False)
+        del asked["judge_base_url"]
+        with pytest.raises(ValueError, match='"judge_base_url" is required'):
+            render(tmp_path, asked)
+        with pytest.raises(ValueError, match="or 'policy' to let the policy grade its own"):
+            render(tmp_path, asked | {"judge_base_url": ""})
+    chosen = render(tmp_path, answers("atropos", "judge", False, False))
+    env = (chosen / "src/atropos_judge/env.py").read_text()
+    assert "judge_base_url=None,  # chosen: the policy grades its own answers" in env
+    assert "the policy's own server, which then grades its own answers" in readme_text(chosen)
 
 
 @pytest.mark.parametrize("sglang_api", ["generate", "chat"])

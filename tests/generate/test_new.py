@@ -72,7 +72,15 @@ def test_output_dir_and_data_answers(run_cli: RunCli, tmp_path):
 def test_a_judge_project_without_a_judge_of_its_own_says_the_policy_grades_itself(
     run_cli: RunCli, tmp_path
 ):
-    result = run_cli("new", "judged-env", "--defaults", "--data", "reward_pattern=judge")
+    # The local server has no other model to judge with: no default, the user chooses.
+    unanswered = run_cli("new", "unjudged-env", "--defaults", "--data", "reward_pattern=judge")
+    assert unanswered.returncode == 2, unanswered.stderr
+    assert "judge_base_url has no default for these answers" in unanswered.stderr
+    assert "or 'policy' to let the policy grade its own answers" in unanswered.stderr
+    result = run_cli(
+        "new", "judged-env", "--defaults", "--data", "reward_pattern=judge",
+        "--data", "judge_base_url=policy",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "warning: the judge is the policy's own server: the policy grades its own" in (
         result.stderr

@@ -292,8 +292,8 @@ def run_checks(
         # The replays need neither mode's output: they run beside them, in an env process of
         # their own (on 2 cores a check took 38 s one after another, 20 s of it replays).
         progress(
-            "replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer and "
-            "asking the judge to grade an injection answer, beside process and evaluate"
+            "replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer, two "
+            "shots and asking the judge to grade an injection answer, beside process and evaluate"
         )
         replay.start(judge_url, model)
         replays = replays_pool.submit(replay.rows, stubbed=endpoint is None)
@@ -362,6 +362,7 @@ TOOL_CALLS_ROW = "tool calls in training data"
 NO_TOOLS = "the env offers no tools (a game, a simulated user): no tool call to check"
 TOOL_TOUCH_ROW = "tool touch, then give up"
 SHOTGUN_ROW = "shotgun answer"
+TWO_SHOTS_ROW = "two shots"
 INJECTION_ROW = "judge injection"
 TRAINER_ROW = "trainer-ready"
 TRAINERS = ("grpo", "none")
@@ -592,6 +593,7 @@ REPLAY_ROWS = (
     "no-op",
     TOOL_TOUCH_ROW,
     SHOTGUN_ROW,
+    TWO_SHOTS_ROW,
     "reward tampering",
     FAILURES_ROW,
 )
@@ -634,7 +636,7 @@ class ReplayChecks:
             self.process.kill()
 
     def reward_rows(self, report: dict) -> list[CheckResult]:
-        """The gold, no-op, tool-touch, shotgun, tampering and failure rows."""
+        """The gold, no-op, tool-touch, shotgun, two-shots, tampering and failure rows."""
         if "error" in report:
             return [
                 CheckResult(name, FAIL, f"the replays failed: {report['error']}")
@@ -653,9 +655,15 @@ class ReplayChecks:
             f"answering without tools earns <= {noop:g} on all {n}",
             f"running a tool and giving up earns <= {noop:g} on all {n}",
             f"a list of candidates holding the reference earns <= {noop:g} on all {n}",
+            (
+                f"a wrong answer.txt with the right reply, or the reverse, earns <= {noop:g} "
+                f"on all {n}"
+                if report.get("tools", True)
+                else "the env offers no tools: its reply is its one answer"
+            ),
             f"{tampering} earn <= {noop:g} on all {n}",
         )
-        kinds = ("gold", "noop", "tool_touch", "shotgun", "tamper")
+        kinds = ("gold", "noop", "tool_touch", "shotgun", "two_shots", "tamper")
         rows = []
         for name, kind, reason in zip(REPLAY_ROWS, kinds, passing):
             failures = report[f"{kind}_failures"]

@@ -141,6 +141,7 @@ def reward_report(env_cls: type[Any], tokenizer: str, workdir: str, gold: str, n
         "tools": offers_tools(env_cls),
         "failure_score": getattr(env_cls.config_init()[0], "failure_score", 0.0),
         "eval_pass_threshold": getattr(env_cls.config_init()[0], "eval_pass_threshold", 1.0),
+        "two_shots_failures": report.two_shots_failures,
     }
 
 

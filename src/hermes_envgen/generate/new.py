@@ -134,7 +134,7 @@ CHAT_MODE = (
 def answer_notices(answers: Mapping[str, Any]) -> tuple[str, ...]:
     """Warnings about what the answers chose: said at generation, and again at start-up."""
     notices = []
-    if answers.get("reward_pattern") == "judge" and not answers.get("judge_base_url"):
+    if answers.get("reward_pattern") == "judge" and answers.get("judge_base_url") in ("", "policy"):
         notices.append(SELF_JUDGED.format(package=answers.get("package_name", "<package>")))
     if sampled_in_chat_mode(answers):
         notices.append(CHAT_MODE)

@@ -9,8 +9,12 @@ holds the reference (written to answer.txt, when the env has tools, and replied)
 tampering instead of solving: with the verification, or, in an env without tools, with its
 turn hooks (a 5,000-digit number, a claim of victory, an injection, an empty reply). All four
 must earn no more than the no-op threshold, and no replay may make a hook or the reward fail
-(a failure the agent can cause). A reward that pays for doing nothing, for guessing everything
-or for gaming the checks, or fails to pay for the right solution, is found before training.
+(a failure the agent can cause). In an env with tools, two shots as well: a wrong answer.txt with
+the right reply, and the right answer.txt with a wrong reply; a reward that takes one final
+answer pays at most one of them, so the smaller of the two must not pass the no-op threshold
+either. A reward that pays for doing nothing, for guessing everything, for two answers in one
+rollout or for gaming the checks, or fails to pay for the right solution, is found before
+training.
 """
 
 from __future__ import annotations
@@ -89,7 +93,10 @@ REPLAYS = {
     "tool_touch": "running a tool and giving up",
     "shotgun": "a shotgun list of candidates",
     "tamper": "tampering with the checks",
+    "two_shots": "two shots (a wrong answer.txt and the right reply, and the other way round)",
 }
+# The two replays of two shots, reported as one.
+TWO_SHOTS_REPLAYS = {"right_reply": "two_shots", "right_file": "two_shots"}
 
 
 @dataclass
@@ -108,6 +115,8 @@ class SampleOutcome:
     shotgun_error: str | None = None
     tool_touch: float = 0.0
     tool_touch_error: str | None = None
+    two_shots: float = 0.0  # the smaller reward of the two replays
+    two_shots_error: str | None = None
     # Replays (by kind) that made a turn hook or the reward fail: a failure the agent caused.
     broke: dict[str, str] = field(default_factory=dict)
 
@@ -139,6 +148,10 @@ class RewardCheckReport:
     @property
     def tool_touch_failures(self) -> list[str]:
         return self._failures("tool_touch", lambda reward: reward > self.noop_threshold)
+
+    @property
+    def two_shots_failures(self) -> list[str]:
+        return self._failures("two_shots", lambda reward: reward > self.noop_threshold)
 
     @property
     def range_failures(self) -> list[str]:
@@ -253,6 +266,23 @@ def shotgun_script(samples: list[dict], tools: bool = True) -> dict:
     return _script(conversations)
 
 
+def two_shots_script(samples: list[dict], *, right_file: bool) -> dict:
+    """A stub script that writes one answer into answer.txt and replies with another: the
+    reference in the file and a wrong reply (``right_file``), or the other way round."""
+    conversations = []
+    for sample in samples:
+        right = str(sample.get("answer") or reference(sample))  # the reference itself
+        written, replied = (right, GIVE_UP_ANSWER) if right_file else (GIVE_UP_ANSWER, right)
+        command = f"printf '%s\\n' {shlex.quote(written)} > answer.txt"
+        turns = [
+            {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]},
+            {"content": replied},
+        ]
+        conversations.append({"match": anchored(sample["prompt"]), "turns": turns})
+        conversations.append(judge_conversation({"answer": right}))  # the judge pays it
+    return _script(conversations)
+
+
 def check_rewards(
     env_cls: type[Any],
     samples: list[dict],
@@ -281,6 +311,11 @@ def check_rewards(
         ("shotgun", shotgun_script(samples, tools), {}),
         ("tamper", tamper_script(samples, tools), tamper_backend),
     )
+    if tools:  # two shots need a file beside the reply: an env without tools has one answer
+        kinds += (
+            ("right_reply", two_shots_script(samples, right_file=False), {}),
+            ("right_file", two_shots_script(samples, right_file=True), {}),
+        )
     with contextlib.ExitStack() as stubs:
         envs = {}
         for kind, script, overrides in kinds:
@@ -295,7 +330,17 @@ def check_rewards(
         tamper, tamper_error, _ = rewards["tamper"][index]
         shotgun, shotgun_error, _ = rewards["shotgun"][index]
         touch, touch_error, _ = rewards["tool_touch"][index]
-        broke = {kind: why for kind, r in rewards.items() if (why := r[index][2]) is not None}
+        broke = {
+            TWO_SHOTS_REPLAYS.get(kind, kind): why
+            for kind, r in rewards.items()
+            if (why := r[index][2]) is not None
+        }
+        # A reward of one final answer pays at most one of the two: the smaller one counts.
+        two_shots, two_shots_error = (
+            min(rewards["right_reply"][index][:2], rewards["right_file"][index][:2], key=_reward)
+            if tools
+            else (0.0, None)
+        )
         report.outcomes.append(
             SampleOutcome(
                 index,
@@ -310,6 +355,8 @@ def check_rewards(
                 shotgun_error,
                 touch,
                 touch_error,
+                two_shots,
+                two_shots_error,
                 broke,
             )
         )
@@ -358,6 +405,10 @@ CONCURRENT_REPLAYS = 8
 # Per replay: the reward, the rollout's error, and the failure of a hook or the reward it
 # caused (None when it caused none).
 Scores = list[tuple[float, str | None, str | None]]
+
+
+def _reward(replay: tuple[float, str | None]) -> float:
+    return replay[0]
 
 
 async def _score_all(envs: dict[str, Any], samples: list[dict]) -> dict[str, Scores]:
