@@ -23,7 +23,7 @@ def test_a_game_and_a_simulated_user_pass_check_through_their_players(example):
     assert result.returncode == 0, result.stdout + result.stderr
     table = rows(result)
     assert set(table.values()) == {PASS}, result.stdout
-    assert len(table) == 15 and "ready to train" in result.stdout
+    assert len(table) == 16 and "ready to train" in result.stdout
     assert "all 2 samples earn >= 0.9" in result.stdout  # the players, replayed
     assert "no tools offered" in result.stdout
     assert "a 5,000-digit number, a claim of victory" in result.stdout  # tampering, by words
@@ -98,7 +98,9 @@ def replays_report(**changes: object) -> dict:
     """A replays report of one sample whose every replay earned what it should."""
     outcome = {"index": 0, "prompt": "Guess.", "gold": 0.93, "noop": 0.0}
     report: dict = {"outcomes": [outcome], "tools": False, "failure_score": 0.0}
-    report |= {f"{kind}_failures": [] for kind in ("gold", "noop", "tool_touch", "shotgun")}
+    report |= {
+        f"{kind}_failures": [] for kind in ("gold", "noop", "tool_touch", "shotgun", "two_shots")
+    }
     report |= {"tamper_failures": [], "broken_failures": [], "eval_pass_threshold": 0.5}
     return report | changes
 
