@@ -54,12 +54,20 @@ _EXPORTS = {
     "TRAIN": "records",
     # tools
     "tool": "tools",
+    # one session of the env, driven by any trainer (the doors to TRL, OpenEnv, verifiers)
+    "EnvSession": "session",
+    "EnvSessions": "session",
+    "SessionThread": "session",
+    "TurnEnd": "session",
+    "open_env": "session",
 }
 
 __all__ = [
     "EVAL",
     "TRAIN",
     "AgentResult",
+    "EnvSession",
+    "EnvSessions",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
@@ -68,9 +76,11 @@ __all__ = [
     "ModelClient",
     "Reward",
     "RolloutState",
+    "SessionThread",
     "Task",
     "ToolContext",
     "ToolErrorRecord",
+    "TurnEnd",
     "TurnHooks",
     "answer_is",
     "ask_judge",
@@ -79,6 +89,7 @@ __all__ = [
     "judge_client",
     "load_items",
     "metric",
+    "open_env",
     "read_answer_file",
     "split_train_eval",
     "tool",
@@ -156,6 +167,13 @@ if TYPE_CHECKING:
         verify_in_sandbox,
         verify_with_pytest,
         weighted_score,
+    )
+    from hermes_envgen.runtime.session import (
+        EnvSession,
+        EnvSessions,
+        SessionThread,
+        TurnEnd,
+        open_env,
     )
     from hermes_envgen.runtime.tasks import Task
     from hermes_envgen.runtime.tool_context import ToolContext
