@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The trainers' libraries that the doors' tests drive (tests/test_door_trl.py), into .venv-trl/
-# (not .venv): TRL and accelerate, pinned, without their dependencies, which are the project's
-# own (transformers, datasets, ... at uv.lock's versions) plus torch from .venv-torch/ (see
-# scripts/install-torch-cpu.sh, run first). The tests add both to the end of their sys.path, so
-# the env processes the suite starts import neither. Users install them with the extra:
-# pip install 'hermes-envgen[trl]'.
+# The trainers' libraries that the doors' tests drive (tests/test_door_*.py), into .venv-trl/
+# (not .venv): TRL, accelerate and openenv-core, pinned in scripts/trainers.txt with what they
+# need beyond the project's dependencies, installed without resolving (the rest is the
+# project's own, at uv.lock's versions, plus torch from .venv-torch/: see
+# scripts/install-torch-cpu.sh). The tests add the directory to the end of their sys.path, so
+# the env processes the suite starts import none of it. Users install them with the extras:
+# pip install 'hermes-envgen[trl]', 'hermes-envgen[openenv]'.
 # Without them: a notice, and those tests skip (CI sets HERMES_ENVGEN_REQUIRE_TORCH=1 to fail).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PACKAGES="trl==1.16.0 accelerate==1.16.0 psutil==7.2.2"
+PACKAGES="$(grep -v '^#' scripts/trainers.txt | tr '\n' ' ')"
 TARGET=.venv-trl
 if [ "$(cat "$TARGET/.complete" 2>/dev/null)" = "$PACKAGES" ]; then
     exit 0

@@ -125,6 +125,7 @@ RUNTIME_API = [
     "load_items",
     "metric",
     "open_env",
+    "openenv_app",
     "read_answer_file",
     "split_train_eval",
     "tool",

@@ -60,6 +60,7 @@ _EXPORTS = {
     "SessionThread": "session",
     "TurnEnd": "session",
     "open_env": "session",
+    "openenv_app": "doors.openenv",
 }
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "load_items",
     "metric",
     "open_env",
+    "openenv_app",
     "read_answer_file",
     "split_train_eval",
     "tool",
@@ -153,6 +155,7 @@ if TYPE_CHECKING:
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
     from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
+    from hermes_envgen.runtime.doors.openenv import openenv_app
     from hermes_envgen.runtime.inference import ModelClient, judge_client
     from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
     from hermes_envgen.runtime.rewards import (

@@ -74,6 +74,10 @@ def open_env(
     server_values["health_check"] = False  # nothing runs a health loop outside Atropos's modes
     if base_url is not None:
         server_values["base_url"] = base_url
+    elif not server_values.get("api_key"):
+        # The door's trainer samples, not the env: its policy server is never asked, and a
+        # remote one's key is not needed (a judge of its own keeps its key and its checks).
+        server_values["api_key"] = "EMPTY"
     if model_name is not None:
         server_values["model_name"] = model_name
     server_values.update(server_overrides or {})
@@ -342,6 +346,10 @@ class SessionThread:
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coroutine`` on the sessions' loop; its result (or its exception)."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """``run`` for a caller on another event loop: awaited there, never blocking it."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
 
     def close(self) -> None:
         """Close every session and stop the loop."""

@@ -22,27 +22,21 @@ once scored, and reaped if a crashed trainer never scores it.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import inspect
 import json
-import threading
-import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_envgen.runtime.agent_loop import normalize_tool_call
 from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
-from hermes_envgen.runtime.doors import require
+from hermes_envgen.runtime.doors import require, shared_sessions, typed_function
 from hermes_envgen.runtime.errors import DoorUnavailable
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.session import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
     EnvSession,
     SessionThread,
-    open_env,
 )
-from hermes_envgen.runtime.tools.registry import INJECTED_PARAMETERS, Tool
+from hermes_envgen.runtime.tools.registry import Tool
 
 SUPPORTED = ("1.16", "1.17")  # the TRL releases this door was tested with
 # TRL's own names on an environment: never a tool's.
@@ -52,40 +46,6 @@ RESERVED = frozenset({"reset", "get_reward"})
 def require_trl() -> Any:
     """The ``trl`` module, or one line naming the extra to install (exit 2)."""
     return require("trl", "trl", SUPPORTED, "trl")
-
-
-# -- one env per process, per settings -----------------------------------------------------
-
-_threads: dict[str, SessionThread] = {}
-_threads_lock = threading.Lock()
-
-
-def _key(env_cls: type[HermesAgentBaseEnv], settings: dict[str, Any]) -> str:
-    where = f"{env_cls.__module__}.{env_cls.__qualname__}"
-    return where + json.dumps(settings, sort_keys=True, default=str)
-
-
-def _thread(
-    env_cls: type[HermesAgentBaseEnv], settings: dict[str, Any], idle_timeout: float
-) -> SessionThread:
-    """This process's instance of the env with ``settings``, made on first use."""
-    key = _key(env_cls, settings)
-    with _threads_lock:
-        found = _threads.get(key)
-        if found is None:
-            found = SessionThread(lambda: open_env(env_cls, **settings), idle_timeout=idle_timeout)
-            _threads[key] = found
-        return found
-
-
-@atexit.register
-def _close_threads() -> None:
-    # Late in the interpreter's shutdown a sandbox may no longer close (no threads to run its
-    # clean-up): its run directory is then reaped by the next run under the same root.
-    for thread in list(_threads.values()):
-        with contextlib.suppress(RuntimeError):
-            thread.close()
-    _threads.clear()
 
 
 # -- environment_factory ------------------------------------------------------------------
@@ -111,7 +71,7 @@ class EnvironmentFactory:
     @property
     def thread(self) -> SessionThread:
         """The env's sessions in this process."""
-        return _thread(self.env_cls, self.settings, self.idle_timeout)
+        return shared_sessions(self.env_cls, self.settings, self.idle_timeout)
 
     @property
     def environment_class(self) -> type[Environment]:
@@ -190,33 +150,18 @@ def _new_environment(factory: EnvironmentFactory) -> Environment:
 
 
 def _method(tool: Tool) -> Callable[..., str]:
-    """``tool`` as a method TRL offers the model: its typed parameters and an ``Args:`` line
-    each (transformers' ``get_json_schema`` reads them), calling the tool in the sandbox."""
+    """``tool`` as a method TRL offers the model, calling the tool in the rollout's sandbox."""
     name = tool.name
-    if name in RESERVED or name.startswith("_") or not name.isidentifier():
+    if name in RESERVED or name.startswith("_"):
         raise DoorUnavailable(
             f"the tool {name!r} cannot be a TRL environment method (TRL reserves reset, "
             "get_reward and names starting with _): rename it"
         )
-    hints = typing.get_type_hints(tool.function)
-    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    docs = []
-    properties = tool.parameters.get("properties", {})
-    for parameter in inspect.signature(tool.function).parameters.values():
-        if parameter.name in INJECTED_PARAMETERS:
-            continue
-        annotation = hints.get(parameter.name, str)
-        parameters.append(parameter.replace(annotation=annotation))
-        described = properties.get(parameter.name, {}).get("description") or parameter.name
-        docs.append(f"    {parameter.name}: {' '.join(described.split())}")
 
     def method(self: Environment, **arguments: Any) -> str:
         return self._call(name, arguments)
 
-    method.__name__ = method.__qualname__ = name
-    method.__signature__ = inspect.Signature(parameters, return_annotation=str)  # type: ignore[attr-defined]
-    method.__annotations__ = {p.name: p.annotation for p in parameters[1:]} | {"return": str}
-    method.__doc__ = tool.description + ("\n\nArgs:\n" + "\n".join(docs) if docs else "")
+    typed_function(method, tool, method=True)
     try:  # what TRL will do with it: a type it cannot describe is refused now, with the reason
         from transformers.utils import get_json_schema
 
@@ -312,7 +257,7 @@ class RolloutFunc:
 
     @property
     def thread(self) -> SessionThread:
-        return _thread(self.env_cls, self.settings, DEFAULT_SESSION_IDLE_TIMEOUT)
+        return shared_sessions(self.env_cls, self.settings, DEFAULT_SESSION_IDLE_TIMEOUT)
 
     def __call__(self, prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
         thread = self.thread
