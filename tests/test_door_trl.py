@@ -24,7 +24,7 @@ from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 REQUIRE_VARIABLE = "HERMES_ENVGEN_REQUIRE_TORCH"  # CI: torch and TRL are installed, so run
 GREETING, SORTING = "greeting.txt", "sorted.txt"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+SLOW = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,8 @@ def grpo_args(trl, tmp_path, **overrides):
     return trl.GRPOConfig(**(values | overrides))
 
 
+@SLOW[0]
+@SLOW[1]
 def test_a_grpo_step_calls_the_envs_tools_in_its_sandbox_and_is_rewarded_by_compute_reward(
     trl, offline_tokenizer, tmp_path
 ):
@@ -140,6 +142,8 @@ def test_a_grpo_step_calls_the_envs_tools_in_its_sandbox_and_is_rewarded_by_comp
     assert log["rewards/watched_reward/mean"] == 0.5
 
 
+@SLOW[0]
+@SLOW[1]
 def test_rollout_func_trains_on_the_tokens_the_env_loop_sampled(
     trl, stub_server, offline_tokenizer, tmp_path
 ):
@@ -198,3 +202,53 @@ def test_a_missing_trainer_library_names_the_extra(monkeypatch):
     monkeypatch.setattr("hermes_envgen.runtime.doors.version", lambda name: "0.9.0")
     with pytest.raises(DoorUnavailable, match=r"trl 0.9.0 is not supported"):
         door.require_trl()
+
+
+class Point:
+    """A type of the env's own: no JSON schema describes it."""
+
+
+def test_a_tool_trl_cannot_describe_or_would_shadow_its_methods_is_refused_with_the_reason():
+    from hermes_envgen.runtime.doors import trl as door
+    from hermes_envgen.runtime.tools.registry import tool_from_function
+
+    def move(to: Point) -> str:
+        """Move somewhere.
+
+        Args:
+            to: Where to.
+        """
+        return ""
+
+    def reset(hard: bool) -> str:
+        """Reset the board.
+
+        Args:
+            hard: Whether to clear it.
+        """
+        return ""
+
+    with pytest.raises(DoorUnavailable, match=r"the tool 'move' cannot be offered to TRL: "):
+        door._method(tool_from_function(move))
+    with pytest.raises(DoorUnavailable, match=r"TRL reserves reset"):
+        door._method(tool_from_function(reset))
+    # a tool it can describe: typed, with its description and the sandbox kept out
+    method = door._method(tool_from_function(_write, name="write"))
+    from transformers.utils import get_json_schema
+
+    schema = get_json_schema(method)["function"]
+    assert schema["name"] == "write" and schema["description"] == "Write a file."
+    assert schema["parameters"]["properties"] == {
+        "path": {"type": "string", "description": "Where."},
+        "lines": {"type": "integer", "description": "How many."},
+    }
+
+
+def _write(path: str, lines: int, sandbox=None) -> str:
+    """Write a file.
+
+    Args:
+        path: Where.
+        lines: How many.
+    """
+    return ""
