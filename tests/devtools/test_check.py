@@ -60,7 +60,9 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 18 and "ready to train" in result.stdout
+    assert len(rows(result)) == 20 and "ready to train" in result.stdout
+    assert rows(result)["doors: gold parity"] == "PASS"  # a session pays what process pays
+    assert "pays all 24 gold solutions what process pays" in result.stdout
     assert rows(result)["token fidelity"] == "PASS"  # the atropos provider samples token ids
     assert rows(result)["tool calls in training data"] == "PASS"
     assert rows(result)["trainer-ready"] == "PASS"  # token mode: logprobs on every token

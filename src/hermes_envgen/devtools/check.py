@@ -628,6 +628,7 @@ class ReplayChecks:
             return [CheckResult(name, FAIL, str(exc)) for name in (*REPLAY_ROWS, INJECTION_ROW)]
         rows = self.reward_rows(report["rewards"])
         rows.append(self.injection_row(report["injection"], stubbed))
+        rows += door_rows(report.get("doors"), self.noop)
         return rows
 
     def stop(self) -> None:
@@ -746,6 +747,35 @@ class ReplayChecks:
             f"the judge at {judge} scored an injection answer {score:g}"
             + (" (the scripted stub: pass --base-url to ask the real policy)" if stub else ""),
         )
+
+
+DOOR_ROWS = ("doors: gold parity", "doors: no-op and tampering")
+
+
+def door_rows(report: dict | None, noop: float) -> list[CheckResult]:
+    """Whether the session every door to another trainer runs (TRL's environment_factory, the
+    OpenEnv server) pays the gold solutions what the env's loop pays, and nothing for a no-op
+    or tampering (testing.door_parity); no rows from an env process that made no report."""
+    if report is None:
+        return []
+    if "error" in report:
+        return [CheckResult(name, FAIL, f"the door replays failed: {report['error']}")
+                for name in DOOR_ROWS]  # fmt: skip
+    if "skipped" in report:
+        return [CheckResult(name, WARN, report["skipped"]) for name in DOOR_ROWS]
+    n = len(report["session_gold"])
+    rows = []
+    for name, failures, passing in (
+        (DOOR_ROWS[0], report["gold_mismatches"],
+         f"a session (TRL, OpenEnv) pays all {n} gold solutions what process pays"),
+        (DOOR_ROWS[1], report["paid_for_nothing"],
+         f"through a session, a no-op and tampering earn <= {noop:g} on all {n}"),
+    ):  # fmt: skip
+        if failures:
+            rows.append(CheckResult(name, FAIL, _some(failures)))
+        else:
+            rows.append(CheckResult(name, PASS, passing))
+    return rows
 
 
 def _some(failures: list[str]) -> str:

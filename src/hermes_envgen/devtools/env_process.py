@@ -200,7 +200,34 @@ def replays_report(
             report[name] = part()
         except BaseException as exc:  # as data, SystemExit included; see main
             report[name] = {"error": failure(exc)}
+    try:
+        report["doors"] = doors_report(env_cls, tokenizer, workdir, noop, report["rewards"])
+    except BaseException as exc:
+        report["doors"] = {"error": failure(exc)}
     return report
+
+
+def doors_report(
+    env_cls: type[Any], tokenizer: str, workdir: str, noop: str, rewards: dict
+) -> dict:
+    """The gold solutions through a session (what the doors to other trainers run) against
+    their rewards through the env's loop (the replays'), and a no-op and tampering through one
+    (see testing.door_parity)."""
+    from hermes_envgen.testing.door_parity import door_parity
+
+    samples = builtin_samples(env_cls)
+    if "outcomes" not in rewards or not samples:
+        return {"skipped": rewards.get("skipped") or "no gold replays to compare with"}
+    gold = [outcome["gold"] for outcome in rewards["outcomes"]]
+    report = door_parity(
+        env_cls,
+        samples,
+        tokenizer,
+        f"{workdir}/replays/doors",
+        noop_threshold=float(noop),
+        atropos_gold=gold,
+    )
+    return report.as_dict()
 
 
 def failure(exc: BaseException) -> str:

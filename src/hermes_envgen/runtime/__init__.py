@@ -54,12 +54,21 @@ _EXPORTS = {
     "TRAIN": "records",
     # tools
     "tool": "tools",
+    # one session of the env, driven by any trainer (the doors to TRL, OpenEnv, verifiers)
+    "EnvSession": "session",
+    "EnvSessions": "session",
+    "SessionThread": "session",
+    "TurnEnd": "session",
+    "open_env": "session",
+    "openenv_app": "doors.openenv",
 }
 
 __all__ = [
     "EVAL",
     "TRAIN",
     "AgentResult",
+    "EnvSession",
+    "EnvSessions",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
@@ -68,9 +77,11 @@ __all__ = [
     "ModelClient",
     "Reward",
     "RolloutState",
+    "SessionThread",
     "Task",
     "ToolContext",
     "ToolErrorRecord",
+    "TurnEnd",
     "TurnHooks",
     "answer_is",
     "ask_judge",
@@ -79,6 +90,8 @@ __all__ = [
     "judge_client",
     "load_items",
     "metric",
+    "open_env",
+    "openenv_app",
     "read_answer_file",
     "split_train_eval",
     "tool",
@@ -142,6 +155,7 @@ if TYPE_CHECKING:
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
     from hermes_envgen.runtime.config import HermesAgentEnvConfig
     from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
+    from hermes_envgen.runtime.doors.openenv import openenv_app
     from hermes_envgen.runtime.inference import ModelClient, judge_client
     from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
     from hermes_envgen.runtime.rewards import (
@@ -156,6 +170,13 @@ if TYPE_CHECKING:
         verify_in_sandbox,
         verify_with_pytest,
         weighted_score,
+    )
+    from hermes_envgen.runtime.session import (
+        EnvSession,
+        EnvSessions,
+        SessionThread,
+        TurnEnd,
+        open_env,
     )
     from hermes_envgen.runtime.tasks import Task
     from hermes_envgen.runtime.tool_context import ToolContext
