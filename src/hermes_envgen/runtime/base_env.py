@@ -19,7 +19,7 @@ import time
 import uuid
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
@@ -27,6 +27,7 @@ from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, TurnH
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
 from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
+from hermes_envgen.runtime.env_overrides import TrainingBuffer, guard_overrides
 from hermes_envgen.runtime.env_tasks import EnvTasks
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
@@ -79,6 +80,27 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
     judge: ModelClient | None = None
     # The client of the policy's server (every rollout's requests): made in __init__.
     policy: ModelClient
+    # The toolsets this env is made for: a hint beside the enabled_toolsets setting, which
+    # decides; used when the setting is left unset (None).
+    default_toolsets: ClassVar[list[str] | None] = None
+    # What the guards around the author's overrides keep (see env_overrides).
+    runtime_attribute_names: frozenset[str] = frozenset()
+    evaluations_running = 0
+    wandb_log_running = False
+    wandb_log_reached_base = False
+    warned_wandb_log = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        guard_overrides(cls)  # the author's setup, get_next_item, compute_reward, evaluate...
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A list the env makes while an evaluation runs (``self.buffer = []`` in wandb_log) is
+        # a TrainingBuffer too, so that evaluation's entries stay out of it.
+        if type(value) is list and self.evaluations_running:
+            if name not in self.runtime_attribute_names:
+                value = TrainingBuffer(value)
+        super().__setattr__(name, value)
 
     @property
     def model(self) -> ModelClient:
@@ -175,7 +197,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
                 )
             # The toolsets' settings and clients, in every rollout's ToolContext; those the
             # env names in enabled_toolsets are checked now.
-            named = self._resolve_tools()[1] if config.enabled_toolsets else set()
+            named = self._resolve_tools()[1] if config.enabled_toolsets or self.default_toolsets else set()
             self.tool_services = config.tool_services(named)
         except EnvConfigError:
             self._discard_empty_output()
@@ -188,6 +210,9 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
         self._delivery: GroupDelivery | None = None  # serve mode's, from registration on
         self._equal_scores = EqualScoreSkips()  # serve mode's groups left out, said rarely
+        if config.data_dir_to_save_evals is None:  # evaluate always saves its results
+            config.data_dir_to_save_evals = str(Path("eval_results") / (self.name or "env"))
+        self.runtime_attribute_names = frozenset(vars(self))
 
     def _discard_empty_output(self) -> None:
         """Close and remove the JSONL that process mode opened, while it is still empty."""
@@ -268,10 +293,15 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
     def _resolve_tools(self) -> tuple[list[dict[str, Any]], set[str]]:
         """The tool schemas offered to the model and the names it may call (each rollout's)."""
+        enabled = self.config.enabled_toolsets
         tools = self.tool_registry.resolve(
-            self.config.enabled_toolsets, self.config.disabled_toolsets
+            self.default_toolsets if enabled is None else enabled, self.config.disabled_toolsets
         )
         return [t.schema for t in tools], {t.name for t in tools}
+
+    def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """``_resolve_tools`` by the name the Hermes skill's ``evaluate`` calls it."""
+        return self._resolve_tools()
 
     # -- rollouts -----------------------------------------------------------------------------
 
@@ -496,6 +526,11 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         """
         start = time.time()
         config = self.config
+        if not items:
+            raise EnvConfigError(
+                f"{type(self).__name__} has no evaluation tasks: setup left self.eval_items "
+                f"empty ({items!r}); hold some tasks out there (eval_size)"
+            )
         try:
             journal = SampleJournal(
                 config.data_dir_to_save_evals, eval_settings(self), resume=config.resume
@@ -585,12 +620,17 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
+        self.wandb_log_reached_base = True
         wandb_metrics = dict(wandb_metrics or {})
         wandb_metrics.update(self._train_stats.metrics("train"))
         wandb_metrics.update(self._pending_eval_metrics)
         self._train_stats = RolloutStats()
         self._pending_eval_metrics = {}
         await super().wandb_log(wandb_metrics)
+
+
+guard_overrides(HermesAgentBaseEnv)
+guard_overrides(EnvTasks)
 
 
 def _reward_error(error: str) -> Reward:
