@@ -53,7 +53,14 @@ from hermes_envgen.runtime.inference import (
 )
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
-from hermes_envgen.runtime.records import METRICS_FILE, Metric, Rollout, RolloutStats
+from hermes_envgen.runtime.records import (
+    METRICS_FILE,
+    TRAIN,
+    Metric,
+    Rollout,
+    RolloutStats,
+    metric,
+)
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
@@ -97,9 +104,9 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
     def __setattr__(self, name: str, value: Any) -> None:
         # A list the env makes while an evaluation runs (``self.buffer = []`` in wandb_log) is
         # a TrainingBuffer too, so that evaluation's entries stay out of it.
-        if type(value) is list and self.evaluations_running:
-            if name not in self.runtime_attribute_names:
-                value = TrainingBuffer(value)
+        own = name not in self.runtime_attribute_names
+        if type(value) is list and self.evaluations_running and own:
+            value = TrainingBuffer(value)
         super().__setattr__(name, value)
 
     @property
@@ -197,7 +204,11 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
                 )
             # The toolsets' settings and clients, in every rollout's ToolContext; those the
             # env names in enabled_toolsets are checked now.
-            named = self._resolve_tools()[1] if config.enabled_toolsets or self.default_toolsets else set()
+            named = (
+                self._resolve_tools()[1]
+                if config.enabled_toolsets or self.default_toolsets
+                else set()
+            )
             self.tool_services = config.tool_services(named)
         except EnvConfigError:
             self._discard_empty_output()
@@ -617,6 +628,12 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
             self._discard_empty_output()
             raise
         write_groups_page(Path(self.config.data_path_to_save_groups))
+
+    def signal_means(self) -> dict[str, float]:
+        """The means of the reward's signals over this step's measured training rollouts, as
+        ``train/<signal>`` (what ``wandb_log`` logs of them)."""
+        signals = self._train_stats.signals
+        return {metric(TRAIN, name): sum(v) / len(v) for name, v in signals.items() if v}
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""

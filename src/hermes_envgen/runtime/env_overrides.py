@@ -145,9 +145,9 @@ def _guarded_wandb_log(wandb_log: Callable[..., Any]) -> Callable[..., Any]:
                 if not self.wandb_log_reached_base and not self.warned_wandb_log:
                     self.warned_wandb_log = True
                     logger.warning(
-                        "warning: %s.wandb_log did not call `await super().wandb_log(wandb_metrics)`:"
-                        " the base's metrics (reward, turns, tool errors, evaluation) are not "
-                        "logged, and nothing is sent to W&B",
+                        "warning: %s.wandb_log did not call "
+                        "`await super().wandb_log(wandb_metrics)`: the base's metrics (reward, "
+                        "turns, tool errors, evaluation) are not logged, nothing goes to W&B",
                         type(self).__name__,
                     )
 

@@ -153,8 +153,8 @@ class ToolContext:
     def terminal(self, command: str, timeout: float | None = None) -> CommandRun:
         """Run a shell command in the workspace: ``{"exit_code": int, "output": str}``.
 
-        ``await ctx.terminal(...)``; in ``compute_reward`` a plain ``ctx.terminal(...)["exit_code"]``
-        works too (the command runs when read)."""
+        ``await ctx.terminal(...)``; in ``compute_reward`` a plain
+        ``ctx.terminal(...)["exit_code"]`` works too (the command runs when read)."""
         return CommandRun(self, command, timeout)
 
     async def read_file(self, path: str, limit: int = MAX_HOST_READ_BYTES) -> str:
