@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import re
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-
 from hermes_envgen.runtime import (
     AgentResult,
+    APIServerConfig,
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
     RolloutState,

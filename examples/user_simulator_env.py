@@ -16,10 +16,9 @@ Run it offline against the scripted stub model::
 
 from __future__ import annotations
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-
 from hermes_envgen.runtime import (
     AgentResult,
+    APIServerConfig,
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
     RolloutState,
