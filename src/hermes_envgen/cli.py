@@ -15,13 +15,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
+
+if TYPE_CHECKING:  # the Click that Typer carries (TyperGroup's own signature)
+    from typer._click import Context, HelpFormatter
 
 # The sections of --help, in this order; each command names its own.
 MAKE, RUN, TEST_KIT, MAINTENANCE = "Make", "Run and check", "Test kit", "Maintenance"
@@ -33,7 +35,7 @@ FIRST = ("new", "update", "demo", "check", "view", "parsers")
 class SectionedHelp(TyperGroup):
     """``--help`` with the commands in sections (Make first), in Click's plain text."""
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {panel: [] for panel in PANELS}
         commands = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
         shown = [(name, c) for name, c in commands if c is not None and not c.hidden]

@@ -70,7 +70,9 @@ def new_project(
     _check_target(target)
     answers = dict(data or {})
     if answers.get("project_name", name) != name:
-        raise UsageError("the project name is the PATH argument's last part, not --data project_name")
+        raise UsageError(
+            "the project name is the PATH argument's last part, not --data project_name"
+        )
     with ThreadPoolExecutor(max_workers=1) as pool:
         git_checked = pool.submit(check_git)  # while copier loads
         from copier import run_copy

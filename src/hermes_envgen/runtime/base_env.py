@@ -539,8 +539,8 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         config = self.config
         if not items:
             raise EnvConfigError(
-                f"{type(self).__name__} has no evaluation tasks: setup left self.eval_items "
-                f"empty ({items!r}); hold some tasks out there (eval_size)"
+                f"{type(self).__name__}.evaluate has no tasks to run: run_eval got {items!r} "
+                "(setup held none out for evaluation? see eval_size)"
             )
         try:
             journal = SampleJournal(

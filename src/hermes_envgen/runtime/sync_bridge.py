@@ -85,9 +85,14 @@ class _Bridged(Awaitable[T]):
             return "error", exc
 
 
-def bridged(coroutine: Coroutine[Any, Any, T]) -> Awaitable[T]:
-    """``coroutine`` as an awaitable in which a plain read of a result (``wait_here``) waits."""
-    return _Bridged(coroutine)
+def bridged(coroutine: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+    """``coroutine`` run so that a plain read of a result (``wait_here``) in it waits; still a
+    coroutine (``asyncio.create_task`` takes it)."""
+
+    async def run() -> T:
+        return await _Bridged(coroutine)
+
+    return run()
 
 
 def wait_here(awaitable: Awaitable[T], what: str) -> T:
