@@ -189,11 +189,11 @@ def test_the_guards_on_an_env_written_as_the_skill_shows(
 
 BAD_ENV = """
 import sys
-sys.path.insert(0, {examples!r})
-from terminal_env import TerminalTaskEnv
+sys.path.insert(0, {tests!r})
+from skill_env import SkillEnv
 
 
-class Bad(TerminalTaskEnv):
+class Bad(SkillEnv):
 {override}
 
 
@@ -206,7 +206,7 @@ NO_ITEM = """\
 NO_EVAL_TASKS = """\
     async def setup(self):
         await super().setup()
-        self.items = []"""
+        self._eval_items = []"""
 
 
 @pytest.mark.slow
@@ -214,13 +214,13 @@ NO_EVAL_TASKS = """\
     ("mode", "override", "message"),
     [
         ("process", NO_ITEM, "Bad.get_next_item returned None: it must return the next"),
-        ("evaluate", NO_EVAL_TASKS, "Bad.evaluate has no tasks to run: run_eval got [] (setup"),
+        ("evaluate", NO_EVAL_TASKS, "Bad.setup left no evaluation tasks: self._eval_items is []"),
     ],
 )
 def test_an_override_of_the_wrong_shape_stops_the_run_in_one_line(
     stub_server, offline_tokenizer, tmp_path, mode, override, message
 ):
-    source = BAD_ENV.format(examples=str(EXAMPLES), override=override)
+    source = BAD_ENV.format(tests=str(TESTS), override=override)
     env_file = tmp_path / "bad_env.py"
     env_file.write_text(source)
     stub = stub_server(SCRIPT)
@@ -235,6 +235,8 @@ def test_an_override_of_the_wrong_shape_stops_the_run_in_one_line(
             str(offline_tokenizer),
             "--env.sandbox_root",
             str(tmp_path / "sandboxes"),
+            "--env.sandbox_allow_unsafe_local",
+            "true",
             "--env.data_dir_to_save_evals",
             str(tmp_path / "evals"),
             "--env.data_path_to_save_groups",

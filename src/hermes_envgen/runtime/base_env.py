@@ -93,6 +93,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
     # What the guards around the author's overrides keep (see env_overrides).
     runtime_attribute_names: frozenset[str] = frozenset()
     evaluations_running = 0
+    evaluate_mode = False
     wandb_log_running = False
     wandb_log_reached_base = False
     warned_wandb_log = False
@@ -279,6 +280,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
     async def _run_evaluate(self) -> None:
         await self.check_model_server()
+        self.evaluate_mode = True  # setup must leave evaluation tasks (env_overrides)
         await super()._run_evaluate()
 
     # -- what a subclass writes ---------------------------------------------------------------
@@ -537,11 +539,6 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         """
         start = time.time()
         config = self.config
-        if not items:
-            raise EnvConfigError(
-                f"{type(self).__name__}.evaluate has no tasks to run: run_eval got {items!r} "
-                "(setup held none out for evaluation? see eval_size)"
-            )
         try:
             journal = SampleJournal(
                 config.data_dir_to_save_evals, eval_settings(self), resume=config.resume

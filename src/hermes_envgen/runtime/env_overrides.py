@@ -11,7 +11,8 @@ defines, when the class is made:
   it, training's never do, and it is dropped when the evaluation ends.
 - ``wandb_log`` that never reaches the base's (a forgotten ``super().wandb_log``) is said once.
 - ``get_next_item`` returning None stops the run in one line (atroposlib would take it for
-  "no more items" and idle, or end the run quietly).
+  "no more items" and idle, or end the run quietly); so does a ``setup`` that leaves no
+  training tasks, or in evaluate mode no evaluation tasks.
 """
 
 from __future__ import annotations
@@ -174,11 +175,19 @@ def _guarded_setup(setup: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(setup)
     async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = await setup(self, *args, **kwargs)
-        train = vars(self).get("train_items")
+        made = vars(self)
+        train = made.get("train_items")
         if isinstance(train, list) and not train:  # get_next_item would divide by zero
             raise EnvConfigError(
                 f"{type(self).__name__}.setup left no training tasks: self.train_items is []"
             )
+        for name in ("eval_items", "_eval_items"):  # the generated env's, the skill's
+            held_out = made.get(name)
+            if self.evaluate_mode and isinstance(held_out, list) and not held_out:
+                raise EnvConfigError(
+                    f"{type(self).__name__}.setup left no evaluation tasks: self.{name} is [] "
+                    "(hold some out for evaluate: eval_size)"
+                )
         return result
 
     run.guarded = True  # type: ignore[attr-defined]

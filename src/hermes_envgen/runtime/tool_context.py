@@ -84,6 +84,8 @@ class CommandRun(Mapping[str, Any]):
     def __await__(self) -> Generator[Any, None, CommandOutput]:
         return self._run().__await__()
 
+    __hash__ = object.__hash__  # one command, one object: asyncio.gather keys its arguments
+
     def _result(self) -> CommandOutput:
         if self._output is None:
             wait_here(self._run(), f"ctx.terminal({self._command!r})")
