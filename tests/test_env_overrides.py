@@ -164,6 +164,11 @@ def test_the_guards_on_an_env_written_as_the_skill_shows(
         env._reward_buffer.append(0.25)  # a training rollout's
         await env.evaluate()  # its compute_reward appends one more, seen by evaluate only
         after_eval = list(env._reward_buffer)
+        # The skill's LLM judge asks self.server.chat_completion() (here the stub's fixed reply).
+        judged = await env.server.chat_completion(
+            messages=[{"role": "user", "content": 'Score the answer; reply {"score": x}.'}],
+            max_tokens=32,
+        )
 
         forgets = build_env(ForgetsSuper, stub.base_url, offline_tokenizer, tmp_path, **flags)
         await forgets.setup()
@@ -174,11 +179,12 @@ def test_the_guards_on_an_env_written_as_the_skill_shows(
         await none.setup()
         with pytest.raises(EnvConfigError) as error:
             await none.get_next_item()
-        return after_eval, str(error.value)
+        return after_eval, judged.choices[0].message.content, str(error.value)
 
     with caplog.at_level(logging.WARNING):
-        after_eval, error = asyncio.run(main())
+        after_eval, judge_reply, error = asyncio.run(main())
     assert after_eval == [0.25]
+    assert judge_reply == "(the stub's script has no conversation for this prompt)"
     assert [m for m in caplog.messages if "super().wandb_log" in m] == [
         "warning: ForgetsSuper.wandb_log did not call `await super().wandb_log(wandb_metrics)`: "
         "the base's metrics (reward, turns, tool errors, evaluation) are not logged, nothing "
