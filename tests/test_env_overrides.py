@@ -145,7 +145,7 @@ def test_a_training_buffer_keeps_evaluations_entries_apart():
 
 @pytest.mark.slow
 def test_the_guards_on_an_env_written_as_the_skill_shows(
-    stub_server, offline_tokenizer, tmp_path, caplog
+    stub_server, offline_tokenizer, tmp_path, caplog, monkeypatch
 ):
     class ForgetsSuper(SkillEnv):
         async def wandb_log(self, wandb_metrics=None):
@@ -174,6 +174,18 @@ def test_the_guards_on_an_env_written_as_the_skill_shows(
         await forgets.setup()
         for _ in range(3):
             await forgets.wandb_log({})
+
+        # evaluate always saves: with no data_dir_to_save_evals, to eval_results/<name>
+        monkeypatch.chdir(tmp_path)
+        unset = build_env(
+            SkillEnv,
+            stub.base_url,
+            offline_tokenizer,
+            tmp_path,
+            data_dir_to_save_evals=None,
+            **flags,
+        )
+        assert unset.config.data_dir_to_save_evals == "eval_results/skill-env"
 
         none = build_env(NoItem, stub.base_url, offline_tokenizer, tmp_path, **flags)
         await none.setup()
