@@ -186,6 +186,14 @@ def test_the_guards_on_an_env_written_as_the_skill_shows(
             **flags,
         )
         assert unset.config.data_dir_to_save_evals == "eval_results/skill-env"
+        # default_toolsets, the skill's hint, stands in when enabled_toolsets is left unset
+        hinted = build_env(
+            SkillEnv, stub.base_url, offline_tokenizer, tmp_path, enabled_toolsets=None, **flags
+        )
+        assert hinted._resolve_tools_for_group()[1] == env._resolve_tools()[1]
+        assert (
+            "terminal" in hinted._resolve_tools()[1] and "python" not in hinted._resolve_tools()[1]
+        )
 
         none = build_env(NoItem, stub.base_url, offline_tokenizer, tmp_path, **flags)
         await none.setup()
