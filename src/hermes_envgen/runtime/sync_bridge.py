@@ -3,7 +3,10 @@
 The skill env authors learn from writes ``result = ctx.terminal("pytest -q")`` and then
 ``result["exit_code"]`` inside ``async def compute_reward``. The read happens on the event
 loop's own thread, so the command cannot simply be run there (the loop is busy running the
-reward) nor on another thread's loop (the sandbox's connections belong to this loop).
+reward), nor on a worker thread with a loop of its own: a bwrap sandbox's anchor connection,
+its locks and the reaping of its processes belong to the env's loop, which would sit blocked
+while the worker waited on it. Failing at the read instead would make the skill's binary
+reward fail every rollout.
 
 So ``compute_reward`` runs in a greenlet of its own (:func:`bridged`): its coroutine is stepped
 there and every future it waits on is handed to the task that awaits it, unchanged. A plain read
