@@ -10,6 +10,7 @@ reported as deprecated, and no coroutine goes un-awaited.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,9 +66,12 @@ def test_process_and_evaluate_run_as_the_skill_writes_them(
 ):
     stub = stub_server(SCRIPT)
     groups_file = tmp_path / "groups.jsonl"
+    # process on bwrap where it runs (the reward's plain read then goes through its anchor),
+    # evaluate on the env's own terminal_backend ("local")
+    bwrap = ["--env.sandbox_backend", "bwrap"] if shutil.which("bwrap") else []
     out = run_mode(
         "process", stub.base_url, offline_tokenizer, tmp_path,
-        "--env.total_steps", "2", "--env.data_path_to_save_groups", str(groups_file),
+        "--env.total_steps", "2", "--env.data_path_to_save_groups", str(groups_file), *bwrap,
     )  # fmt: skip
     groups = [json.loads(line) for line in groups_file.read_text().splitlines()]
     assert len(groups) == 2
