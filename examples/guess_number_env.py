@@ -21,10 +21,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-
 from hermes_envgen.runtime import (
     AgentResult,
+    APIServerConfig,
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
     RolloutState,

@@ -16,9 +16,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-
-from hermes_envgen.runtime import AgentResult, HermesAgentBaseEnv, HermesAgentEnvConfig, ToolContext
+from hermes_envgen.runtime import (
+    AgentResult,
+    APIServerConfig,
+    HermesAgentBaseEnv,
+    HermesAgentEnvConfig,
+    ToolContext,
+)
 
 TASKS: list[dict[str, Any]] = [
     {
@@ -86,7 +90,11 @@ class TerminalTaskEnv(HermesAgentBaseEnv):
         return 1.0 if check["exit_code"] == 0 else 0.0
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        await self.run_eval(self.items)
+        await self.run_eval(self.items)  # every task, with the full agent loop; always saved
+
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
+        wandb_metrics = {**(wandb_metrics or {}), "train/tasks": float(len(self.items))}
+        await super().wandb_log(wandb_metrics)  # always: the base's metrics, and the logging
 
 
 if __name__ == "__main__":

@@ -23,10 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-
 from hermes_envgen.runtime import (
     AgentResult,
+    APIServerConfig,
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
     RolloutState,

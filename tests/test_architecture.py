@@ -100,7 +100,10 @@ def test_every_declared_name_resolves(package):
 RUNTIME_API = [
     "EVAL",
     "TRAIN",
+    "APIServerConfig",
     "AgentResult",
+    "DatasetError",
+    "EnvConfigError",
     "EnvSession",
     "EnvSessions",
     "HermesAgentBaseEnv",
@@ -275,6 +278,7 @@ def test_mypy_is_strict_over_every_module_the_runtime_api_comes_from():
     import hermes_envgen.runtime as runtime
 
     defining = {_definition(name)[0] for name in runtime.__all__} | {"hermes_envgen.runtime"}
+    defining = {module for module in defining if module.startswith("hermes_envgen")}
     # and the bases of the declared classes: their methods are the API too (ServeDelivery's)
     bases = {
         base.__module__

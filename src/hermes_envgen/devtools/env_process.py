@@ -18,6 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from hermes_envgen.testing.envs import builtin_samples
+
 
 def load_module(target: str):
     """The env's module, from a ``.py`` path or a dotted module name."""
@@ -54,21 +56,6 @@ def find_class(target: str) -> type[Any] | str:
         names = ", ".join(c.__name__ for c in classes) or "none"
         return f"expected one env class (a BaseEnv subclass) in {target}, found {names}"
     return classes[0]
-
-
-def builtin_samples(env_cls: type[Any]) -> list | None:
-    """The env's ``SAMPLES``: in its module, or in a ``samples`` module beside it, else its
-    ``samples`` class attribute."""
-    samples = getattr(sys.modules.get(env_cls.__module__), "SAMPLES", None)
-    package = env_cls.__module__.rpartition(".")[0]
-    if samples is None and package:
-        try:
-            samples = importlib.import_module(f"{package}.samples").SAMPLES
-        except (ImportError, AttributeError):
-            samples = None
-    if samples is None and getattr(env_cls, "samples", None):
-        samples = list(env_cls.samples)
-    return samples if isinstance(samples, list) else None
 
 
 def replayable_samples(env_cls: type[Any]) -> list | None:

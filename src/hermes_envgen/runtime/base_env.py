@@ -20,7 +20,7 @@ import uuid
 from abc import abstractmethod
 from numbers import Real
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, ClassVar, Generic
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
@@ -36,6 +36,7 @@ from hermes_envgen.runtime.agent_loop import (
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
 from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
+from hermes_envgen.runtime.env_overrides import TrainingBuffer, guard_overrides
 from hermes_envgen.runtime.env_tasks import EnvTasks
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
@@ -66,6 +67,7 @@ from hermes_envgen.runtime.records import (
     EVAL,
     FAILURES_FILE,
     METRICS_FILE,
+    TRAIN,
     Metric,
     Rollout,
     RolloutStats,
@@ -107,6 +109,28 @@ class HermesAgentBaseEnv(
     judge: ModelClient | None = None
     # The client of the policy's server (every rollout's requests): made in __init__.
     policy: ModelClient
+    # The toolsets this env is made for: a hint beside the enabled_toolsets setting, which
+    # decides; used when the setting is left unset (None).
+    default_toolsets: ClassVar[list[str] | None] = None
+    # What the guards around the author's overrides keep (see env_overrides).
+    runtime_attribute_names: frozenset[str] = frozenset()
+    evaluations_running = 0
+    evaluate_mode = False
+    wandb_log_running = False
+    wandb_log_reached_base = False
+    warned_wandb_log = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        guard_overrides(cls)  # the author's setup, get_next_item, compute_reward, evaluate...
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A list the env makes while an evaluation runs (``self.buffer = []`` in wandb_log) is
+        # a TrainingBuffer too, so that evaluation's entries stay out of it.
+        own = name not in self.runtime_attribute_names
+        if type(value) is list and self.evaluations_running and own:
+            value = TrainingBuffer(value)
+        super().__setattr__(name, value)
 
     @property
     def model(self) -> ModelClient:
@@ -204,7 +228,11 @@ class HermesAgentBaseEnv(
                 )
             # The toolsets' settings and clients, in every rollout's ToolContext; those the
             # env names in enabled_toolsets are checked now.
-            named = self._resolve_tools()[1] if config.enabled_toolsets else set()
+            named = (
+                self._resolve_tools()[1]
+                if config.enabled_toolsets or self.default_toolsets
+                else set()
+            )
             self.tool_services = config.tool_services(named)
         except EnvConfigError:
             self._discard_empty_output()
@@ -217,6 +245,9 @@ class HermesAgentBaseEnv(
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
         self._delivery: GroupDelivery | None = None  # serve mode's, from registration on
         self._equal_scores = EqualScoreSkips()  # serve mode's groups left out, said rarely
+        if config.data_dir_to_save_evals is None:  # evaluate always saves its results
+            config.data_dir_to_save_evals = str(Path("eval_results") / (self.name or "env"))
+        self.runtime_attribute_names = frozenset(vars(self))
 
     def _discard_empty_output(self) -> None:
         """Close and remove the JSONL that process mode opened, while it is still empty."""
@@ -272,6 +303,7 @@ class HermesAgentBaseEnv(
 
     async def _run_evaluate(self) -> None:
         await self.check_model_server()
+        self.evaluate_mode = True  # setup must leave evaluation tasks (env_overrides)
         await super()._run_evaluate()
 
     # -- what a subclass writes ---------------------------------------------------------------
@@ -304,10 +336,15 @@ class HermesAgentBaseEnv(
 
     def _resolve_tools(self) -> tuple[list[dict[str, Any]], set[str]]:
         """The tool schemas offered to the model and the names it may call (each rollout's)."""
+        enabled = self.config.enabled_toolsets
         tools = self.tool_registry.resolve(
-            self.config.enabled_toolsets, self.config.disabled_toolsets
+            self.default_toolsets if enabled is None else enabled, self.config.disabled_toolsets
         )
         return [t.schema for t in tools], {t.name for t in tools}
+
+    def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """``_resolve_tools`` by the name the Hermes skill's ``evaluate`` calls it."""
+        return self._resolve_tools()
 
     # -- rollouts -----------------------------------------------------------------------------
 
@@ -644,14 +681,25 @@ class HermesAgentBaseEnv(
             raise
         write_groups_page(Path(self.config.data_path_to_save_groups), self.tokenizer)
 
+    def signal_means(self) -> dict[str, float]:
+        """The means of the reward's signals over this step's measured training rollouts, as
+        ``train/<signal>`` (what ``wandb_log`` logs of them)."""
+        signals = self._train_stats.signals
+        return {metric(TRAIN, name): sum(v) / len(v) for name, v in signals.items() if v}
+
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
+        self.wandb_log_reached_base = True
         wandb_metrics = dict(wandb_metrics or {})
         wandb_metrics.update(self._train_stats.metrics("train"))
         wandb_metrics.update(self._pending_eval_metrics)
         self._train_stats = RolloutStats()
         self._pending_eval_metrics = {}
         await super().wandb_log(wandb_metrics)
+
+
+guard_overrides(HermesAgentBaseEnv)
+guard_overrides(EnvTasks)
 
 
 def _reward_error(error: str) -> Reward:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,21 @@ from hermes_envgen.runtime.records import METRICS_FILE, SAMPLES_FILE, RolloutRec
 
 # The config field of a judge with an endpoint of its own (generated judge envs have it).
 JUDGE_URL_FIELD = "judge_base_url"
+
+
+def builtin_samples(env_cls: type[Any]) -> list | None:
+    """The env's ``SAMPLES``: in its module, or in a ``samples`` module beside it (a generated
+    env's ``setup`` loads them: ``load_tasks(SAMPLES)``), else its ``samples`` class attribute."""
+    samples = getattr(sys.modules.get(env_cls.__module__), "SAMPLES", None)
+    package = env_cls.__module__.rpartition(".")[0]
+    if samples is None and package:
+        try:
+            samples = importlib.import_module(f"{package}.samples").SAMPLES
+        except (ImportError, AttributeError):
+            samples = None
+    if samples is None and getattr(env_cls, "samples", None):
+        samples = list(env_cls.samples)
+    return samples if isinstance(samples, list) else None
 
 
 def build_env(
@@ -43,7 +60,9 @@ def build_env(
         "use_wandb": False,
         "web_backend": "corpus",  # offline: the env's own pages, never a search API
     }
-    if values.get("dataset_name") and getattr(env_cls, "samples", None):
+    if values.get("dataset_name") and (
+        getattr(env_cls, "samples", None) or builtin_samples(env_cls)
+    ):
         values["dataset_name"] = None  # offline: the built-in tasks, no hub
     if stub_judge and values.get(JUDGE_URL_FIELD):
         values[JUDGE_URL_FIELD] = base_url
