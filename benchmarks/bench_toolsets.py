@@ -2,7 +2,7 @@
 
 - search: ``search_files`` over a small workspace (20 files of 40 lines) with the matchers
   kept across searches (now) against the same search with a fresh matcher per search (the
-  way before: ``matchers.MAX_IDLE = 0`` ends each one at its search's end).
+  way before: a pool's ``max_idle = 0`` ends each one at its search's end).
 - python: ``x += 1`` through the ``python`` tool (the rollout's persistent interpreter in its
   sandbox) against the raw baseline of a fresh ``python3 -c 'x = 1'`` per call, which keeps no
   state. The ratio is what persistence inside a sandbox costs (or saves).
@@ -34,7 +34,7 @@ import time
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.tool_context import ToolContext
-from hermes_envgen.runtime.tools import REGISTRY, matchers
+from hermes_envgen.runtime.tools import REGISTRY, search_worker, workers
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings, mcp_registry
 from hermes_envgen.testing.mcp_notes import notes_server
 
@@ -106,12 +106,13 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
             await ctx.call_tool("search_files", {"pattern": r"value = 1\d"})
 
         async def fresh_search_call() -> None:
-            kept = matchers.MAX_IDLE
-            matchers.MAX_IDLE = 0  # each matcher ends with its search: one start per search
+            matchers = await workers.pool(search_worker)
+            kept = matchers.max_idle
+            matchers.max_idle = 0  # each matcher ends with its search: one start per search
             try:
                 await search_call()
             finally:
-                matchers.MAX_IDLE = kept
+                matchers.max_idle = kept
 
         sandbox = ctx.sandbox
 

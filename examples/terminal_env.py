@@ -16,9 +16,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-
-from hermes_envgen.runtime import AgentResult, HermesAgentBaseEnv, HermesAgentEnvConfig, ToolContext
+from hermes_envgen.runtime import (
+    AgentResult,
+    APIServerConfig,
+    HermesAgentBaseEnv,
+    HermesAgentEnvConfig,
+    ToolContext,
+)
 
 TASKS: list[dict[str, Any]] = [
     {
@@ -67,24 +71,30 @@ class TerminalTaskEnv(HermesAgentBaseEnv):
         self.index = 0
 
     # This env's items are its own dicts, not the runtime's Task (the base's item type).
-    async def get_next_item(self) -> dict:
+    async def get_next_item(self) -> dict[str, Any]:
         item = self.items[self.index % len(self.items)]
         self.index += 1
         return item
 
-    def format_prompt(self, item: dict) -> str:
-        return item["prompt"]
+    def format_prompt(self, item: dict[str, Any]) -> str:
+        return str(item["prompt"])
 
-    async def prepare_sandbox(self, item: dict, ctx: ToolContext) -> None:
+    async def prepare_sandbox(self, item: dict[str, Any], ctx: ToolContext) -> None:
         for path, content in item.get("files", {}).items():
             await ctx.write_file(path, content)
 
-    async def compute_reward(self, item: dict, result: AgentResult, ctx: ToolContext) -> float:
+    async def compute_reward(
+        self, item: dict[str, Any], result: AgentResult, ctx: ToolContext
+    ) -> float:
         check = await ctx.terminal(item["check"], timeout=10)
         return 1.0 if check["exit_code"] == 0 else 0.0
 
-    async def evaluate(self, *args, **kwargs) -> None:
-        await self.run_eval(self.items)
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        await self.run_eval(self.items)  # every task, with the full agent loop; always saved
+
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
+        wandb_metrics = {**(wandb_metrics or {}), "train/tasks": float(len(self.items))}
+        await super().wandb_log(wandb_metrics)  # always: the base's metrics, and the logging
 
 
 if __name__ == "__main__":

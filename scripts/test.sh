@@ -23,6 +23,7 @@ if [ "${1:-}" = --fast ]; then
     shift
     bash scripts/setup.sh
     bash scripts/install-torch-cpu.sh  # into .venv-torch/, once: for the GRPO trainer tests
+    bash scripts/install-trainers.sh  # into .venv-trl/, once: TRL for the doors' tests
     prime_index_cache
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
     .venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks
@@ -66,6 +67,7 @@ export HERMES_ENVGEN_VLLM_STATE="$vllm_state"
 
 bash scripts/setup.sh
 bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer on served groups
+bash scripts/install-trainers.sh  # TRL, for the doors' tests (a real GRPOTrainer step)
 prime_index_cache
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 .venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks

@@ -39,6 +39,10 @@ sys.path.insert(0, str(EXAMPLES))
 TORCH_DIRECTORY = REPO / ".venv-torch"
 if TORCH_DIRECTORY.is_dir():
     sys.path.append(str(TORCH_DIRECTORY))
+# TRL and accelerate, for the doors' tests, likewise apart (scripts/install-trainers.sh).
+TRAINERS_DIRECTORY = REPO / ".venv-trl"
+if TRAINERS_DIRECTORY.is_dir():
+    sys.path.append(str(TRAINERS_DIRECTORY))
 
 
 # Set by scripts/test.sh once it has a Docker engine and the test image: a docker test that

@@ -5,6 +5,8 @@ Each host is a namespace with one veth link to a bridge that lives in a namespac
 machine's own namespace. Processes start in a host with ``ip netns exec`` (under ``timeout``,
 so none outlives a test that dies); this process talks from inside a host through a thread
 that has entered its namespace (:meth:`Rig.thread`). :meth:`Rig.cut` takes a host's link down.
+:meth:`Rig.resolver` gives a host a DNS server of the test's own (in that host), for the
+processes started there: ``ip netns exec`` mounts ``/etc/netns/<namespace>/`` over ``/etc``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 SUBNET = "10.231.0"  # the rig's /24: only ever inside the namespaces it made
 PREFIX = "hmh"  # namespace names: hmh<pid>x<n>-<host>, so a dead test's are recognised
 NETNS_DIR = Path("/run/netns")
+NETNS_ETC = Path("/etc/netns")  # per namespace, files ``ip netns exec`` mounts over /etc's
 CLONE_NEWNET = 0x40000000
 PROCESS_TIMEOUT = 900  # seconds any process of the rig may live
 
@@ -63,6 +66,8 @@ def _kill_namespace(name: str) -> None:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), 9)
     subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    if name.startswith(PREFIX):
+        shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
 
 
 class Rig:
@@ -131,6 +136,15 @@ class Rig:
             )
         self.processes.append(process)
         return process
+
+    def resolver(self, host: str, nameserver: str) -> None:
+        """Processes started in ``host`` from now on resolve names by DNS at ``nameserver``
+        alone (an address in that host: a server the test runs there), no files but
+        /etc/hosts, no other name service of this machine."""
+        etc = NETNS_ETC / self.namespace(host)
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "resolv.conf").write_text(f"nameserver {nameserver}\noptions timeout:2 attempts:1\n")
+        (etc / "nsswitch.conf").write_text("hosts: files dns\n")
 
     def thread(self, host: str) -> ThreadPoolExecutor:
         """A one-thread executor whose thread is in ``host``'s namespace: its sockets are."""

@@ -31,29 +31,35 @@ def test_help_does_not_import_atroposlib_or_transformers():
     assert out.stdout.strip() == "[]"
 
 
-def test_help_lists_the_commands():
+def test_help_lists_the_commands_in_sections_new_first():
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in (
-        "stub-server",
-        "offline-tokenizer",
-        "tokenizer-from-gguf",
-        "parsers",
-        "version",
-    ):
-        assert command in result.stdout
+    sections: dict[str, list[str]] = {}
+    for line in result.stdout.split("Options:")[1].splitlines():
+        if line and not line.startswith(" "):
+            section = sections.setdefault(line.rstrip(":"), [])
+        elif line.startswith("  ") and not line.startswith("   ") and sections:
+            section.append(line.split()[0])
+    assert sections == {
+        "Make": ["new", "update", "demo"],
+        "Run and check": ["check", "view", "parsers"],
+        "Test kit": ["stub-server", "offline-tokenizer", "tokenizer-from-gguf", "trainer"],
+        "Maintenance": ["cleanup"],
+    }
 
 
-def test_version_is_an_option_too():
+def test_the_version_is_printed_one_way():
     from hermes_envgen import __version__
 
-    for args in (["--version"], ["version"]):
-        result = run_cli(*args)
-        assert result.returncode == 0, result.stderr
-        assert result.stdout == f"{__version__}\n"
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{__version__}\n"
+    assert run_cli("version").returncode == 2  # no second way
 
 
-@pytest.mark.parametrize("command", [[], ["new"], ["update"], ["demo"], ["check"], ["view"]])
+@pytest.mark.parametrize(
+    "command", [[], ["new"], ["update"], ["demo"], ["check"], ["view"], ["rescore"]]
+)
 def test_help_shows_no_placeholder_for_flags(command):
     # Typer's rich panels once labelled every flag, --help included, with "<bool>".
     result = run_cli(*command, "--help")

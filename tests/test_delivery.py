@@ -326,3 +326,37 @@ def test_accepted_groups_are_recorded_as_accepted(tmp_path):
     assert counts == {DELIVERED: 2}
     assert recorded_ids(record) == ["g-a", "g-b"]
     assert recorded_outcomes(record) == [DELIVERED, DELIVERED]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_bounded_drain_records_what_run_api_may_have_and_waits_for_answers_due(tmp_path):
+    # SIGTERM's flush: posts answered within the bound are recorded as accepted; a post still
+    # unanswered at the bound is cancelled and recorded as answer_lost, since run-api has it.
+    quick, late = tmp_path / "quick.jsonl", tmp_path / "late.jsonl"
+    with RunApi(log=tmp_path / "run-api.log") as api:
+        trainer = MinimalTrainer(api.url, batch_size=GROUP_SIZE)
+        trainer.register()
+
+        async def deliver(record: Path, delay: float, within: float, ids: list[str]) -> float:
+            async with SlowAnswer(api.port, delay=delay) as link:
+                delivery = GroupDelivery(link.url, record, request_timeout=60)
+                sending = [asyncio.ensure_future(delivery.send(scored_group(i))) for i in ids]
+                while link.connections < len(ids):
+                    await asyncio.sleep(0.01)
+                started = time.monotonic()
+                await delivery.drain(within=within)
+                took = time.monotonic() - started
+                await asyncio.gather(*sending, return_exceptions=True)
+                return took
+
+        answered_in = asyncio.run(asyncio.wait_for(deliver(quick, 0.5, 20, ["q-1", "q-2"]), 60))
+        cut_at = asyncio.run(asyncio.wait_for(deliver(late, 30, 0.5, ["l-1", "l-2"]), 60))
+        time.sleep(0.5)  # run-api queues what the relay forwarded
+        received = [g["group_overrides"][GROUP_ID_KEY] for g in trainer.drain(GROUP_SIZE)]
+    assert answered_in < 10 and cut_at < 5, (answered_in, cut_at)
+    assert sorted(recorded_ids(quick)) == ["q-1", "q-2"]
+    assert recorded_outcomes(quick) == [DELIVERED, DELIVERED]
+    assert sorted(recorded_ids(late)) == ["l-1", "l-2"]
+    assert recorded_outcomes(late) == [ANSWER_LOST, ANSWER_LOST]
+    assert sorted(received) == ["l-1", "l-2", "q-1", "q-2"]

@@ -251,8 +251,8 @@ def both_splits(rollouts: list[Rollout]) -> tuple[dict[str, float], dict[str, fl
 
 def test_training_and_evaluation_have_one_mean_reward():
     # The same rollouts give train/ and eval/mean_reward alike: each item weighs the same
-    # (alpha has 3 measured samples, beta 1), and a stand-in score (beta's failed judge,
-    # 0.0 in training) is no measurement in either.
+    # (alpha has 3 samples, beta 2), and a failure (beta's failed judge) counts at the
+    # failure score (0.0) in both: breaking the judge never raises the mean.
     result = AgentResult([{"role": "assistant", "content": "done"}], turns_used=1)
     judged = [("alpha", 1.0, None), ("alpha", 1.0, None), ("alpha", 0.0, None)]
     judged += [("beta", 0.5, None), ("beta", 0.0, "judge failed: not strict JSON")]
@@ -260,24 +260,27 @@ def test_training_and_evaluation_have_one_mean_reward():
         Rollout(item, result, r, f"t{i}", failure=why) for i, (item, r, why) in enumerate(judged)
     ]
     trained, evaluated = both_splits(rollouts)
-    expected = (2 / 3 + 0.5) / 2
+    expected = (2 / 3 + 0.25) / 2
     assert trained[metric(TRAIN, Metric.MEAN_REWARD)] == pytest.approx(expected)
     assert evaluated[metric(EVAL, Metric.MEAN_REWARD)] == pytest.approx(expected)
 
 
-def test_a_window_of_stand_in_scores_has_no_mean_reward():
+def test_a_window_of_failures_has_the_failure_score_as_its_mean_reward():
     stats = RolloutStats()
     result = AgentResult([{"role": "assistant", "content": "done"}], turns_used=1)
     stats.add(Rollout("alpha", result, 0.0, "t", failure="judge failed: timeout"))
     trained = stats.metrics(TRAIN)
-    assert metric(TRAIN, Metric.MEAN_REWARD) not in trained
+    assert trained[metric(TRAIN, Metric.MEAN_REWARD)] == 0.0
     assert trained[metric(TRAIN, Metric.FAILURES)] == 1.0
+    assert trained[metric(TRAIN, Metric.FAILURE_RATE)] == 1.0
+    assert metric(TRAIN, Metric.MEAN_TURNS) not in trained
 
 
-def test_training_and_evaluation_leave_a_failed_rollout_out_of_the_same_metrics():
+def test_training_and_evaluation_count_a_failed_rollout_in_the_same_metrics():
     # One definition for both splits: a failed rollout (here the server gave up after 9 turns
-    # of wasted tool calls, every turn scored 0) is counted in failures and rollout_errors and
-    # in no mean or rate; rollouts counts the measured ones.
+    # of wasted tool calls, every turn scored 0) is counted in failures, failure_rate and
+    # rollout_errors, in mean_reward at its stand-in score, and in no other mean or rate;
+    # rollouts counts the measured ones.
     def result(turns: int, calls: int, turn_rewards: list, error: str | None = None):
         call = {"id": "c", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}
         messages = [{"role": "assistant", "content": "", "tool_calls": [call]}] * calls
@@ -310,8 +313,9 @@ def test_training_and_evaluation_leave_a_failed_rollout_out_of_the_same_metrics(
     expected = {
         Metric.ROLLOUTS: 4.0,
         Metric.FAILURES: 1.0,
+        Metric.FAILURE_RATE: 1 / 5,
         Metric.ROLLOUT_ERRORS: 1.0,
-        Metric.MEAN_REWARD: (0.75 + 0.5) / 2,
+        Metric.MEAN_REWARD: (0.75 + 1 / 3) / 2,  # beta: 0, 1 and the failure's 0
         Metric.MEAN_TURNS: 2.0,  # (2 + 3 + 1 + 2) / 4, and per item (2.5 + 1.5) / 2
         Metric.MEAN_TURN_REWARD: 4.0 / 6,  # the measured rollouts' 6 scored turns
         Metric.TOOL_CALLS_PER_ROLLOUT: 7 / 4,
@@ -332,12 +336,12 @@ def test_every_metric_matches_a_hand_computation(stub_server, offline_tokenizer,
     env = make_env(server.base_url, offline_tokenizer, tmp_path)
     metrics = evaluate(env)
 
-    # Scored rewards per item; beta's judge-failing rollout is left out:
-    #   alpha [1, 1, 0]  beta [0, 0.5]  gamma [1, 1, 1]  delta [0, 0, 0]
-    mean_reward = (2 / 3 + 0.25 + 1 + 0) / 4  # 0.479167: each item weighs the same
-    pass1 = (2 / 3 + 0 / 2 + 1 + 0) / 4  # 0.416667: only a full score passes
-    pass3 = (1 + 1 + 0) / 3  # over alpha, gamma, delta (beta has 2 scored samples < k)
-    pass_hat3 = (0 + 1 + 0) / 3
+    # Rewards per item; beta's judge-failing rollout counts at the failure score (0):
+    #   alpha [1, 1, 0]  beta [0, 0.5, 0]  gamma [1, 1, 1]  delta [0, 0, 0]
+    mean_reward = (2 / 3 + 0.5 / 3 + 1 + 0) / 4  # 0.458333: each item weighs the same
+    pass1 = (2 / 3 + 0 / 3 + 1 + 0) / 4  # 0.416667: only a full score passes
+    pass3 = (1 + 0 + 1 + 0) / 4
+    pass_hat3 = (0 + 0 + 1 + 0) / 4
     item_turns = [(2 + 2 + 1) / 3, (2 + 1) / 2, 2, 1]
     mean_turns = sum(item_turns) / 4  # 1.541667
     sd_turns = math.sqrt(sum((t - mean_turns) ** 2 for t in item_turns) / 3)
@@ -346,6 +350,7 @@ def test_every_metric_matches_a_hand_computation(stub_server, offline_tokenizer,
         "eval/samples_per_item": 3,
         "eval/rollouts": 11,
         "eval/failures": 1,
+        "eval/failure_rate": 1 / 12,
         "eval/judge_failures": 1,
         "eval/reward_errors": 0,
         "eval/rollout_errors": 0,
@@ -353,7 +358,7 @@ def test_every_metric_matches_a_hand_computation(stub_server, offline_tokenizer,
         "eval/pass@1": pass1,
         "eval/pass@3": pass3,
         "eval/pass^3": pass_hat3,
-        "eval/pass@3_items": 3,
+        "eval/pass@3_items": 4,
         "eval/mean_turns": mean_turns,
         "eval/mean_turns_ci_low": mean_turns - 1.959964 * sd_turns / 2,
         "eval/mean_turns_ci_high": mean_turns + 1.959964 * sd_turns / 2,
@@ -365,13 +370,13 @@ def test_every_metric_matches_a_hand_computation(stub_server, offline_tokenizer,
     for name, units, value in [
         ("mean_reward", 4, mean_reward),
         ("pass@1", 4, pass1),
-        ("pass@3", 3, pass3),
-        ("pass^3", 3, pass_hat3),
+        ("pass@3", 4, pass3),
+        ("pass^3", 4, pass_hat3),
         ("tool_error_rate", 6, 1 / 6),
     ]:
         low, high = wilson_interval(value, units)
         expected[f"eval/{name}_ci_low"], expected[f"eval/{name}_ci_high"] = low, high
-        assert low < value < high
+        assert low <= value < high
     assert metrics == pytest.approx(expected, abs=1e-6)
 
     eval_dir = tmp_path / "eval"
@@ -543,15 +548,20 @@ def test_an_empty_eval_still_saves_metrics(stub_server, offline_tokenizer, tmp_p
     assert (tmp_path / "eval" / "metrics.json").exists()
 
 
-def test_summarize_leaves_failures_out_of_every_outcome_metric():
+def test_summarize_counts_a_failure_at_the_failure_score_in_the_reward_metrics_only():
+    # An agent that breaks its judge or a hook on a task it cannot solve gains nothing.
     records = [
         {"key": "a#0", "item_key": "a", "reward": 1.0, "turns_used": 3, "tool_calls": 2},
         {"key": "a#1", "item_key": "a", "reward": None, "turns_used": 9, "failure": "x"},
     ]
     metrics = summarize(records, 2, 1.0)
-    assert metrics["eval/mean_reward"] == 1.0 and metrics["eval/mean_turns"] == 3
-    assert metrics["eval/pass@2_items"] == 0 and "eval/pass@2" not in metrics
+    assert metrics["eval/mean_reward"] == 0.5 and metrics["eval/mean_turns"] == 3
+    assert metrics["eval/pass@1"] == 0.5 and metrics["eval/pass@2_items"] == 1
+    assert metrics["eval/pass@2"] == 1.0 and metrics["eval/pass^2"] == 0.0
     assert metrics["eval/failures"] == 1 and metrics["eval/rollouts"] == 1
+    assert metrics["eval/failure_rate"] == 0.5
+    set_by_the_env = summarize(records, 2, 1.0, failure_score=0.25)
+    assert set_by_the_env["eval/mean_reward"] == 0.625
 
 
 def test_the_journal_keeps_a_summary_in_memory_and_the_conversation_in_the_file(tmp_path):

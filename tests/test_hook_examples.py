@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import EXAMPLES
+from guess_number_env import MAX_GUESSES
 from test_phase2 import END
 from transformers import AutoTokenizer
 
@@ -16,8 +17,10 @@ USER_ENV = EXAMPLES / "user_simulator_env.py"
 USER_SCRIPT = EXAMPLES / "user_simulator_script.yaml"
 GAME_ENV = EXAMPLES / "guess_number_env.py"
 GAME_SCRIPT = EXAMPLES / "guess_number_script.yaml"
-# A game lost with one useful guess in seven turns: 0.8 * 0 + 0.2 * 1/7.
-LOST = pytest.approx(0.2 / 7)
+# A game won at the third guess (the win pays less the more guesses it took); a lost one.
+WON_SCORE = 1.0 - 0.5 * 2 / MAX_GUESSES
+WON = pytest.approx(WON_SCORE)
+LOST = 0.0
 
 
 def spoken(messages: list[dict], role: str) -> list[str]:
@@ -57,7 +60,7 @@ def test_user_simulator_evaluate_saves_the_customers_verdicts(
     metrics, samples = run.evaluate(env__eval_samples_per_item=2)
     assert metrics["eval/rollouts"] == 4.0 and metrics["eval/mean_reward"] == 0.5
     assert sorted(s["reward"] for s in samples) == [0.0, 0.0, 1.0, 1.0]
-    assert all(s["finished_naturally"] for s in samples)  # the customer left: is_done
+    assert all(s["finished_naturally"] for s in samples)  # the customer left: finish()
     helped = [s for s in samples if s["reward"] == 1.0]
     assert all(s["messages"][-1]["content"] == "That did it, thank you!" for s in helped)
 
@@ -69,7 +72,7 @@ def test_guess_number_process_rewards_turns_and_wins(stub_server, offline_tokeni
     groups = run.process(groups=2, group_size=4)
     tokenizer = AutoTokenizer.from_pretrained(offline_tokenizer)
     for group in groups:
-        assert sorted(group["scores"]) == [LOST, LOST, 1.0, 1.0]
+        assert sorted(group["scores"]) == [LOST, LOST, WON, WON]
         for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"]):
             hints = spoken(messages, "user")[1:]
             assert hints and all(h.startswith(("Higher", "Lower", "That is not")) for h in hints)
@@ -83,10 +86,14 @@ def test_guess_number_evaluate_records_each_turns_reward(stub_server, offline_to
     run = OfflineRun(GAME_ENV, server.base_url, offline_tokenizer, tmp_path, health_check=None)
     metrics, samples = run.evaluate(env__eval_samples_per_item=2)
     assert metrics["eval/rollouts"] == 4.0
-    won = [s for s in samples if s["reward"] == 1.0]
+    won = [s for s in samples if s["reward"] == WON]
     assert len(won) == 2 and all(s["turn_rewards"] == [1.0, 1.0, 1.0] for s in won)
-    assert all(s["turns_used"] == 3 and s["finished_naturally"] for s in won)  # is_done
-    lost = [s for s in samples if s["reward"] != 1.0]
+    assert all(s["turns_used"] == 3 and s["finished_naturally"] for s in won)  # should_stop
+    assert all(s["messages"][-1]["role"] == "assistant" for s in won)  # no hint after a win
+    # A shaped reward: every win passes at the env's eval_pass_threshold (0.5).
+    assert metrics["eval/pass@1"] == 0.5
+    assert metrics["eval/mean_reward"] == pytest.approx(WON_SCORE / 2)
+    lost = [s for s in samples if s["reward"] != WON]
     assert len(lost) == 2 and all(s["reward"] == LOST for s in lost)
     assert all(s["turns_used"] == 7 and not s["finished_naturally"] for s in lost)
     assert all(s["turn_rewards"] == [1.0] + [0.0] * 6 for s in lost)

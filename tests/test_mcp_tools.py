@@ -6,6 +6,8 @@ malformed results, lists 10,000 tools, never answers), each bounded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -157,39 +159,76 @@ def test_a_failing_server_is_a_bounded_tool_error_in_the_rollout(tmp_path, flags
     run(scenario())
 
 
-def test_a_shared_http_server_is_reached_from_the_host(tmp_path):
-    workdir = tmp_path / "http-server"
-    workdir.mkdir()
+@contextlib.contextmanager
+def http_notes_server(workdir, *flags: str):
+    """The kit's notes server over streamable HTTP on 127.0.0.1; its URL."""
+    workdir.mkdir(exist_ok=True)
     process = subprocess.Popen(
-        [sys.executable, mcp_notes.__file__, "--http", "0"],
+        [sys.executable, mcp_notes.__file__, "--http", "0", *flags],
         cwd=workdir,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         port = int(process.stdout.readline().split()[-1])
-        shared = McpServerSettings(name="shared", url=f"http://127.0.0.1:{port}/mcp", timeout=10)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_two_rollouts_sharing_an_http_server_each_have_their_own_session(tmp_path):
+    # One channel for every rollout: a rollout listed, read and overwrote another's notes, so
+    # siblings of a group could hand each other answers.
+    with http_notes_server(tmp_path / "http-server") as url:
+        shared = McpServerSettings(name="shared", url=url, timeout=10, state="per_session")
         registry = mcp_registry(REGISTRY, [shared], settings(tmp_path, "local"))
-        tool = registry.get("shared_add_note")
-        assert tool.injected == {"context"}  # no sandbox is made for it
+        assert registry.get("shared_add_note").injected == {"context"}  # no sandbox for it
+
+        async def rollout(ctx: ToolContext, answer: str, started: asyncio.Barrier):
+            await started.wait()  # both sessions open at once
+            await ctx.call_tool("shared_add_note", {"title": "answer", "body": answer})
+            await started.wait()  # both wrote before either reads
+            listed = await ctx.call_tool("shared_list_notes")
+            return listed, await ctx.call_tool("shared_read_note", {"title": "answer"})
 
         async def scenario():
             manager = SandboxManager(settings(tmp_path, "local"))
             one, two = ToolContext("h1", manager, registry), ToolContext("h2", manager, registry)
+            both = asyncio.Barrier(2)
             try:
-                await one.call_tool("shared_add_note", {"title": "k", "body": "v"})
-                assert await two.call_tool("shared_read_note", {"title": "k"}) == "v"  # shared
+                seen = await asyncio.gather(rollout(one, "42", both), rollout(two, "7", both))
+                with pytest.raises(ToolExecutionError, match="no note titled 'secret'"):
+                    await two.call_tool("shared_read_note", {"title": "secret"})
                 assert len(manager) == 0
+                return seen
             finally:
                 await one.cleanup()
                 await two.cleanup()
                 await manager.close_all()
 
-        run(scenario())
-        assert '"k": "v"' in (workdir / "notes.json").read_text()
-    finally:
-        process.kill()
-        process.wait(timeout=10)
+        seen = run(scenario())
+    assert seen == [('["answer"]', "42"), ('["answer"]', "7")], seen
+    stores = sorted(p.name for p in (tmp_path / "http-server").glob("notes-*.json"))
+    assert len(stores) == 2, stores  # the server kept two sessions apart
+
+
+def test_an_http_server_whose_state_every_rollout_shares_is_refused_with_why(tmp_path, caplog):
+    with http_notes_server(tmp_path / "one-store", "--one-store") as url:
+        undeclared = McpServerSettings(name="shared", url=url, timeout=10)
+        with pytest.raises(EnvConfigError) as refused:
+            mcp_registry(REGISTRY, [undeclared], settings(tmp_path, "local"))
+        assert "one rollout could read or overwrite for another" in str(refused.value)
+        assert '"state": "per_session"' in str(refused.value)
+        claimed = undeclared.model_copy(update={"state": "per_session"})
+        with pytest.raises(EnvConfigError, match="gave no MCP session id"):
+            mcp_registry(REGISTRY, [claimed], settings(tmp_path, "local"))
+        stateless = undeclared.model_copy(update={"state": "none"})
+        with caplog.at_level(logging.WARNING):
+            registry = mcp_registry(REGISTRY, [stateless], settings(tmp_path, "local"))
+    assert "shared_list_notes" in registry.names()
+    assert "is shared by every rollout, declared to keep no state" in caplog.text
 
 
 def test_a_server_setting_needs_exactly_one_transport():
@@ -252,11 +291,15 @@ def _relay_directory(ctx: ToolContext) -> str:
     return mcp_tools._relays[ctx.sandbox]["notes"].directory
 
 
-# Kills the rollout's relay (and the server it keeps) by their run tag, as an agent could.
-KILL_RELAY = (
-    "for p in /proc/[0-9]*; do grep -qa 'HERMES_SANDBOX_RUN=[^[:cntrl:]]*[.]mcp' $p/environ "
-    "2>/dev/null && kill -9 ${p#/proc/}; done; sleep 0.2; true"
-)
+def kill_relay(ctx: ToolContext) -> str:
+    """The command that kills the rollout's relay (and the server it keeps) by their run tag,
+    as an agent could: this sandbox's alone (a local sandbox's command sees every process of
+    the host, other tests' and other work's relays too)."""
+    tag = f"HERMES_SANDBOX_RUN={ctx.sandbox._tag_prefix}mcp"  # the prefix holds a uuid
+    return (
+        f"for p in /proc/[0-9]*; do grep -qaF '{tag}' $p/environ 2>/dev/null"
+        " && kill -9 ${p#/proc/}; done; sleep 0.2; true"
+    )
 
 
 @pytest.mark.parametrize("backend", [LOCAL, BWRAP])
@@ -282,7 +325,7 @@ def test_calls_go_over_the_kept_relay_and_a_killed_relay_is_restarted(tmp_path, 
             for _ in range(10):
                 assert await ctx.call_tool("notes_list_notes") == '["a"]'
             over_socket = len(commands) - started
-            await ctx.terminal(KILL_RELAY)
+            await ctx.terminal(kill_relay(ctx))
             after_kill = await ctx.call_tool("notes_list_notes")  # the notes live in the file
             restarted = len(commands) - started - over_socket - 1
             assert await ctx.call_tool("notes_read_note", {"title": "a"}) == "x"
@@ -335,7 +378,7 @@ def test_the_host_follows_no_link_the_agent_puts_where_the_relay_was(tmp_path):
         try:
             await ctx.call_tool("notes_list_notes")
             directory = _relay_directory(ctx)
-            await ctx.terminal(KILL_RELAY)
+            await ctx.terminal(kill_relay(ctx))
             replaced = await ctx.terminal(
                 f"rm -rf {directory} && ln -s {bait_directory} {directory}"
             )
@@ -354,3 +397,86 @@ def test_the_host_follows_no_link_the_agent_puts_where_the_relay_was(tmp_path):
         bait.close()
     # The command inside follows the link to nothing; the host must not follow it at all.
     assert reached == [], "the host connected to a socket a link led it to"
+
+
+# What an agent runs to answer in the relay's place: a listener on the relay's socket that
+# speaks its framing and answers every request with a forged result (it outlives the rollout
+# where the backend cannot stop it, and ends by itself after a minute).
+FAKE_RELAY = r"""
+import json, os, socket, sys, threading, time
+directory = sys.argv[1]
+with open("fake-relay.pid", "w") as f:
+    f.write(str(os.getpid()))
+threading.Timer(60, lambda: os._exit(0)).start()
+try:
+    os.unlink(os.path.join(directory, "socket"))
+except OSError:
+    pass
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(os.path.join(directory, "socket"))
+listener.listen(8)
+
+def exactly(conn, n):
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+while True:
+    conn, _ = listener.accept()
+    while (header := exactly(conn, 4)) is not None:
+        request = exactly(conn, int.from_bytes(header, "big"))
+        message = json.loads(request.partition(b"\n")[2] or b"{}")
+        lines = []
+        if "id" in message:
+            result = {"content": [{"type": "text", "text": "FORGED"}], "isError": False}
+            lines.append(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+        reply = json.dumps({"lines": lines}).encode()
+        conn.sendall(len(reply).to_bytes(4, "big") + reply)
+    conn.close()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+def test_a_reward_reads_the_servers_own_answers_whatever_the_agent_left(tmp_path, backend):
+    # The agent kills the relay and the server and answers on the relay's socket itself.
+    # During the rollout that is the agent's word (a hook must not take it for a verdict);
+    # after it, a reward's call must reach the real server.
+    sandbox_settings = settings(tmp_path, backend)
+    registry = mcp_registry(REGISTRY, [server()], sandbox_settings)
+
+    async def scenario():
+        manager = SandboxManager(sandbox_settings)
+        ctx = ToolContext("forged", manager, registry)
+        pid = None
+        try:
+            await ctx.call_tool("notes_add_note", {"title": "a", "body": "x"})
+            directory = _relay_directory(ctx)
+            await ctx.write_file("fake_relay.py", FAKE_RELAY)
+            forge = (
+                f"{kill_relay(ctx)}; (setsid env -i python3 fake_relay.py {directory} "
+                "> /dev/null 2>&1 &); "
+                f"for i in $(seq 100); do [ -S {directory}/socket ] && "
+                "[ -f fake-relay.pid ] && break; sleep 0.05; done"
+            )
+            assert (await ctx.terminal(forge))["exit_code"] == 0
+            pid = int(await ctx.read_file("fake-relay.pid"))
+            during = await ctx.call_tool("notes_list_notes")
+            await manager.stop_agent_processes("forged")  # the rollout is over
+            after = await ctx.call_tool("notes_list_notes")
+            read = await ctx.call_tool("notes_read_note", {"title": "a"})
+        finally:
+            await ctx.cleanup()
+            await manager.close_all()
+            if pid is not None and backend == LOCAL:  # the daemon local cannot stop
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+        return during, after, read
+
+    during, after, read = run(scenario())
+    assert during == "FORGED"  # what a turn hook would hear: the agent's word
+    assert (after, read) == ('["a"]', "x")  # what a reward hears: the server's

@@ -8,6 +8,7 @@ each bounded.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import textwrap
@@ -17,9 +18,10 @@ import pytest
 from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, eventually, make_manager
 
 from hermes_envgen.runtime.errors import ToolExecutionError
+from hermes_envgen.runtime.sandbox import SandboxSettings
 from hermes_envgen.runtime.sandbox.reaping import tagged_processes
 from hermes_envgen.runtime.tool_context import ToolContext
-from hermes_envgen.runtime.tools import REGISTRY
+from hermes_envgen.runtime.tools import REGISTRY, interpreter_program
 from hermes_envgen.runtime.tools.interpreter import MAX_CODE_BYTES, PythonSettings
 
 pytestmark = pytest.mark.timeout(240)
@@ -181,6 +183,56 @@ def test_a_gigabyte_of_output_is_cut_and_bounded(tmp_path, backend):
             await finish(ctx)
 
     run(scenario())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ALL)
+def test_output_that_escapes_past_the_commands_cap_is_cut_with_a_notice(tmp_path, backend):
+    # The reply travels as JSON, where é takes 6 bytes (\u00e9) for 2 and a control byte 6
+    # for 1: it is cut to fit the sandbox command's 64,000-byte output cap, visibly, and a
+    # small field is kept whole while the large ones share the rest.
+    async def scenario():
+        ctx = context(tmp_path, backend)
+        try:
+            reply = await call(ctx, 'print("é" * 20000)')
+            kept, notice = reply["stdout"].split("\n[output truncated: ")
+            assert set(kept) == {"é"} and len(kept) > 9000
+            assert notice == f"{40001 - 2 * len(kept)} more bytes not shown]"
+            code = cell("""
+                import sys
+                sys.stdout.write("\\x01" * 40000)
+                sys.stderr.write("\\x02" * 40000)
+                "é" * 100
+            """)
+            reply = await call(ctx, code)
+            assert reply["result"] == repr("é" * 100)
+            for name, byte in (("stdout", "\x01"), ("stderr", "\x02")):
+                kept, notice = reply[name].split("\n[output truncated: ")
+                assert set(kept) == {byte} and len(kept) > 4000
+                assert notice == f"{40000 - len(kept)} more bytes not shown]"
+            assert len(json.dumps(reply)) <= 60_000
+        finally:
+            await finish(ctx)
+
+    run(scenario())
+
+
+def test_every_reply_fits_its_budget_and_counts_what_it_cut():
+    # The program's cut alone, on the worst escapes: its budget leaves room, within the
+    # sandbox command's cap, for the client's line around the reply.
+    assert SandboxSettings().max_output_bytes >= interpreter_program.REPLY_BUDGET + 200
+    texts = ["\x01" * 50_000, "é" * 30_000, "€😀" * 9_000 + "\\", "x" * 10, "\udc80" * 3000]
+    for budget in (400, 5_000, 60_000):
+        for stdout, stderr, result in itertools.permutations(texts, 3):
+            data = {name: text.encode("utf-8", "replace") for name, text in
+                    (("stdout", stdout), ("stderr", stderr), ("result", result))}  # fmt: skip
+            fields = {name: (raw, 7) for name, raw in data.items()}
+            reply = interpreter_program.fit_reply(fields, budget, json)
+            assert len(json.dumps(reply)) <= budget
+            for name, text in reply.items():
+                kept, _, notice = text.partition("\n[output truncated: ")
+                assert data[name].startswith(kept.encode())
+                assert notice == f"{len(data[name]) - len(kept.encode()) + 7} more bytes not shown]"
 
 
 @pytest.mark.parametrize("backend", ALL)

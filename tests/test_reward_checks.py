@@ -59,3 +59,14 @@ def test_a_reward_outside_zero_to_one_is_named_whichever_replay_earned_it():
     ]
     fine = SampleOutcome(5, "Name a color.", gold=1.0, noop=0.0)
     assert RewardCheckReport([fine]).range_failures == []
+
+
+def test_a_reward_that_pays_both_of_two_shots_is_named():
+    # A wrong answer.txt followed by the right reply earned 0.978 from multi_signal.
+    both = SampleOutcome(6, "What is 6 * 7?", gold=1.0, noop=0.0, two_shots=0.978)
+    one = SampleOutcome(7, "Name the capital of France.", gold=1.0, noop=0.0, two_shots=0.0)
+    report = RewardCheckReport([both, one], gold_threshold=0.9, noop_threshold=0.1)
+    assert report.two_shots_failures == [
+        "sample 6 ('What is 6 * 7?'): two shots (a wrong answer.txt and the right reply, and "
+        "the other way round) earned 0.978"
+    ]

@@ -281,3 +281,110 @@ def test_groups_skipped_for_equal_scores_are_said_once_with_why(
     assert "Scores are the same in a group" not in log
     (line,) = [line for line in log.splitlines() if "so far skipped" in line]
     assert "GRPO has nothing to learn" in line and "scored 0 throughout" in line
+
+
+class SlowScores:
+    """A relay on loopback to run-api that holds run-api's answers to posted groups ``delay``
+    seconds (each post reaches run-api at once); every other request passes untouched.
+
+    It runs on an event loop of its own thread, beside the serving env's process.
+    """
+
+    def __init__(self, port: int, delay: float) -> None:
+        import asyncio
+        import threading
+
+        self.port, self.delay = port, delay
+        self.posted = 0  # posts of scored groups forwarded to run-api
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> SlowScores:
+        import asyncio
+
+        self._thread.start()
+        started = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._relay, "127.0.0.1", 0), self._loop
+        )
+        self._server = started.result(10)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import asyncio
+
+        async def close() -> None:
+            self._server.close()
+            relays = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in relays:
+                task.cancel()
+            await asyncio.gather(*relays, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _relay(self, client, to_client) -> None:
+        import asyncio
+
+        from test_delivery import _pipe
+
+        upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
+        first = await client.read(1 << 16)
+        to_upstream.write(first)
+        scores = first.startswith(b"POST /scored_data")
+        if scores:
+            self.posted += 1
+
+        async def answer() -> None:
+            if scores:
+                await asyncio.sleep(self.delay)
+            await _pipe(upstream, to_client)
+
+        await asyncio.gather(_pipe(client, to_upstream), answer())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_leaves_nothing_the_trainer_received_out_of_the_record(
+    stub_server, offline_tokenizer, tmp_path
+):
+    # A slow run-api: groups it had taken (and the trainer then received) were missing from
+    # the worker's record after SIGTERM, their posts cancelled while their answers were due.
+    import json
+
+    from hermes_envgen.runtime.delivery import DELIVERY_KEY, GROUP_ID_KEY, SHUTDOWN_FLUSH
+
+    stub = stub_server(EXAMPLES / "stub_script.yaml")
+    record, log_path = tmp_path / "groups.jsonl", tmp_path / "env.log"
+    with RunApi(log=tmp_path / "run-api.log") as api, SlowScores(api.port, delay=3.0) as slow:
+        trainer = MinimalTrainer(api.url, batch_size=BATCH_SIZE, num_steps=100)
+        trainer.register()
+        env = start_serving(
+            serve_command(stub.base_url, offline_tokenizer, slow.url, tmp_path / "sandboxes",
+                          "--env.data_path_to_save_groups", str(record)),
+            log_path,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 150
+            while slow.posted < 2:  # groups posted, their answers held
+                assert env.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no group was posted"
+                time.sleep(0.1)
+            env.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            code = env.wait(timeout=60)
+            stopped_in = time.monotonic() - signalled
+        finally:
+            stop(env)
+        received = [g["group_overrides"][GROUP_ID_KEY] for g in trainer.drain(GROUP_SIZE)]
+    log = log_path.read_text()
+    assert code == 128 + signal.SIGTERM, log[-3000:]
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    recorded = {line["group_overrides"][GROUP_ID_KEY]: line[DELIVERY_KEY] for line in lines}
+    assert received, "run-api received no group"
+    missing = sorted(set(received) - set(recorded))
+    assert not missing, f"received by the trainer, missing from the record: {missing}"
+    assert stopped_in < SHUTDOWN_FLUSH + 20, stopped_in  # a bounded flush
+    assert "Traceback" not in log, log[-3000:]

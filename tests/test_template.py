@@ -35,7 +35,24 @@ PROVIDERS = {
     },
 }
 PATTERNS = ["binary", "judge", "multi_signal"]
+SEVEN_METHODS = [
+    "config_init",
+    "setup",
+    "get_next_item",
+    "format_prompt",
+    "compute_reward",
+    "evaluate",
+    "wandb_log",
+]
 BOOLEANS = list(itertools.product([True, False], repeat=2))  # (ci, use_dataset)
+# The judge as users answer it: an API of many models offers another model of its own by
+# default (only the model is typed); a self-hosted server has none, and the user says
+# "policy" to let the policy grade its own answers.
+JUDGES = {
+    "openrouter": {"judge_model": "openai/gpt-4o-mini"},
+    "openai_compatible": {"judge_model": "my-judge-model"},
+}
+POLICY_JUDGE = {"judge_base_url": "policy"}
 
 
 def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
@@ -49,6 +66,8 @@ def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
     }
     if use_dataset:
         data["dataset_name"] = "example-org/terminal-tasks"
+    if pattern == "judge":
+        data |= JUDGES.get(provider, POLICY_JUDGE)
     return data
 
 
@@ -103,10 +122,19 @@ def test_every_combination_is_ruff_clean(combination, provider, pattern, ci, use
     ]
     assert leftovers == [], f"Jinja left in {leftovers}"
     assert (project / ".github/workflows/tests.yml").exists() == ci
-    # The env says what is its own and reads top to bottom: the task code is the base env's.
+    # The env shows the seven methods of the Hermes skill's shape and reads top to bottom.
     env_py = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
-    assert len(env_py.splitlines()) < (125 if use_dataset else 120)  # the dataset: 4 settings
-    assert "def setup(" not in env_py and "def get_next_item(" not in env_py
+    assert len(env_py.splitlines()) < (165 if use_dataset else 160)  # the dataset: 4 settings
+    for method in SEVEN_METHODS:
+        assert f"def {method}(" in env_py, method
+    # Everything an env imports of its runtime comes from hermes_envgen.runtime, none of
+    # atroposlib's deep paths (APIServerConfig is re-exported there).
+    assert not [
+        module
+        for path in project.rglob("*.py")
+        for module in imported_modules(path)
+        if module.startswith("atroposlib")
+    ]
     # The README wraps at 100 columns, its commands too (continued with \).
     lines = (project / "README.md").read_text().splitlines()
     assert [line for line in lines if len(line) > 100] == []
@@ -169,6 +197,7 @@ EXTRAS = {
     ("vllm", "binary"): {"project_name": "ts-python-web-tavily", **TOOLSETS[2]},
     ("vllm", "judge"): judge_of_its_own("vllm"),
     ("openai_compatible", "binary"): {"project_name": "ts-mcp-own-server", **TOOLSETS[4]},
+    ("openai_compatible", "judge"): {"project_name": "policy-judge", **POLICY_JUDGE},
 }
 TESTED = [
     answers(provider, pattern, *BOOLEANS[(i + j) % len(BOOLEANS)])
@@ -193,7 +222,9 @@ TESTED = [
 def test_generated_project_passes_its_own_tests(tmp_path, data):
     project = render(tmp_path, data)
     env = (project / "src" / project.name.replace("-", "_") / "env.py").read_text()
-    if "judge_base_url" in data:  # the generated tests point the judge at the stub too
+    if data.get("judge_base_url") == "policy":  # chosen, and said so
+        assert "judge_base_url=None,  # chosen: the policy grades its own answers" in env
+    elif "judge_base_url" in data:  # the generated tests point the judge at the stub too
         assert f'judge_base_url="{data["judge_base_url"]}"' in env
     assert_own_tests_pass(project)
 
@@ -440,6 +471,34 @@ def test_invalid_answers_are_refused_with_a_reason(tmp_path, data, message):
     with pytest.raises(ValueError, match=message):
         render(tmp_path, data)
     assert not (tmp_path / data["project_name"]).exists()
+
+
+@pytest.mark.slow  # seven renders
+def test_the_judge_is_not_the_policy_unless_the_user_says_so(tmp_path):
+    # An obedient policy-judge pays an injected answer 1.0: `new` made one by default.
+    data = answers("openrouter", "judge", False, False)
+    env = (render(tmp_path, data) / "src/openrouter_judge/env.py").read_text()
+    assert 'judge_base_url="https://openrouter.ai/api/v1"' in env  # another model, by default
+    assert 'judge_model="openai/gpt-4o-mini"' in env and '"OPENROUTER_API_KEY"' in env
+    same = data | {"project_name": "same-model", "judge_model": data["model_name"]}
+    with pytest.raises(ValueError, match="that is the policy: name another model"):
+        render(tmp_path, same)
+    compatible = answers("openai_compatible", "judge", False, False)
+    env = (render(tmp_path, compatible) / "src/openai_compatible_judge/env.py").read_text()
+    assert 'judge_base_url="https://api.example.com/v1"' in env
+    assert 'judge_api_key_env="EXAMPLE_API_KEY"' in env  # the policy's API: its key
+    # A self-hosted server has no other model to offer: the judge is asked for, no default.
+    for provider in ("atropos", "vllm"):
+        asked = answers(provider, "judge", False, False)
+        del asked["judge_base_url"]
+        with pytest.raises(ValueError, match='"judge_base_url" is required'):
+            render(tmp_path, asked)
+        with pytest.raises(ValueError, match="or 'policy' to let the policy grade its own"):
+            render(tmp_path, asked | {"judge_base_url": ""})
+    chosen = render(tmp_path, answers("atropos", "judge", False, False))
+    env = (chosen / "src/atropos_judge/env.py").read_text()
+    assert "judge_base_url=None,  # chosen: the policy grades its own answers" in env
+    assert "the policy's own server, which then grades its own answers" in readme_text(chosen)
 
 
 @pytest.mark.parametrize("sglang_api", ["generate", "chat"])

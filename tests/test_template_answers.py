@@ -98,6 +98,7 @@ FIXED = {
     "use_dataset": True,
     "dataset_name": "org/tasks",
     "reward_pattern": "judge",
+    "judge_base_url": "policy",  # a self-hosted server has no other model to judge with
 }
 INSTALL_STEP = "Install hermes-envgen (on no package index)"
 CONSTRAINED = ["uv", "pip", "install", "-c", "constraints.txt"]  # at the tested versions

@@ -183,7 +183,7 @@ def test_searches_reuse_a_matcher_and_replace_one_that_was_killed_or_died(tmp_pa
     import signal
 
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
-    from hermes_envgen.runtime.tools import matchers
+    from hermes_envgen.runtime.tools import search_worker, workers
 
     manager = SandboxManager(SandboxSettings(root=str(tmp_path), command_timeout=2))
 
@@ -192,7 +192,7 @@ def test_searches_reuse_a_matcher_and_replace_one_that_was_killed_or_died(tmp_pa
         other = ToolContext("other", manager)
         await ctx.call_tool("write_file", {"path": "a.txt", "content": "needle one\n"})
         await other.call_tool("write_file", {"path": "b.txt", "content": "needle two\n"})
-        pool = await matchers.pool()
+        pool = await workers.pool(search_worker)
         first = [await ctx.call_tool("search_files", {"pattern": "needle"}) for _ in range(3)]
         mine = await other.call_tool("search_files", {"pattern": "needle"})
         reused = (pool.started, [m.process.pid for m in pool.idle])

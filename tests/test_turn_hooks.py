@@ -1,15 +1,18 @@
-"""The turn hooks (env_response, turn_reward, is_done) on RolloutState, in the loop itself:
-each against the stub server over real HTTP and a real local sandbox, in chat and token mode."""
+"""The turn hooks (new_state, turn_reward, should_stop, env_response) on RolloutState, in the
+loop itself: each against the stub server over real HTTP and a real local sandbox, in chat and
+token mode."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 import pytest
 from test_phase2 import END, token_server
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.agent_loop import HermesAgentLoop, RolloutState, TurnHooks
+from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.exact_tokens import ExactTokensBackend
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
@@ -112,15 +115,83 @@ class StopAfter(TurnHooks):
     def __init__(self, turns: int) -> None:
         self.turns = turns
 
-    def is_done(self, state: RolloutState) -> bool:  # a plain def works as well
+    def should_stop(self, state: RolloutState) -> bool:  # a plain def works as well
         return state.turn >= self.turns
 
 
-def test_is_done_stops_the_rollout_and_counts_as_finished(stub_server, sandboxes):
+def test_should_stop_stops_the_rollout_and_counts_as_finished(stub_server, sandboxes):
     result, _ = run_loop(stub_server(TOOL_FOREVER), sandboxes, StopAfter(2), max_turns=10)
     assert result.turns_used == 2 and result.finished_naturally
     # The last turn's tool ran and was answered before the rule was asked.
     assert [m["role"] for m in result.messages][-2:] == ["assistant", "tool"]
+
+
+@dataclass
+class Tally:
+    """A typed per-rollout state: what the env has seen so far."""
+
+    replies: list[str] = field(default_factory=list)
+    made_for: str = ""
+
+
+class Referee(TurnHooks[dict, Tally]):
+    """A game that ends when the model says "Paris it is.": asked before the env replies."""
+
+    def new_state(self, task: dict) -> Tally:
+        return Tally(made_for=task["prompt"])
+
+    def turn_reward(self, state: RolloutState[dict, Tally]) -> float:
+        state.data.replies.append(state.last_reply["content"])
+        return float(len(state.data.replies))
+
+    async def should_stop(self, state: RolloutState[dict, Tally]) -> bool:
+        return state.last_reply["content"] == "Paris it is."
+
+    def env_response(self, state: RolloutState[dict, Tally]) -> list[dict]:
+        return [{"role": "user", "content": f"not yet ({len(state.data.replies)})"}]
+
+
+def test_the_stop_rule_is_asked_before_the_env_replies_and_state_is_typed(stub_server, sandboxes):
+    result, _ = run_loop(stub_server(TALKER), sandboxes, Referee())
+    # No trailing reply after the turn that ended the game.
+    assert [(m["role"], m["content"]) for m in result.messages] == [
+        ("user", "go"),
+        ("assistant", "Which city?"),
+        ("user", "not yet (1)"),
+        ("assistant", "Paris it is."),
+    ]
+    assert result.finished_naturally and result.turns_used == 2
+    # new_state's value, kept across the turns, is the result's data; turn_reward ran first.
+    assert result.data == Tally(["Which city?", "Paris it is."], made_for="go")
+    assert result.turn_rewards == [1.0, 2.0]
+
+
+class Farewell(TurnHooks):
+    """Replies until the second turn, then says goodbye and ends the rollout with it."""
+
+    async def env_response(self, state: RolloutState) -> list[dict]:
+        if state.turn >= 2:
+            state.finish()
+            return [{"role": "user", "content": "Goodbye."}]
+        return [{"role": "user", "content": "And?"}]
+
+
+def test_finish_ends_the_rollout_with_a_final_message(stub_server, sandboxes):
+    result, _ = run_loop(stub_server(TOOL_FOREVER), sandboxes, Farewell(), max_turns=10)
+    assert result.turns_used == 2 and result.finished_naturally
+    assert result.messages[-1] == {"role": "user", "content": "Goodbye."}
+
+
+def test_hooks_of_the_earlier_contract_are_refused_in_one_line(stub_server, sandboxes):
+    class OldRule(TurnHooks):
+        def is_done(self, state: RolloutState) -> bool:
+            return True
+
+    with pytest.raises(EnvConfigError) as caught:
+        run_loop(stub_server(TALKER), sandboxes, OldRule())
+    message = str(caught.value)
+    assert message.startswith("OldRule.is_done: the stop rule is now should_stop(state)")
+    assert "\n" not in message
 
 
 def test_turns_run_out_whatever_the_env_says(stub_server, sandboxes):
@@ -169,15 +240,38 @@ def test_turn_rewards_are_kept_per_turn_with_the_envs_metadata(stub_server, sand
     ("hook", "returns", "error"),
     [
         ("env_response", ValueError("no user"), "env_response failed: ValueError: no user"),
-        ("env_response", "hello", "env_response failed: it returned str, not a list of dicts"),
-        ("turn_reward", "high", "turn_reward failed: it returned 'high', not a number"),
+        (
+            "env_response",
+            "hello",
+            "env_response failed: it returned 'hello', not a list of messages (dicts)",
+        ),
+        (
+            "env_response",
+            {"role": "user", "content": "hi"},
+            "env_response failed: it returned {'role': 'user', 'content': 'hi'}, not a list of "
+            "messages (dicts)",
+        ),
+        (
+            "env_response",
+            [{"role": "user", "content": ["a", "list"]}],
+            "env_response failed: a message whose content is ['a', 'list'], not a string",
+        ),
+        ("turn_reward", "high", "turn_reward failed: it returned 'high', not a finite number"),
+        ("turn_reward", "0.5", "turn_reward failed: it returned '0.5', not a finite number"),
+        (
+            "turn_reward",
+            float("nan"),
+            "turn_reward failed: it returned nan, not a finite number",
+        ),
         (
             "env_response",
             [{"role": "assistant", "content": "I give up"}],
             "env_response failed: a message of role 'assistant' (the env speaks as user, "
             "system, tool)",
         ),
-        ("is_done", KeyError("board"), "is_done failed: KeyError: 'board'"),
+        ("should_stop", KeyError("board"), "should_stop failed: KeyError: 'board'"),
+        ("should_stop", "yes", "should_stop failed: it returned 'yes', not True or False"),
+        ("should_stop", None, "should_stop failed: it returned None, not True or False"),
     ],
 )
 def test_a_hook_that_fails_ends_the_rollout_with_the_reason(
@@ -195,6 +289,17 @@ def test_a_hook_that_fails_ends_the_rollout_with_the_reason(
     result, _ = run_loop(stub_server(TOOL_FOREVER), sandboxes, Broken(), max_turns=5)
     assert result.error == error and result.failed_hook == hook
     assert result.turns_used == 1 and not result.finished_naturally
+
+
+def test_a_failing_new_state_fails_the_rollout_before_the_model_is_asked(stub_server, sandboxes):
+    class NoState(TurnHooks):
+        def new_state(self, task):
+            raise LookupError("no board for " + task["prompt"])
+
+    server = stub_server(TALKER)
+    result, _ = run_loop(server, sandboxes, NoState())
+    assert result.error == "new_state failed: LookupError: no board for go"
+    assert result.failed_hook == "new_state" and result.turns_used == 0
 
 
 def test_the_time_budget_covers_the_hooks(stub_server, sandboxes):

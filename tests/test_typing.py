@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 # An env's own module, as its author's mypy reads it (the package found where it is installed).
 ENV_CODE = """\
 from hermes_envgen.runtime import ModelClient, Task, ask_judge, split_train_eval, tool
@@ -63,3 +65,82 @@ def test_an_env_authors_type_checker_reads_the_runtimes_types(tmp_path):
     # the judge is asked through a chat server (a ModelClient is one), not a URL
     assert 'env.py:20: error: Argument 1 to "ask_judge" has incompatible type "str"' in said
     assert said.count("error:") == 3, said
+
+
+# An env whose tasks and per-rollout state are typed: hooks of either form (def, async def),
+# and two mistakes the types must catch (a stop rule returning a str, a field the state lacks).
+TYPED_STATE_ENV = """\
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from hermes_envgen.runtime import AgentResult, HermesAgentBaseEnv, RolloutState, ToolContext
+
+
+class Game(TypedDict):
+    secret: int
+
+
+@dataclass
+class Board:
+    guesses: int = 0
+
+
+class GameEnv(HermesAgentBaseEnv[Game, Board]):
+    def format_prompt(self, item: Game) -> str:
+        return "Guess."
+
+    def new_state(self, task: Game) -> Board:
+        return Board()
+
+    async def should_stop(self, state: RolloutState[Game, Board]) -> bool:
+        return state.data.guesses > state.task["secret"]
+
+    def env_response(self, state: RolloutState[Game, Board]) -> list[dict[str, Any]]:
+        state.data.guesses += 1
+        state.finish()
+        return [{"role": "user", "content": "Again."}]
+
+    async def compute_reward(
+        self, item: Game, result: AgentResult[Board], ctx: ToolContext
+    ) -> float:
+        reveal_type(result.data)
+        return 1.0 / (1 + result.data.guesses)
+
+
+class WrongEnv(HermesAgentBaseEnv[Game, Board]):
+    def should_stop(self, state: RolloutState[Game, Board]) -> str:
+        return "yes"
+
+    def turn_reward(self, state: RolloutState[Game, Board]) -> float:
+        return float(state.data.won)
+"""
+
+STRICT = CONFIG.replace("[mypy]\n", "[mypy]\nstrict = True\n")
+
+
+@pytest.mark.slow
+def test_strict_mypy_passes_the_examples_and_types_an_envs_own_state(tmp_path):
+    from conftest import EXAMPLES
+
+    (tmp_path / "game_env.py").write_text(TYPED_STATE_ENV)
+    (tmp_path / "mypy.ini").write_text(STRICT)
+    examples = sorted(str(path) for path in EXAMPLES.glob("*.py"))
+    mypy = [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache")]
+    out = subprocess.run(
+        [*mypy, "game_env.py", *examples],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = out.stdout
+    assert out.returncode == 1, said + out.stderr
+    assert "examples" not in said, said  # every example passes strict mypy
+    assert 'game_env.py:34: note: Revealed type is "game_env.Board"' in said
+    assert (
+        'game_env.py:39: error: Return type "str" of "should_stop" incompatible with return '
+        'type "bool | Awaitable[bool]" in supertype '
+        '"hermes_envgen.runtime.agent_loop.TurnHooks"' in said
+    )
+    assert 'game_env.py:43: error: "Board" has no attribute "won"' in said
+    assert said.count("error:") == 2, said

@@ -4,8 +4,12 @@ played by a real HTTP server on 127.0.0.1), and the fetcher's refusals."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -285,3 +289,166 @@ def test_an_env_that_enables_web_without_a_corpus_stops_at_start_up(offline_toke
         web_corpus=str(corpus(tmp_path)),
     )
     assert env.tool_services["web"].settings.corpus == str(tmp_path / "corpus")
+
+
+# -- pages that would stall the env ----------------------------------------------------------
+
+# Each blocked the event loop for seconds when page-to-text ran on it, quadratic in the page
+# (issue 38: 14.9 s, 4.9 s, and a 2 MB page tens of minutes).
+STALLING_PAGES = {
+    "no-break spaces": "x" * 80_000 + "\u00a0" * 40_000,
+    "unclosed tags": "<a" * 40_000,
+    "2 MB": "<p>" + "x" * 1_000_000 + "\u00a0" * 500_000,  # 2 MB of UTF-8
+}
+
+
+class Ticker:
+    """Ticks on the event loop every 10 ms; the longest it waited for a turn."""
+
+    def __init__(self) -> None:
+        self.longest_wait = 0.0
+        self.ticks = 0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.01)
+            self.longest_wait = max(self.longest_wait, loop.time() - before)
+            self.ticks += 1
+
+    async def turn(self) -> None:
+        """Return once the ticker has ticked again."""
+        ticks = self.ticks
+        while self.ticks == ticks:
+            await asyncio.sleep(0.001)
+
+
+def test_a_page_that_takes_long_to_read_never_holds_the_event_loop(tmp_path):
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=STALLING_PAGES[request.query["name"]], content_type="text/html")
+
+    async def scenario():
+        async with http_server([web.get("/page", page)]) as base:
+            ctx = context(tmp_path, backend="tavily", allow_private=True, max_page_bytes=2_100_000)
+            for name in STALLING_PAGES:
+                ticker = Ticker()
+                ticking = asyncio.ensure_future(ticker.run())
+                try:
+                    text = await ctx.call_tool("web_fetch", {"url": f"{base}/page?name={name}"})
+                    await ticker.turn()  # it sees the wait that just ended, if any
+                finally:
+                    ticking.cancel()
+                assert text.startswith(f"URL: {base}/page?name=")
+                # The loop kept its turns while the page was read (it waited seconds before).
+                assert ticker.longest_wait < 2.0, (name, ticker.longest_wait)
+
+    run(scenario())
+
+
+def test_a_page_read_past_its_limit_has_its_reader_killed():
+    from hermes_envgen.runtime.tools import page_text, workers
+    from hermes_envgen.runtime.tools.web import html_text_in_worker
+
+    slow = "<p>x" * 2_000_000  # linear, yet seconds of work: a call back per element
+
+    async def scenario():
+        assert await html_text_in_worker("<p>warm</p>") == ("", "warm")
+        pool = await workers.pool(page_text)
+        [reader] = pool.idle
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(html_text_in_worker(slow), 0.3)
+        killed = reader.process.returncode is not None and reader not in pool.idle
+        after = await html_text_in_worker("<title>T</title><p>after</p>")
+        return killed, after, pool.started
+
+    killed, after, started = run(scenario())
+    assert killed, "the reader of a page past its limit was left running"
+    assert after == ("T", "after") and started == 2  # a fresh reader for the next page
+
+
+# -- compression bombs -----------------------------------------------------------------------
+
+
+@pytest.mark.slow  # seconds: six 64 MiB bombs built and fetched, in a process of their own
+def test_a_compression_bomb_is_refused_before_it_costs_memory():
+    program = Path(__file__).with_name("web_bombs.py")
+    done = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    errors = report["errors"]
+    # Every decoder httpx would use here: brotli's and zstandard's too when installed.
+    expected = {"gzip", "gzip, gzip", "deflate", "raw deflate"}
+    expected |= {"br"} if importlib.util.find_spec("brotli") else set()
+    expected |= {"zstd"} if importlib.util.find_spec("zstandard") else set()
+    assert set(errors) == expected
+    for name, error in errors.items():
+        if name == "gzip, gzip":
+            assert error and error.endswith("is not read: it is compressed 2 times (gzip, gzip)")
+        else:
+            assert error and error.endswith("is over 2000000 bytes once decompressed; not read")
+    # Each body holds 64 MiB: the fetcher's peak grew by buffers of the 2 MB limit alone.
+    assert report["grown_mib"] < 48, report
+
+
+# -- the pinned request ----------------------------------------------------------------------
+
+
+def self_signed(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "1", "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    return key, cert
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_a_pinned_https_request_keeps_the_hosts_name_for_tls_and_the_host_header(tmp_path):
+    import ssl
+
+    import httpx
+
+    from hermes_envgen.runtime.tools.web import pinned
+
+    name = "pages.example"  # never resolved: the request goes to the address it is pinned to
+    key, cert = self_signed(tmp_path, name)
+    server_names = []
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    server_tls.sni_callback = lambda sock, server_name, context: server_names.append(server_name)
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=f"Host: {request.headers['Host']}")
+
+    async def scenario():
+        app = web.Application()
+        app.add_routes([web.get("/page", page)])
+        runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_tls)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        trusted = ssl.create_default_context(cafile=str(cert))
+        try:
+            # As the fetcher's: no connection kept (one would skip the next name's TLS check).
+            limits = httpx.Limits(max_keepalive_connections=0)
+            async with httpx.AsyncClient(verify=trusted, limits=limits) as client:
+                target, headers, extensions = pinned(f"https://{name}:{port}/page", "127.0.0.1")
+                answer = await client.get(target, headers=headers, extensions=extensions)
+                # The certificate is checked against the URL's host, not the address.
+                other, headers, extensions = pinned(f"https://other.example:{port}/", "127.0.0.1")
+                with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                    await client.get(other, headers=headers, extensions=extensions)
+            return port, target, answer
+        finally:
+            await runner.cleanup()
+
+    port, target, answer = run(scenario())
+    assert str(target) == f"https://127.0.0.1:{port}/page"
+    assert answer.status_code == 200 and answer.text == f"Host: {name}:{port}"
+    assert server_names[0] == name

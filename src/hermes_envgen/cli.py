@@ -15,13 +15,44 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
 
+if TYPE_CHECKING:  # the Click that Typer carries (TyperGroup's own signature)
+    from typer._click import Context, HelpFormatter
+
+# The sections of --help, in this order; each command names its own.
+MAKE, RUN, TEST_KIT, MAINTENANCE = "Make", "Run and check", "Test kit", "Maintenance"
+PANELS = (MAKE, RUN, TEST_KIT, MAINTENANCE)
+# Within a section, what people reach for first comes first.
+FIRST = ("new", "update", "demo", "check", "view", "parsers")
+
+
+class SectionedHelp(TyperGroup):
+    """``--help`` with the commands in sections (Make first), in Click's plain text."""
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {panel: [] for panel in PANELS}
+        commands = [(name, self.get_command(ctx, name)) for name in self.list_commands(ctx)]
+        shown = [(name, c) for name, c in commands if c is not None and not c.hidden]
+        # As Click does: each summary fits on the line beside the longest name.
+        limit = formatter.width - 6 - max((len(name) for name, _ in shown), default=0)
+        for name, command in shown:
+            panel = getattr(command, "rich_help_panel", None) or MAINTENANCE
+            sections.setdefault(panel, []).append((name, command.get_short_help_str(limit)))
+        for panel, rows in sections.items():
+            rows.sort(key=lambda row: FIRST.index(row[0]) if row[0] in FIRST else len(FIRST))
+            if rows:
+                with formatter.section(panel):
+                    formatter.write_dl(rows)
+
+
 app = typer.Typer(
+    cls=SectionedHelp,
     name="hermes-envgen",
     help="Generate, run and test multi-turn, tool-using RL environments for Atropos.",
     no_args_is_help=True,
@@ -41,12 +72,12 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def command(name: str | None = None) -> Callable[[F], F]:
+def command(name: str | None = None, *, panel: str) -> Callable[[F], F]:
     """Register a command whose hermes-envgen errors become one line and their exit code.
 
     Where the commands' errors meet the terminal; their code comes from
     ``hermes_envgen.errors.exit_code`` (2 for a user mistake, 3 for update conflicts, 130 for
-    Ctrl-C), as for the env's command line and the hooks.
+    Ctrl-C), as for the env's command line and the hooks. ``panel``: its section of --help.
     """
 
     def register(function: F) -> F:
@@ -59,7 +90,7 @@ def command(name: str | None = None) -> Callable[[F], F]:
             except HermesEnvgenError as exc:
                 fail(str(exc), exit_code(exc))
 
-        app.command(name)(run)
+        app.command(name, rich_help_panel=panel)(run)
         return function
 
     return register
@@ -106,15 +137,7 @@ def main_callback(
     """Generate, run and test multi-turn, tool-using RL environments for Atropos."""
 
 
-@command()
-def version() -> None:
-    """Print the installed version."""
-    from hermes_envgen import __version__
-
-    typer.echo(__version__)
-
-
-@command("stub-server")
+@command("stub-server", panel=TEST_KIT)
 def stub_server(
     script: Annotated[
         Path | None, typer.Option(help="YAML/JSON script of the scripted model.")
@@ -186,7 +209,7 @@ def stub_server(
     serve_forever(server)
 
 
-@command("offline-tokenizer")
+@command("offline-tokenizer", panel=TEST_KIT)
 def offline_tokenizer(
     directory: Annotated[Path, typer.Argument(help="Directory to write the tokenizer into.")],
 ) -> None:
@@ -196,7 +219,7 @@ def offline_tokenizer(
     typer.echo(build_offline_tokenizer(directory))
 
 
-@command("tokenizer-from-gguf")
+@command("tokenizer-from-gguf", panel=TEST_KIT)
 def tokenizer_from_gguf(
     gguf_file: Annotated[Path, typer.Argument(help="The model's .gguf file.")],
     directory: Annotated[Path, typer.Argument(help="Directory to write the tokenizer into.")],
@@ -207,7 +230,7 @@ def tokenizer_from_gguf(
     typer.echo(build(gguf_file, directory))
 
 
-@command()
+@command(panel=TEST_KIT)
 def trainer(
     port: Annotated[int, typer.Option(help="Port for Atropos's API server (run-api).")] = 8000,
     host: Annotated[
@@ -242,7 +265,7 @@ def trainer(
                 typer.secho(f"  warning: {summary(verdict)}", err=True, fg=typer.colors.YELLOW)
 
 
-@command()
+@command(panel=RUN)
 def parsers() -> None:
     """List the tool-call parsers for raw-text models and the format each reads."""
     from hermes_envgen.runtime.parsers import list_parsers
@@ -253,7 +276,7 @@ def parsers() -> None:
         typer.echo(f"{name.ljust(width)}  {fmt}")
 
 
-@command()
+@command(panel=MAINTENANCE)
 def cleanup(
     sandbox_root: Annotated[
         Path | None,
@@ -291,15 +314,21 @@ DataOption = Annotated[
 ]
 
 
-@command()
+@command(panel=MAKE)
 def new(
-    name: Annotated[str, typer.Argument(help="Project name, e.g. math-agent.")],
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="The project to make: a name (math-agent) or a path (./envs/math-agent); "
+            "its last part names the project and its package.",
+        ),
+    ],
     output_dir: Annotated[
         Path,
         typer.Option(
             "--output-dir",
             "-o",
-            help="Directory to create the project in (made, with its parents, if missing).",
+            help="Directory a relative PATH starts in (made, with its parents, if missing).",
         ),
     ] = Path(),
     defaults: Annotated[
@@ -307,16 +336,17 @@ def new(
     ] = False,
     data: DataOption = None,
 ) -> None:
-    """Generate a new environment project NAME (asks questions on a terminal)."""
+    """Generate a new environment project at PATH (asks questions on a terminal)."""
     with without_cycle_collection():
-        from hermes_envgen.generate import new_project, parse_data_pairs
+        from hermes_envgen.generate import new_project, parse_data_pairs, project_location
 
+        name, directory = project_location(path, output_dir)
         data_pairs = parse_data_pairs(data or [])
-        project = new_project(name, output_dir, data=data_pairs, defaults=defaults)
+        project = new_project(name, directory, data=data_pairs, defaults=defaults)
     where = Path(os.path.relpath(project.path))
     package = project.package_name
     if project.created_directory is not None:
-        typer.echo(f"Made the directory {project.created_directory} for it (--output-dir)")
+        typer.echo(f"Made the directory {project.created_directory} for it")
     typer.echo(f"Created {where} from template {project.template_version}")
     typer.echo(f"  package {package}, environment class {project.class_name}")
     typer.echo("Next steps (as in its README):")
@@ -330,7 +360,7 @@ def new(
         typer.echo(f"warning: {notice}", err=True)
 
 
-@command()
+@command(panel=MAKE)
 def update(
     path: Annotated[Path, typer.Argument(help="The generated project.")] = Path(),
     vcs_ref: Annotated[
@@ -364,7 +394,7 @@ def update(
     typer.echo("Review the changes with `git diff`, then commit them.")
 
 
-@command()
+@command(panel=MAKE)
 def demo(
     directory: Annotated[
         Path | None, typer.Argument(help="Where to generate the demo env (default: a temp dir).")
@@ -385,7 +415,7 @@ def demo(
     typer.echo(result.summary())
 
 
-@command()
+@command(panel=RUN)
 def check(
     path: Annotated[Path, typer.Argument(help="The env project (or env.py) to check.")] = Path("."),
     base_url: Annotated[
@@ -526,19 +556,72 @@ def check(
     typer.secho("ready to train", fg=typer.colors.GREEN)
 
 
-@command()
+@command(panel=RUN)
 def view(
-    path: Annotated[
-        Path, typer.Argument(help="samples.jsonl / failures.jsonl of evaluate, or process JSONL.")
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="samples.jsonl / failures.jsonl of evaluate, or process JSONL; two files: "
+            "two runs side by side (A before, B after)."
+        ),
     ],
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Where to write (default: PATH.html).")
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Where to write (default: PATH.html; B.vs-A.html for two)."
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="The run's tokenizer (directory or name): token views show text."),
+    ] = None,
+    tokens_from: Annotated[
+        int, typer.Option(min=0, help="Draw token views from this rollout on (0: the first).")
+    ] = 0,
+) -> None:
+    """Render rollouts as one self-contained HTML page: the run at a glance, filters, tokens."""
+    from hermes_envgen.devtools.view import load_tokenizer, write_view
+    from hermes_envgen.devtools.view_compare import write_comparison
+    from hermes_envgen.errors import ViewError
+
+    if len(paths) == 2:
+        typer.echo(write_comparison(paths[0], paths[1], output))
+        return
+    if len(paths) != 1:
+        raise ViewError(f"view takes one run or two (A B), not {len(paths)}")
+    loaded = load_tokenizer(tokenizer) if tokenizer else None
+    typer.echo(write_view(paths[0], output, tokenizer=loaded, tokens_from=tokens_from))
+
+
+@command(panel=RUN)
+def rescore(
+    run: Annotated[
+        Path, typer.Argument(help="The run: samples.jsonl of evaluate, or process JSONL.")
+    ],
+    env: Annotated[
+        str, typer.Option("--env", help="The env as it is now: its module or .py file.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write (default: RUN.rescored.jsonl)."),
+    ] = None,
+    no_judge: Annotated[
+        bool, typer.Option("--no-judge", help="Score only what needs no LLM judge.")
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue an interrupted rescore's output.")
+    ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="Rollouts replayed at once (default: max_eval_workers)."),
     ] = None,
 ) -> None:
-    """Render rollouts as one self-contained HTML page, with filters by reward and error."""
-    from hermes_envgen.devtools.view import write_view
+    """Score a run's rollouts again with the env's current reward, replaying their tool calls."""
+    from hermes_envgen.devtools.rescore import format_summary
+    from hermes_envgen.devtools.rescore import rescore as run_rescore
 
-    typer.echo(write_view(path, output))
+    result = run_rescore(env, run, output, no_judge=no_judge, resume=resume, workers=workers)
+    typer.echo(format_summary(result))
 
 
 def main() -> None:

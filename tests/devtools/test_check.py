@@ -60,7 +60,9 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 16 and "ready to train" in result.stdout
+    assert len(rows(result)) == 20 and "ready to train" in result.stdout
+    assert rows(result)["doors: gold parity"] == "PASS"  # a session pays what process pays
+    assert "pays all 24 gold solutions what process pays" in result.stdout
     assert rows(result)["token fidelity"] == "PASS"  # the atropos provider samples token ids
     assert rows(result)["tool calls in training data"] == "PASS"
     assert rows(result)["trainer-ready"] == "PASS"  # token mode: logprobs on every token
@@ -142,7 +144,7 @@ def test_a_reward_that_pays_a_shotgun_or_a_tool_touch_fails(tmp_path):
     )
     env_file = project / "src/ms_env/env.py"
     text = env_file.read_text()
-    start = text.index("        written = await read_answer_file(ctx)")
+    start = text.index("        correct = answer_is(")
     end = text.index("        weights = {", start)
     env_file.write_text(text[:start] + OLD_MULTI_SIGNAL + text[end:])
     result = run_check(str(project))
@@ -152,6 +154,31 @@ def test_a_reward_that_pays_a_shotgun_or_a_tool_touch_fails(tmp_path):
     assert table["gold solutions"] == "PASS" and table["no-op"] == "PASS"
     assert "a shotgun list of candidates earned 0.9" in result.stdout
     assert "running a tool and giving up earned 0.2" in result.stdout
+
+
+# The multi_signal correctness of the release before: answer.txt or the reply, either counted.
+TWO_SHOTS = """        written = await read_answer_file(ctx)
+        correct = any(answer_is(text, item["answer"]) for text in (written, result.final_response))
+"""
+
+
+@pytest.mark.slow
+def test_a_reward_that_takes_either_of_two_answers_fails(tmp_path):
+    # A wrong answer.txt followed by the right reply earned 0.978: two shots per rollout.
+    project = render_template(
+        tmp_path / "two-env", {"project_name": "two-env", "reward_pattern": "multi_signal"}
+    )
+    env_file = project / "src/two_env/env.py"
+    text = env_file.read_text()
+    one_answer = '        correct = answer_is(await read_answer_file(ctx), item["answer"])\n'
+    assert one_answer in text
+    env_file.write_text(text.replace(one_answer, TWO_SHOTS))
+    result = run_check(str(project))
+    assert result.returncode == 1, result.stdout
+    table = rows(result)
+    assert table["two shots"] == "FAIL", result.stdout
+    assert table["gold solutions"] == table["shotgun answer"] == table["no-op"] == "PASS"
+    assert "two shots (a wrong answer.txt and the right reply" in result.stdout
 
 
 @pytest.mark.slow

@@ -56,6 +56,59 @@ def test_the_defaults_the_pages_state_are_the_codes():
     assert noop and float(noop.group(1)) == NOOP_THRESHOLD
 
 
+# `name` ("text"), `name` (30), `--env.name` (0: why), `name`, 1.0: ... as the pages name a default
+STATED_DEFAULT = re.compile(
+    r"`(?:--env\.)?(\w+)`(?: \(|, )(\"[^\"]*\"|-?[\d.]*\d|true|false)[):,;]"
+)
+
+
+def stated_defaults(text: str) -> list[tuple[str, str]]:
+    from hermes_envgen.runtime import HermesAgentEnvConfig
+
+    fields = HermesAgentEnvConfig.model_fields
+    return [(name, value) for name, value in STATED_DEFAULT.findall(text) if name in fields]
+
+
+def wrong_defaults(named: list[tuple[str, str]]) -> list[str]:
+    """The stated defaults that are not the setting's; a setting whose default is None is held
+    against what its description says it means (``1.0 by default``)."""
+    from hermes_envgen.runtime import HermesAgentEnvConfig
+
+    wrong = []
+    for name, value in named:
+        field = HermesAgentEnvConfig.model_fields[name]
+        default = field.default
+        text = value.strip('"')
+        if default is None:
+            ok = f"{text} by default" in (field.description or "")
+        elif isinstance(default, bool):
+            ok = text == str(default).lower()
+        elif isinstance(default, (int, float)):
+            ok = not value.startswith('"') and float(text) == default
+        else:
+            ok = text == str(default)
+        if not ok:
+            wrong.append(f"{name}: stated {value}, default {default!r}")
+    return wrong
+
+
+def test_the_setting_defaults_the_pages_name_are_the_defaults():
+    assert wrong_defaults(stated_defaults("`eval_size` (20) and `failure_score` (0: why)")) == []
+    assert wrong_defaults(stated_defaults("`sandbox_cpus` (1.0)")) == []  # None: 1.0 by default
+    assert wrong_defaults(stated_defaults('`eval_size` (21), `tool_call_parser` ("json")')) == [
+        "eval_size: stated 21, default 20",
+        "tool_call_parser: stated \"json\", default 'hermes'",
+    ]
+    named = []
+    wrong = []
+    for page in [README, *pages()]:
+        found = stated_defaults(" ".join(page.read_text(encoding="utf-8").split()))
+        named += found
+        wrong += [f"{shown(page)}: {problem}" for problem in wrong_defaults(found)]
+    assert wrong == []
+    assert len(named) >= 10 and {"failure_score", "eval_size", "sandbox_cpus"} <= dict(named).keys()
+
+
 def broken_code_spans(lines: list[tuple[int, str]]) -> list[str]:
     """Lines outside code blocks where an inline code span opens and closes on a later line.
 

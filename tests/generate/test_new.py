@@ -72,7 +72,15 @@ def test_output_dir_and_data_answers(run_cli: RunCli, tmp_path):
 def test_a_judge_project_without_a_judge_of_its_own_says_the_policy_grades_itself(
     run_cli: RunCli, tmp_path
 ):
-    result = run_cli("new", "judged-env", "--defaults", "--data", "reward_pattern=judge")
+    # The local server has no other model to judge with: no default, the user chooses.
+    unanswered = run_cli("new", "unjudged-env", "--defaults", "--data", "reward_pattern=judge")
+    assert unanswered.returncode == 2, unanswered.stderr
+    assert "judge_base_url has no default for these answers" in unanswered.stderr
+    assert "or 'policy' to let the policy grade its own answers" in unanswered.stderr
+    result = run_cli(
+        "new", "judged-env", "--defaults", "--data", "reward_pattern=judge",
+        "--data", "judge_base_url=policy",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "warning: the judge is the policy's own server: the policy grades its own" in (
         result.stderr
@@ -152,6 +160,22 @@ def test_unknown_data_key_names_the_valid_keys(run_cli: RunCli):
     assert "package_name" not in result.stderr and "class_name" not in result.stderr
 
 
+def test_new_takes_a_path_as_copier_copy_does(run_cli: RunCli, tmp_path):
+    # The last part names the project; a relative path starts at -o when given.
+    result = run_cli("new", "./envs/path-env", "--defaults")
+    assert result.returncode == 0, result.stderr
+    project = tmp_path / "envs" / "path-env"
+    assert answers_of(project)["project_name"] == "path-env"
+    assert (project / "src" / "path_env" / "env.py").is_file()
+    assert f"Made the directory {tmp_path / 'envs'} for it" in result.stdout
+    result = run_cli("new", "more/other-env/", "-o", "out", "--defaults")
+    assert result.returncode == 0, result.stderr
+    assert answers_of(tmp_path / "out" / "more" / "other-env")["project_name"] == "other-env"
+    for path in (".", "envs/.."):
+        result = run_cli("new", path, "--defaults")
+        assert_one_line_error(result, 2, "names no project: end the path with the project's name")
+
+
 def test_a_file_in_the_way_is_named_as_a_file(run_cli: RunCli, tmp_path):
     (tmp_path / "demo-env").write_text("mine")
     result = run_cli("new", "demo-env", "--defaults")
@@ -165,7 +189,7 @@ def test_a_file_in_the_way_is_named_as_a_file(run_cli: RunCli, tmp_path):
 def test_a_missing_output_dir_is_made_and_said(run_cli: RunCli, tmp_path):
     result = run_cli("new", "demo-env", "--defaults", "-o", "new/deeper")
     assert result.returncode == 0, result.stderr
-    assert f"Made the directory {tmp_path / 'new'} for it (--output-dir)" in result.stdout
+    assert f"Made the directory {tmp_path / 'new'} for it" in result.stdout
     assert (tmp_path / "new" / "deeper" / "demo-env" / ".copier-answers.yml").is_file()
     # an existing one is not mentioned
     result = run_cli("new", "next-env", "--defaults", "-o", "new")

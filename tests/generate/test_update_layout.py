@@ -1,9 +1,10 @@
-"""``hermes-envgen update`` brings a project of the layout before the slim env to the slim one.
+"""``hermes-envgen update`` brings a project of an earlier layout to this one.
 
 The template repository is built here: VERSION_TAG holds the template of PREVIOUS_COMMIT (the
-env that wrote its own dataset settings, setup, get_next_item, evaluate and wandb_log), NEW_TAG
-the working tree's. A project made from the first, edited as a user would, is updated to the
-second: the edits survive, the copied task code is gone, and the project's tests pass on this
+env that wrote its own dataset settings, setup, get_next_item, evaluate and wandb_log in full),
+NEW_TAG the working tree's (the same methods, each a short body on the runtime's building
+blocks). A project made from the first, edited as a user would, is updated to the second: the
+edits survive, the methods take their new bodies, and the project's tests pass on this
 runtime, before the update as after it. The project names a dataset, which offline cannot load:
 its tests run on the built-in samples either way.
 """
@@ -118,9 +119,9 @@ def test_update_brings_the_slim_env_and_keeps_the_users_edits(run_cli: RunCli, t
     text = env_py.read_text()
     assert "<<<<<<<" not in text and USER_LINE in text
     assert USER_SAMPLE in samples.read_text()
-    for copied in ("async def setup(", "async def get_next_item(", "async def evaluate("):
-        assert copied not in text, f"{copied} is still in env.py"
-    assert "samples = SAMPLES" in text and "item: Task" in text
+    # The seven methods, each a short body on the runtime's building blocks.
+    assert "tasks = self.load_tasks(SAMPLES)" in text and "await self.run_eval(" in text
+    assert "load_items(" not in text and "item: Task" in text
     assert 'dataset_name="example-org/terminal-tasks"' in text
-    assert len(text.splitlines()) < 125  # 120, and the dataset's four settings
+    assert len(text.splitlines()) < 165  # 160, and the dataset's four settings
     _assert_own_tests_pass(project)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -143,6 +144,20 @@ def namespace_members(namespace: str, kind: str = "pid") -> set[int]:
         except OSError:
             continue
     return found
+
+
+def sleep_mark(seconds: int) -> str:
+    """A ``sleep`` argument of about ``seconds`` that no other process of the host has.
+
+    Tests find their processes among every process of the host by command line; a fixed
+    ``sleep 7201`` would also find another test's, or other work's on a shared machine.
+    """
+    return f"{seconds}.{secrets.randbelow(10**9):09d}"
+
+
+def sleep_needle(mark: str) -> bytes:
+    """What ``processes_running`` finds a ``sleep <mark>`` by: the whole argument."""
+    return f"sleep\0{mark}\0".encode()
 
 
 def processes_running(*needles: bytes) -> set[int]:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from sandbox_helpers import (
     docker_containers,
     docker_test_image,
     eventually,
+    has_bwrap,
     processes_running,
     run_cleanup_command,
 )
@@ -36,9 +38,11 @@ from hermes_envgen.runtime.sandbox.host_limits import (
     cgroup_parents,
     mount_workspace,
     mounts_below,
+    remove_run_cgroups,
 )
 from hermes_envgen.runtime.sandbox.local import LocalSandbox
 from hermes_envgen.runtime.sandbox.manager import BACKENDS, register_backend
+from hermes_envgen.runtime.sandbox.procfs import own_pid_namespace
 from hermes_envgen.runtime.sandbox.runs import runs_directory
 from hermes_envgen.testing.runner import offline_environment
 
@@ -140,21 +144,28 @@ def run_cgroups(run: str) -> list[Path]:
 
 def test_a_new_run_removes_what_a_dead_run_left_on_the_host_under_another_root(tmp_path):
     # A run killed under a root no run uses again (a temporary directory) left its cgroups and
-    # a mounted workspace: both are the host's, and the next run anywhere removes them.
+    # a mounted workspace: both are the host's, and the next run anywhere removes them. Those
+    # of a run named as before runs locked their cgroups stay: nothing tells they are stale.
     if os.geteuid() != 0 or not cgroup_parents():
         pytest.skip("needs root and cgroup v1 controllers (as in CI)")
     gone = subprocess.Popen(["true"])
     gone.wait()
-    name = f"{gone.pid}-{int(time.time() * 1000)}"
+    legacy = f"{gone.pid}-{int(time.time() * 1000)}"
+    name = f"{legacy}-{own_pid_namespace()}"
     for parent in cgroup_parents():
         (parent / name / "sandbox").mkdir(parents=True)
+        (parent / legacy / "sandbox").mkdir(parents=True)
     old_root = tmp_path / "old-root"
     workspace = runs_directory(old_root) / name / "task"
     workspace.mkdir(parents=True)
     assert mount_workspace(workspace, 1, None)
-    SandboxManager(SandboxSettings(root=str(tmp_path / "new-root")))
-    assert run_cgroups(name) == []
-    assert mounts_below(old_root) == [] and not (runs_directory(old_root) / name).exists()
+    try:
+        SandboxManager(SandboxSettings(root=str(tmp_path / "new-root")))
+        assert run_cgroups(name) == []
+        assert len(run_cgroups(legacy)) == len(cgroup_parents())
+        assert mounts_below(old_root) == [] and not (runs_directory(old_root) / name).exists()
+    finally:
+        remove_run_cgroups(legacy)
 
 
 def test_the_cleanup_command_removes_what_a_killed_run_left(tmp_path):
@@ -213,3 +224,116 @@ def test_a_close_cut_short_keeps_the_run_to_be_reaped_at_exit(tmp_path):
     runs_module._remove_live_runs()  # what interpreter exit runs
     assert not list(root.rglob("started"))
     assert list((root / "hermes-envgen").iterdir()) == []
+
+
+def test_runs_made_in_one_millisecond_have_names_of_their_own(tmp_path):
+    # A shared name would make the second run wait forever for the first one's lock.
+    runs = [runs_module.RunDirectory(tmp_path) for _ in range(20)]
+    assert len({run.name for run in runs}) == len(runs)
+    for run in runs:
+        run.claim()
+    for run in runs:
+        run.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+# Runs of bwrap sandboxes, one after another for SECONDS (each a new run, whose start reaps what
+# dead runs left), printing each run's name and each sandbox that failed; with SECONDS 0, one
+# run that starts a sandbox and kills itself (SIGKILL) meanwhile.
+RUNS = """
+import asyncio, os, signal, sys, time
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+
+async def main(root, seconds):
+    deadline = time.monotonic() + seconds
+    while True:
+        manager = SandboxManager(SandboxSettings(backend="bwrap", root=root, command_timeout=30))
+        print("run", manager.root.name, flush=True)
+        try:
+            sandbox = manager.get("task")
+            await asyncio.sleep(0.1)  # the model's turn: the sandbox's cgroups wait, empty
+            result = await sandbox.run("echo ok")
+            if result.output != "ok\\n":
+                print("failed", result, flush=True)
+        except Exception as exc:
+            print("failed", repr(exc), flush=True)
+        if seconds == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        await manager.close_all()
+        if time.monotonic() > deadline:
+            return
+
+asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+"""
+# In a pid namespace of its own (the run is not its init: ``timeout`` is, and bounds it).
+OWN_PID_NAMESPACE = ["unshare", "--pid", "--fork", "--mount-proc", "timeout", "-s", "KILL", "60"]
+needs_cgroups_and_namespaces = pytest.mark.skipif(
+    os.geteuid() != 0 or not cgroup_parents() or not has_bwrap() or not shutil.which("unshare"),
+    reason="needs root, cgroup v1 controllers, bwrap and unshare (as in CI)",
+)
+
+
+def start_runs(root: Path, seconds: float, namespace: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*namespace, sys.executable, "-c", RUNS, str(root), str(seconds)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish_runs(runs: subprocess.Popen) -> tuple[list[str], list[str]]:
+    """The names of the runs, and the lines of the sandboxes that failed."""
+    try:
+        output, _ = runs.communicate(timeout=90)
+    finally:
+        runs.kill()
+    lines = output.splitlines()
+    names = [line.split()[1] for line in lines if line.startswith("run ")]
+    return names, [line for line in lines if not line.startswith("run ")]
+
+
+@pytest.mark.slow
+@needs_cgroups_and_namespaces
+def test_runs_in_different_pid_namespaces_reap_only_what_is_theirs(tmp_path):
+    # Env workers in containers share the host's cgroups but not its pids: none of them may
+    # take another's live run for dead (whose cgroups it would remove under its sandboxes).
+    root = tmp_path / "sandboxes"
+    both = [start_runs(root, 3, []), start_runs(root, 3, OWN_PID_NAMESPACE)]
+    (host_runs, host_failed), (own_runs, own_failed) = (finish_runs(runs) for runs in both)
+    assert host_failed == [] and own_failed == []
+    assert len(host_runs) >= 2 and len(own_runs) >= 2
+    # named apart by their pid namespace (a pid is unique in its namespace only)
+    assert {name.split("-")[2] for name in host_runs} != {name.split("-")[2] for name in own_runs}
+    for name in host_runs + own_runs:
+        assert run_cgroups(name) == [], f"run {name} left its cgroups"
+    assert list((root / "hermes-envgen").iterdir()) == []
+    assert mounts_below(root) == []
+
+
+@pytest.mark.slow
+@needs_cgroups_and_namespaces
+def test_a_run_killed_in_either_pid_namespace_is_reaped_by_the_next_run(tmp_path):
+    # Each next run is in the other namespace and under another root: only the cgroups, in the
+    # tree that both share, tell it about the killed run.
+    for killed_in, next_in in ([], OWN_PID_NAMESPACE), (OWN_PID_NAMESPACE, []):
+        [name], failed = finish_runs(start_runs(tmp_path / "killed", 0, killed_in))
+        assert failed == []
+        cgroups = run_cgroups(name)
+        assert cgroups, "the killed run made no cgroups"
+        # its sandbox died with it (``--die-with-parent``), leaving the cgroups empty
+        assert eventually(lambda cgroups=cgroups: cgroup_processes(cgroups) == "")
+        [_], failed = finish_runs(start_runs(tmp_path / "next", 0.01, next_in))
+        assert failed == []
+        where = "its own pid namespace" if killed_in else "the host's"
+        assert run_cgroups(name) == [], f"a run killed in {where} left its cgroups"
+
+
+def cgroup_processes(directories: list[Path]) -> str:
+    """The pids in the cgroups below ``directories`` (the sandboxes' of a run)."""
+    return "".join(
+        (sandbox / "cgroup.procs").read_text()
+        for directory in directories
+        for sandbox in directory.iterdir()
+        if sandbox.is_dir()
+    )

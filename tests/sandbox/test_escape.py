@@ -28,6 +28,8 @@ from sandbox_helpers import (
     make_manager,
     namespace_members,
     processes_running,
+    sleep_mark,
+    sleep_needle,
 )
 
 from hermes_envgen.runtime.tool_context import ToolContext
@@ -384,10 +386,9 @@ def test_a_gigabyte_flood_of_output_is_capped_and_cut_off(backend, command, tmp_
 @pytest.mark.parametrize("backend", ALL)
 def test_a_timeout_kills_every_descendant_daemons_included(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
-    # Marks of this run alone: the backends' runs of this test may run at once (pytest-xdist),
-    # and each looks for its sleeps among every process of the host.
-    first = 7101 + 10 * ["local", "bwrap", "docker"].index(backend)
-    marks = [str(n) for n in range(first, first + 6)]
+    # Marks of this run alone: it looks for its sleeps among every process of the host, where
+    # the other backends' runs (pytest-xdist) and other work may run sleeps of their own.
+    marks = [sleep_mark(n) for n in range(7101, 7107)]
     command = f"""
         sleep {marks[0]} &
         setsid sleep {marks[1]} &
@@ -397,7 +398,7 @@ def test_a_timeout_kills_every_descendant_daemons_included(backend, tmp_path):
         (trap '' TERM HUP INT; exec sleep {marks[5]}) &
         sleep 30
     """
-    needles = [f"sleep\0{mark}".encode() for mark in marks]
+    needles = [sleep_needle(mark) for mark in marks]
 
     async def main():
         sandbox = manager.get("timeout")

@@ -18,6 +18,8 @@ from sandbox_helpers import (
     make_manager,
     processes_pointing_into,
     processes_running,
+    sleep_mark,
+    sleep_needle,
 )
 
 from hermes_envgen.runtime.sandbox.docker_engine import LABEL, RUN_LABEL, run_label
@@ -26,7 +28,6 @@ from hermes_envgen.runtime.tools import ToolExecutionError
 
 ROLLOUTS = 200
 CONCURRENCY = 16
-LINGERER = b"sleep\x00987"  # every background process the rollouts start runs this
 
 
 # Seconds the 200 rollouts may take: a bound for a hang, generous for a busy machine (quiet:
@@ -46,8 +47,10 @@ class Crash(RuntimeError):
     """A rollout function failing midway, as a buggy environment would."""
 
 
-async def rollout(manager, number: int) -> str:
-    """One rollout of a mix: success, failures, timeouts, crashes; cleanup in ``finally``."""
+async def rollout(manager, number: int, linger: str) -> str:
+    """One rollout of a mix: success, failures, timeouts, crashes; cleanup in ``finally``.
+
+    Every background process it starts runs ``sleep <linger>``."""
     ctx = ToolContext(f"rollout-{number}", manager)
     kind = number % 5
     try:
@@ -63,17 +66,20 @@ async def rollout(manager, number: int) -> str:
                 await ctx.call_tool("read_file", {"path": "missing.txt"})
         elif kind == 2:  # timeout, with a daemonised child and a plain background child
             result = await ctx.terminal(
-                "setsid sleep 987 >/dev/null 2>&1 & sleep 987 >/dev/null 2>&1 & sleep 30",
+                f"setsid sleep {linger} >/dev/null 2>&1 & sleep {linger} >/dev/null 2>&1 &"
+                " sleep 30",
                 timeout=0.3,
             )
             assert result["exit_code"] == 124
         elif kind == 3:  # crash midway, background process running
-            await ctx.terminal("nohup sleep 987 >/dev/null 2>&1 &")
+            await ctx.terminal(f"nohup sleep {linger} >/dev/null 2>&1 &")
             raise Crash(f"rollout {number} crashed")
         else:  # ends normally with background processes still running, one holding the pipe
-            await ctx.terminal("sleep 987 >/dev/null 2>&1 & (setsid sleep 987 >/dev/null 2>&1 &)")
+            await ctx.terminal(
+                f"sleep {linger} >/dev/null 2>&1 & (setsid sleep {linger} >/dev/null 2>&1 &)"
+            )
             if number % 20 == 4:
-                await ctx.terminal("sleep 987 &", timeout=5)
+                await ctx.terminal(f"sleep {linger} &", timeout=5)
         return "ok"
     finally:
         await ctx.cleanup()
@@ -85,6 +91,7 @@ async def rollout(manager, number: int) -> str:
 def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
     root = manager.root
+    linger = sleep_mark(987)  # the rollouts' background sleeps: this run's alone on the host
     processes_before = descendants()
     pointing_before = processes_pointing_into(root.parent)
 
@@ -93,7 +100,7 @@ def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
 
         async def limited(number: int) -> str:
             async with slots:
-                return await rollout(manager, number)
+                return await rollout(manager, number, linger)
 
         results = await asyncio.gather(
             *(limited(n) for n in range(ROLLOUTS)), return_exceptions=True
@@ -112,7 +119,7 @@ def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
     # no process: not below this test process, not in the sandbox root, no lingering sleep
     assert eventually(lambda: descendants() <= processes_before), descendants()
     assert eventually(lambda: processes_pointing_into(root.parent) <= pointing_before)
-    assert eventually(lambda: not processes_running(LINGERER))
+    assert eventually(lambda: not processes_running(sleep_needle(linger)))
     # no directory: every workspace and the manager's own root are gone
     assert not root.exists(), sorted(os.listdir(root))
     assert len(manager) == 0

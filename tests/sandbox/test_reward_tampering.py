@@ -1,8 +1,8 @@
 """An agent that answers wrong and then tries to make the verification pass anyway.
 
-Each attack runs on every backend where the README promises to stop it: local stops tagged
-background processes and ignores a planted user site; bwrap and docker also keep the check
-files out of the agent's reach and stop daemons that clear their environment.
+Each attack runs on every backend where docs/concepts/sandboxes.md promises to stop it: local
+stops tagged background processes and ignores a planted user site; bwrap and docker also keep
+the check files out of the agent's reach and stop daemons that clear their environment.
 """
 
 from __future__ import annotations
@@ -10,7 +10,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sandbox_helpers import BWRAP, DOCKER, LOCAL, alive, make_manager, processes_running
+from sandbox_helpers import (
+    BWRAP,
+    DOCKER,
+    LOCAL,
+    alive,
+    make_manager,
+    processes_running,
+    sleep_mark,
+    sleep_needle,
+)
 
 from hermes_envgen.runtime.rewards import verify_in_sandbox
 from hermes_envgen.runtime.sandbox.bwrap import PROCESS_SLACK
@@ -38,13 +47,13 @@ def verify(ctx: ToolContext, command: str = "/bin/bash {checks}/check.sh", check
 @pytest.mark.parametrize("backend", BOTH)
 def test_a_background_process_cannot_rewrite_the_check(backend, tmp_path):
     manager = make_manager(tmp_path, backend)
-    marks = ["7201", "7202"]
+    marks = [sleep_mark(7201), sleep_mark(7202)]  # this test's alone, among the host's
     daemons = (
         f"(setsid nohup sleep {marks[0]} >/dev/null 2>&1 &); sleep {marks[1]} >/dev/null 2>&1 &"
     )
     if backend != "local":  # a daemon that drops its run tag too: local does not promise it
-        daemons += " (setsid env -i /bin/sh -c 'exec sleep 7203' >/dev/null 2>&1 &);"
-        marks.append("7203")
+        marks.append(sleep_mark(7203))
+        daemons += f" (setsid env -i /bin/sh -c 'exec sleep {marks[2]}' >/dev/null 2>&1 &);"
 
     async def main():
         ctx = ToolContext("rewriter", manager)
@@ -52,7 +61,7 @@ def test_a_background_process_cannot_rewrite_the_check(backend, tmp_path):
         await ctx.terminal(
             f"(setsid nohup bash rewriter.sh >/dev/null 2>&1 &); {daemons} sleep 0.3"
         )
-        before = processes_running(*(f"sleep\0{mark}".encode() for mark in marks))
+        before = processes_running(*map(sleep_needle, marks))
         # the check waits a moment: time enough for the rewriter, were it still running
         outcome = await verify(ctx, "sleep 1; /bin/bash {checks}/check.sh")
         survivors = {pid for pid in before if alive(pid)}

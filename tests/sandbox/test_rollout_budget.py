@@ -8,27 +8,32 @@ import json
 import time
 
 import pytest
-from sandbox_helpers import BWRAP, DOCKER, LOCAL, docker_test_image, processes_running
+from sandbox_helpers import (
+    BWRAP,
+    DOCKER,
+    LOCAL,
+    docker_test_image,
+    processes_running,
+    sleep_mark,
+    sleep_needle,
+)
 from terminal_env import TASKS, TerminalTaskEnv
 
 from hermes_envgen.testing.envs import build_env
 
 GREETING = TASKS[0]
 BUDGET = 2.0
-# Each backend's sleeps carry its own mark: the parametrized cases may run side by side on
-# other test workers, and each must find only its own commands.
-MARKS = {"local": "101", "bwrap": "102", "docker": "103"}
 
 
-def sleeper(mark: str) -> dict:
+def sleeper(first: str, second: str) -> dict:
     """The agent asks for a day and runs sleeps the operator's 300 s limit allows: only the
     rollout's budget can end it (each turn repeats the last)."""
     calls = [
         {
             "name": "terminal",
-            "arguments": {"command": f"sleep 299.{mark}; echo woke", "timeout": 86400},
+            "arguments": {"command": f"sleep {first}; echo woke", "timeout": 86400},
         },
-        {"name": "terminal", "arguments": {"command": f"sleep 298.{mark}"}},
+        {"name": "terminal", "arguments": {"command": f"sleep {second}"}},
     ]
     return {"conversations": [{"match": "greeting", "turns": [{"tool_calls": calls}]}]}
 
@@ -39,8 +44,10 @@ def sleeper(mark: str) -> dict:
 def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
     backend, stub_server, offline_tokenizer, tmp_path
 ):
-    mark = MARKS[backend]
-    server = stub_server(sleeper(mark))
+    # The sleeps carry this run's own mark: it finds its commands among every process of the
+    # host, where the other backends' runs (other test workers) and other work run their own.
+    marks = sleep_mark(299), sleep_mark(298)
+    server = stub_server(sleeper(*marks))
     overrides = {"sandbox_image": docker_test_image()} if backend == "docker" else {}
     if backend == "local":  # local as root is refused unless opted in
         overrides["sandbox_allow_unsafe_local"] = True
@@ -82,8 +89,6 @@ def test_a_rollout_past_its_budget_is_ended_recorded_and_cleaned(
         answers = {m["tool_call_id"]: m["content"] for m in messages[-2:]}
         assert set(answers) == {call["id"] for call in calls}
         assert all("budget" in answer for answer in answers.values())
-    assert not processes_running(f"299.{mark}".encode(), f"298.{mark}".encode()), (
-        "a command outlived its rollout"
-    )
+    assert not processes_running(*map(sleep_needle, marks)), "a command outlived its rollout"
     workspaces = tmp_path / "sandboxes" / "hermes-envgen"
     assert not [p for p in workspaces.glob("*/*") if p.is_dir()], "a workspace was left"

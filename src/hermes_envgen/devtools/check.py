@@ -236,6 +236,7 @@ def run_checks(
         StubServer,
         scripted_policy,
     )
+    from hermes_envgen.testing.policy import has_gold
 
     budget = budget or Budget()
     target = find_env(path)
@@ -253,7 +254,7 @@ def run_checks(
         return results + [CheckResult(name, FAIL, skipped) for name in names]
 
     samples = info.get("samples") or []
-    solvable = bool(samples) and all("prompt" in s and "solution" in s for s in samples)
+    solvable = bool(samples) and all(has_gold(s) for s in samples)
     script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
     work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
     stub = None
@@ -291,8 +292,8 @@ def run_checks(
         # The replays need neither mode's output: they run beside them, in an env process of
         # their own (on 2 cores a check took 38 s one after another, 20 s of it replays).
         progress(
-            "replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer and "
-            "asking the judge to grade an injection answer, beside process and evaluate"
+            "replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer, two "
+            "shots and asking the judge to grade an injection answer, beside process and evaluate"
         )
         replay.start(judge_url, model)
         replays = replays_pool.submit(replay.rows, stubbed=endpoint is None)
@@ -305,7 +306,10 @@ def run_checks(
                 CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
             )
             tokenizer = run.tokenizer or info.get("tokenizer_name")
-            results.append(trained_tool_calls_check(groups, str(tokenizer)))
+            if info.get("tools", True):
+                results.append(trained_tool_calls_check(groups, str(tokenizer)))
+            else:
+                results.append(CheckResult(TOOL_CALLS_ROW, PASS, NO_TOOLS))
             if any("inference_logprobs" in g for g in groups):  # token mode: sampled ids
                 results.append(
                     token_fidelity_check(
@@ -334,7 +338,7 @@ def run_checks(
                 budget.ran_out("evaluate", timeout, info) if _timed_out(exc) else _first_line(exc)
             )
         try:
-            row, eval_scores = _evaluate_row(eval_dir, eval_failure)
+            row, eval_scores = _evaluate_row(eval_dir, eval_failure, tools=info.get("tools", True))
         except (OSError, KeyError, ValueError) as exc:
             row, eval_scores = CheckResult("evaluate", FAIL, _first_line(exc)), []
         results.append(row)
@@ -355,8 +359,10 @@ def run_checks(
 
 
 TOOL_CALLS_ROW = "tool calls in training data"
+NO_TOOLS = "the env offers no tools (a game, a simulated user): no tool call to check"
 TOOL_TOUCH_ROW = "tool touch, then give up"
 SHOTGUN_ROW = "shotgun answer"
+TWO_SHOTS_ROW = "two shots"
 INJECTION_ROW = "judge injection"
 TRAINER_ROW = "trainer-ready"
 TRAINERS = ("grpo", "none")
@@ -516,8 +522,11 @@ def _key_check(root: Path, info: dict) -> CheckResult:
     return CheckResult("no API key in code", PASS, "keys come from the environment")
 
 
-def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, list[float]]:
-    """The evaluate row from what the run saved: scored rollouts, failures and their cause."""
+def _evaluate_row(
+    eval_dir: Path, run_error: str | None, tools: bool = True
+) -> tuple[CheckResult, list[float]]:
+    """The evaluate row from what the run saved: scored rollouts, failures and their cause
+    (``tools``: the env offers some, so a rollout should have used one)."""
     samples = _jsonl(eval_dir / SAMPLES_FILE)
     failures = _jsonl(eval_dir / FAILURES_FILE)
     scores = [s["reward"] for s in samples if s.get("reward") is not None]
@@ -529,15 +538,16 @@ def _evaluate_row(eval_dir: Path, run_error: str | None) -> tuple[CheckResult, l
     if run_error is not None:
         return CheckResult("evaluate", FAIL, f"{run_error}{failed}"), scores
     with_tools = sum(1 for s in samples if s.get("tools_used"))
-    if not with_tools:
+    if tools and not with_tools:
         row = CheckResult("evaluate", FAIL, f"no rollout made a tool call that ran{failed}")
         return row, scores
+    used = f"{with_tools} used tools" if tools else "no tools offered"
     status = WARN if failures else PASS
     return (
         CheckResult(
             "evaluate",
             status,
-            f"{len(samples)} rollouts scored, {with_tools} used tools{failed}; "
+            f"{len(samples)} rollouts scored, {used}{failed}; "
             f"{METRICS_FILE} and {SAMPLES_FILE} written",
         ),
         scores,
@@ -577,7 +587,16 @@ def _reward_range_check(scores: list[float], scripted: bool, real: bool = False)
     )
 
 
-REPLAY_ROWS = ("gold solutions", "no-op", TOOL_TOUCH_ROW, SHOTGUN_ROW, "reward tampering")
+FAILURES_ROW = "failures pay nothing"
+REPLAY_ROWS = (
+    "gold solutions",
+    "no-op",
+    TOOL_TOUCH_ROW,
+    SHOTGUN_ROW,
+    TWO_SHOTS_ROW,
+    "reward tampering",
+    FAILURES_ROW,
+)
 
 
 @dataclass
@@ -609,6 +628,7 @@ class ReplayChecks:
             return [CheckResult(name, FAIL, str(exc)) for name in (*REPLAY_ROWS, INJECTION_ROW)]
         rows = self.reward_rows(report["rewards"])
         rows.append(self.injection_row(report["injection"], stubbed))
+        rows += door_rows(report.get("doors"), self.noop)
         return rows
 
     def stop(self) -> None:
@@ -617,7 +637,7 @@ class ReplayChecks:
             self.process.kill()
 
     def reward_rows(self, report: dict) -> list[CheckResult]:
-        """The gold, no-op, tool-touch, shotgun and tampering rows."""
+        """The gold, no-op, tool-touch, shotgun, two-shots, tampering and failure rows."""
         if "error" in report:
             return [
                 CheckResult(name, FAIL, f"the replays failed: {report['error']}")
@@ -626,23 +646,78 @@ class ReplayChecks:
         if "skipped" in report:
             return [CheckResult(name, WARN, report["skipped"]) for name in REPLAY_ROWS]
         n, gold, noop = len(report["outcomes"]), self.gold, self.noop
+        tampering = (
+            "rewritten checks, a planted user site and PATH"
+            if report.get("tools", True)
+            else "a 5,000-digit number, a claim of victory, an injection and empty replies"
+        )
         passing = (
             f"all {n} samples earn >= {gold:g}",
             f"answering without tools earns <= {noop:g} on all {n}",
             f"running a tool and giving up earns <= {noop:g} on all {n}",
             f"a list of candidates holding the reference earns <= {noop:g} on all {n}",
-            f"rewritten checks, a planted user site and PATH earn <= {noop:g} on all {n}",
+            (
+                f"a wrong answer.txt with the right reply, or the reverse, earns <= {noop:g} "
+                f"on all {n}"
+                if report.get("tools", True)
+                else "the env offers no tools: its reply is its one answer"
+            ),
+            f"{tampering} earn <= {noop:g} on all {n}",
         )
-        kinds = ("gold", "noop", "tool_touch", "shotgun", "tamper")
+        kinds = ("gold", "noop", "tool_touch", "shotgun", "two_shots", "tamper")
         rows = []
         for name, kind, reason in zip(REPLAY_ROWS, kinds, passing):
             failures = report[f"{kind}_failures"]
             if failures:
-                more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
-                rows.append(CheckResult(name, FAIL, "; ".join(failures[:3]) + more))
+                rows.append(CheckResult(name, FAIL, _some(failures)))
             else:
                 rows.append(CheckResult(name, PASS, reason))
+        rows[0] = self.pass_threshold_row(rows[0], report)
+        rows.append(self.failures_row(report))
         return rows
+
+    def pass_threshold_row(self, gold_row: CheckResult, report: dict) -> CheckResult:
+        """The gold row, warning when a gold solution would not pass evaluation (pass@k)."""
+        from hermes_envgen.runtime.evaluation.stats import PASS_TOLERANCE
+
+        threshold = report.get("eval_pass_threshold", 1.0)
+        below = [o for o in report["outcomes"] if o["gold"] < threshold - PASS_TOLERANCE]
+        if gold_row.status != PASS or not below:
+            return gold_row
+        return CheckResult(
+            gold_row.name,
+            WARN,
+            f"{gold_row.reason}, but {len(below)} earn less than eval_pass_threshold "
+            f"{threshold:g} (sample {below[0]['index']}: {below[0]['gold']:g}): pass@1 counts "
+            "a solved task as failed; set eval_pass_threshold to what a solved task earns at "
+            "least",
+        )
+
+    def failures_row(self, report: dict) -> CheckResult:
+        """Whether an agent can make a rollout fail (a hook or the reward breaking on what it
+        sent), and whether a failure pays more than a no-op (``failure_score``)."""
+        broken = report.get("broken_failures") or []
+        if broken:
+            return CheckResult(
+                FAILURES_ROW,
+                FAIL,
+                f"the agent can break the env: {_some(broken)}; make the hook or the reward "
+                "refuse what it cannot read",
+            )
+        score = float(report.get("failure_score", 0.0))
+        if score > self.noop:
+            return CheckResult(
+                FAILURES_ROW,
+                FAIL,
+                f"failure_score {score:g} pays a broken judge or hook more than a no-op may "
+                f"earn ({self.noop:g}): set it to 0",
+            )
+        return CheckResult(
+            FAILURES_ROW,
+            PASS,
+            f"no replay broke a hook or the reward; a failed rollout scores {score:g} "
+            "(failure_score) in training and evaluation",
+        )
 
     def injection_row(self, report: dict, stubbed: bool) -> CheckResult:
         """The judge-injection row: the configured judge grades an answer that tells it to pay."""
@@ -672,6 +747,41 @@ class ReplayChecks:
             f"the judge at {judge} scored an injection answer {score:g}"
             + (" (the scripted stub: pass --base-url to ask the real policy)" if stub else ""),
         )
+
+
+DOOR_ROWS = ("doors: gold parity", "doors: no-op and tampering")
+
+
+def door_rows(report: dict | None, noop: float) -> list[CheckResult]:
+    """Whether the session every door to another trainer runs (TRL's environment_factory, the
+    OpenEnv server) pays the gold solutions what the env's loop pays, and nothing for a no-op
+    or tampering (testing.door_parity); no rows from an env process that made no report."""
+    if report is None:
+        return []
+    if "error" in report:
+        return [CheckResult(name, FAIL, f"the door replays failed: {report['error']}")
+                for name in DOOR_ROWS]  # fmt: skip
+    if "skipped" in report:
+        return [CheckResult(name, WARN, report["skipped"]) for name in DOOR_ROWS]
+    n = len(report["session_gold"])
+    rows = []
+    for name, failures, passing in (
+        (DOOR_ROWS[0], report["gold_mismatches"],
+         f"a session (TRL, OpenEnv) pays all {n} gold solutions what process pays"),
+        (DOOR_ROWS[1], report["paid_for_nothing"],
+         f"through a session, a no-op and tampering earn <= {noop:g} on all {n}"),
+    ):  # fmt: skip
+        if failures:
+            rows.append(CheckResult(name, FAIL, _some(failures)))
+        else:
+            rows.append(CheckResult(name, PASS, passing))
+    return rows
+
+
+def _some(failures: list[str]) -> str:
+    """The first three failures, and how many more."""
+    more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
+    return "; ".join(failures[:3]) + more
 
 
 def _cleanup_check(*roots: Path) -> CheckResult:

@@ -18,6 +18,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from hermes_envgen.testing.envs import builtin_samples
+
 
 def load_module(target: str):
     """The env's module, from a ``.py`` path or a dotted module name."""
@@ -56,21 +58,20 @@ def find_class(target: str) -> type[Any] | str:
     return classes[0]
 
 
-def builtin_samples(env_cls: type[Any]) -> list | None:
-    """The env's ``SAMPLES``: in its module, or in a ``samples`` module beside it."""
-    samples = getattr(sys.modules.get(env_cls.__module__), "SAMPLES", None)
-    package = env_cls.__module__.rpartition(".")[0]
-    if samples is None and package:
-        try:
-            samples = importlib.import_module(f"{package}.samples").SAMPLES
-        except (ImportError, AttributeError):
-            samples = None
-    return samples if isinstance(samples, list) else None
+def replayable_samples(env_cls: type[Any]) -> list | None:
+    """The built-in samples, each with the prompt the env makes of it (a game's tasks carry
+    none): what the stub's scripts find each task's conversation by."""
+    from hermes_envgen.testing.envs import with_prompts
+
+    samples = builtin_samples(env_cls)
+    return with_prompts(env_cls, samples) if samples else samples
 
 
 def describe(env_cls: type[Any]) -> dict:
-    """What ``check`` needs to know of the env: its class, config and built-in tasks."""
+    """What ``check`` needs to know of the env: its class, config, tools and built-in tasks."""
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+
+    from hermes_envgen.testing.envs import offers_tools
 
     # config_init with every *_API_KEY unset: a key that is still there was written in the code.
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.endswith("_API_KEY")}
@@ -93,17 +94,22 @@ def describe(env_cls: type[Any]) -> dict:
         "tokenizer_name": config.tokenizer_name,
         "judge_base_url": getattr(config, "judge_base_url", None),
         "dataset_name": getattr(config, "dataset_name", None),
-        "samples": builtin_samples(env_cls),
+        "samples": replayable_samples(env_cls),
+        "tools": offers_tools(env_cls),
+        "failure_score": getattr(config, "failure_score", 0.0),
+        "eval_pass_threshold": getattr(config, "eval_pass_threshold", 1.0),
     }
 
 
 def reward_report(env_cls: type[Any], tokenizer: str, workdir: str, gold: str, noop: str) -> dict:
     """Gold and no-op replays of every built-in sample (see testing.reward_checks)."""
+    from hermes_envgen.testing.envs import offers_tools
+    from hermes_envgen.testing.policy import has_gold
     from hermes_envgen.testing.reward_checks import check_rewards
 
     samples = builtin_samples(env_cls)
-    if not samples or not all("prompt" in s and "solution" in s for s in samples):
-        return {"skipped": "the env has no built-in samples with gold solutions"}
+    if not samples or not all(has_gold(s) for s in replayable_samples(env_cls) or []):
+        return {"skipped": "the env has no built-in samples with gold solutions or players"}
     report = check_rewards(
         env_cls,
         samples,
@@ -118,6 +124,11 @@ def reward_report(env_cls: type[Any], tokenizer: str, workdir: str, gold: str, n
         "tamper_failures": report.tamper_failures,
         "shotgun_failures": report.shotgun_failures,
         "tool_touch_failures": report.tool_touch_failures,
+        "broken_failures": report.broken_failures,
+        "tools": offers_tools(env_cls),
+        "failure_score": getattr(env_cls.config_init()[0], "failure_score", 0.0),
+        "eval_pass_threshold": getattr(env_cls.config_init()[0], "eval_pass_threshold", 1.0),
+        "two_shots_failures": report.two_shots_failures,
     }
 
 
@@ -131,7 +142,7 @@ def injection_report(
     from hermes_envgen.testing.envs import build_env
     from hermes_envgen.testing.reward_checks import judge_injection
 
-    samples = builtin_samples(env_cls) or [{"prompt": "What is 2 + 2?", "answer": "4"}]
+    samples = replayable_samples(env_cls) or [{"prompt": "What is 2 + 2?", "answer": "4"}]
     server = {"model_name": model} if model else None
     # The env's own judge (its judge_base_url), not the stub: the check asks the judge it uses.
     # One it cannot set up (a remote judge without its key, offline) could not be asked.
@@ -176,7 +187,34 @@ def replays_report(
             report[name] = part()
         except BaseException as exc:  # as data, SystemExit included; see main
             report[name] = {"error": failure(exc)}
+    try:
+        report["doors"] = doors_report(env_cls, tokenizer, workdir, noop, report["rewards"])
+    except BaseException as exc:
+        report["doors"] = {"error": failure(exc)}
     return report
+
+
+def doors_report(
+    env_cls: type[Any], tokenizer: str, workdir: str, noop: str, rewards: dict
+) -> dict:
+    """The gold solutions through a session (what the doors to other trainers run) against
+    their rewards through the env's loop (the replays'), and a no-op and tampering through one
+    (see testing.door_parity)."""
+    from hermes_envgen.testing.door_parity import door_parity
+
+    samples = builtin_samples(env_cls)
+    if "outcomes" not in rewards or not samples:
+        return {"skipped": rewards.get("skipped") or "no gold replays to compare with"}
+    gold = [outcome["gold"] for outcome in rewards["outcomes"]]
+    report = door_parity(
+        env_cls,
+        samples,
+        tokenizer,
+        f"{workdir}/replays/doors",
+        noop_threshold=float(noop),
+        atropos_gold=gold,
+    )
+    return report.as_dict()
 
 
 def failure(exc: BaseException) -> str:

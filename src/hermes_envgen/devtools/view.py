@@ -1,11 +1,16 @@
-"""``hermes-envgen view``: rollouts as one self-contained HTML page.
+"""``hermes-envgen view``: rollouts as one self-contained HTML page, or two runs side by side.
 
-The renderer lives in ``hermes_envgen.runtime.rollout_view``, because ``process`` writes the
-same page beside its groups and the runtime imports nothing from devtools.
+The renderer of one run lives in ``hermes_envgen.runtime.rollout_view``, because ``process``
+writes the same page beside its groups and the runtime imports nothing from devtools; two
+runs side by side are :mod:`hermes_envgen.devtools.view_compare`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from hermes_envgen.errors import ViewError
 from hermes_envgen.runtime.rollout_view import (
     RolloutCard,
     load_rollouts,
@@ -13,4 +18,15 @@ from hermes_envgen.runtime.rollout_view import (
     write_view,
 )
 
-__all__ = ["RolloutCard", "load_rollouts", "render_html", "write_view"]
+__all__ = ["RolloutCard", "load_rollouts", "load_tokenizer", "render_html", "write_view"]
+
+
+def load_tokenizer(name: str | Path) -> Any:
+    """The run's tokenizer, to show the token views' text: a local directory or a hub name."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(name))
+    except Exception as exc:  # missing files, no network, a name that is no tokenizer
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ViewError(f"cannot load the tokenizer {name}: {reason}") from None

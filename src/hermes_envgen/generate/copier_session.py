@@ -46,6 +46,12 @@ def copier_session(
         yield
 
 
+# What VALUE may be, for a question whose default some answers leave out.
+_REQUIRED_HINTS = {
+    "judge_base_url": "the judge's URL, or 'policy' to let the policy grade its own answers",
+}
+
+
 def answer_error(exc: Exception, data: Mapping[str, Any]) -> UsageError | None:
     """Copier's ValueError for a bad answer or version, as one line naming what is wrong.
 
@@ -59,7 +65,8 @@ def answer_error(exc: Exception, data: Mapping[str, Any]) -> UsageError | None:
         return UsageError(f"invalid {key}{given}: {reason}")
     if required := _REQUIRED.match(message):
         key = required[1]
-        return UsageError(f"{key} has no default for these answers: pass --data {key}=VALUE")
+        hint = f" ({_REQUIRED_HINTS[key]})" if key in _REQUIRED_HINTS else ""
+        return UsageError(f"{key} has no default for these answers: pass --data {key}=VALUE{hint}")
     if choice := _INVALID_CHOICE.match(message):
         key, reason = choice.groups()
         return UsageError(f"invalid {key}: {reason}")

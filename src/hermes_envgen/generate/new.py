@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from hermes_envgen.errors import HermesEnvgenError, HookError, Interrupted, UsageError
@@ -39,6 +39,18 @@ class NewProject:
         return [*lines, "uv pip install -c constraints.txt -e '.[dev]'", "pytest"]
 
 
+def project_location(path: str, output_dir: Path | str = ".") -> tuple[str, Path]:
+    """The project's name and the directory it is made in, from NAME or a path to the project
+    (``./envs/my-env``), as ``copier copy`` takes it: the name is the path's last part, and a
+    relative path starts at ``output_dir``."""
+    given = PurePath(path)
+    if given.name in ("", ".", ".."):
+        raise UsageError(
+            f"{path!r} names no project: end the path with the project's name (./envs/my-env)"
+        )
+    return given.name, Path(output_dir) / given.parent
+
+
 def new_project(
     name: str,
     output_dir: Path | str = ".",
@@ -58,7 +70,9 @@ def new_project(
     _check_target(target)
     answers = dict(data or {})
     if answers.get("project_name", name) != name:
-        raise UsageError("the project name is the NAME argument, not --data project_name")
+        raise UsageError(
+            "the project name is the PATH argument's last part, not --data project_name"
+        )
     with ThreadPoolExecutor(max_workers=1) as pool:
         git_checked = pool.submit(check_git)  # while copier loads
         from copier import run_copy
@@ -134,7 +148,7 @@ CHAT_MODE = (
 def answer_notices(answers: Mapping[str, Any]) -> tuple[str, ...]:
     """Warnings about what the answers chose: said at generation, and again at start-up."""
     notices = []
-    if answers.get("reward_pattern") == "judge" and not answers.get("judge_base_url"):
+    if answers.get("reward_pattern") == "judge" and answers.get("judge_base_url") in ("", "policy"):
         notices.append(SELF_JUDGED.format(package=answers.get("package_name", "<package>")))
     if sampled_in_chat_mode(answers):
         notices.append(CHAT_MODE)

@@ -1,6 +1,7 @@
 """The runtime generated environments import: their one declared API.
 
-``__all__`` is what an env author uses: the base env and its settings, the task type and its
+``__all__`` is what an env author uses: the base env, its settings, its model servers' settings
+(``APIServerConfig``, atroposlib's) and the errors it raises, the task type and its
 loaders, the agent loop with its turn hooks and its result, the reward building blocks, the
 rollout's sandbox as a reward sees it, the tool decorator and the metric names. Everything else
 is internal and imported by its module path (``hermes_envgen.runtime.tools.REGISTRY``). Names
@@ -17,9 +18,13 @@ from typing import TYPE_CHECKING, Any
 from hermes_envgen._lazy import lazy_exports
 
 _EXPORTS = {
-    # the base env and its settings
+    # the base env, its settings and its model servers'
     "HermesAgentBaseEnv": "base_env",
     "HermesAgentEnvConfig": "config",
+    "APIServerConfig": "config",
+    # the errors an env raises for a mistake in its settings or its data (exit 2, one line)
+    "EnvConfigError": "errors",
+    "DatasetError": "errors",
     # tasks
     "Task": "tasks",
     "load_items": "datasets",
@@ -54,12 +59,24 @@ _EXPORTS = {
     "TRAIN": "records",
     # tools
     "tool": "tools",
+    # one session of the env, driven by any trainer (the doors to TRL, OpenEnv, verifiers)
+    "EnvSession": "session",
+    "EnvSessions": "session",
+    "SessionThread": "session",
+    "TurnEnd": "session",
+    "open_env": "session",
+    "openenv_app": "doors.openenv",
 }
 
 __all__ = [
     "EVAL",
     "TRAIN",
+    "APIServerConfig",
     "AgentResult",
+    "DatasetError",
+    "EnvConfigError",
+    "EnvSession",
+    "EnvSessions",
     "HermesAgentBaseEnv",
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
@@ -68,9 +85,11 @@ __all__ = [
     "ModelClient",
     "Reward",
     "RolloutState",
+    "SessionThread",
     "Task",
     "ToolContext",
     "ToolErrorRecord",
+    "TurnEnd",
     "TurnHooks",
     "answer_is",
     "ask_judge",
@@ -79,6 +98,8 @@ __all__ = [
     "judge_client",
     "load_items",
     "metric",
+    "open_env",
+    "openenv_app",
     "read_answer_file",
     "split_train_eval",
     "tool",
@@ -95,8 +116,6 @@ __all__ = [
 _DEPRECATED = {
     "ToolError": "agent_loop",  # ToolErrorRecord's earlier name
     "Rollout": "records",
-    "EnvConfigError": "errors",
-    "DatasetError": "errors",
     "SandboxError": "errors",
     "ToolExecutionError": "errors",
     "InferenceError": "errors",
@@ -140,8 +159,10 @@ if TYPE_CHECKING:
         TurnHooks,
     )
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
-    from hermes_envgen.runtime.config import HermesAgentEnvConfig
+    from hermes_envgen.runtime.config import APIServerConfig, HermesAgentEnvConfig
     from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
+    from hermes_envgen.runtime.doors.openenv import openenv_app
+    from hermes_envgen.runtime.errors import DatasetError, EnvConfigError
     from hermes_envgen.runtime.inference import ModelClient, judge_client
     from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
     from hermes_envgen.runtime.rewards import (
@@ -156,6 +177,13 @@ if TYPE_CHECKING:
         verify_in_sandbox,
         verify_with_pytest,
         weighted_score,
+    )
+    from hermes_envgen.runtime.session import (
+        EnvSession,
+        EnvSessions,
+        SessionThread,
+        TurnEnd,
+        open_env,
     )
     from hermes_envgen.runtime.tasks import Task
     from hermes_envgen.runtime.tool_context import ToolContext

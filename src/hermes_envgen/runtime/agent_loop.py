@@ -9,9 +9,12 @@ ended where it stands, with ``AgentResult.timed_out`` set. Every text of a reply
 Unicode as it arrives (lone surrogates replaced, counted in ``replaced_characters``).
 
 After every turn the loop asks its ``TurnHooks`` (the env, in a rollout the base env runs),
-each given the rollout's ``RolloutState``: ``env_response`` (messages the environment adds: a
-simulated user, a game's board, a test runner's verdict), then ``turn_reward``, then
-``is_done``. A reply without tool calls ends the rollout unless the environment responded.
+each given the rollout's ``RolloutState``: ``turn_reward`` (the turn's own reward), then
+``should_stop`` (the stop rule: True ends the rollout here, with no reply), then
+``env_response`` (messages the environment adds: a simulated user, a game's board, a test
+runner's verdict; ``state.finish()`` makes them the last). A reply without tool calls ends the
+rollout unless the environment responded. The env's own per-rollout state is ``state.data``,
+made by ``new_state(task)`` and typed by the env (``TurnHooks[TaskT, StateT]``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,16 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol
+from numbers import Real
+from typing import Any, Generic, NoReturn, Protocol, TypeAlias, TypeVar
 
-from hermes_envgen.runtime.errors import InferenceError
+from typing_extensions import TypeVar as DefaultedTypeVar
+
+from hermes_envgen.runtime.errors import EnvConfigError, InferenceError
 from hermes_envgen.runtime.parsers.base import new_alnum_id
 from hermes_envgen.runtime.records import TOOL_ERROR_PREFIX, ToolErrorRecord
 from hermes_envgen.runtime.retries import with_retries
@@ -44,14 +52,30 @@ ENV_ROLES = ("user", "system", "tool")
 # The record's earlier name (it is no exception); projects of earlier releases may import it.
 ToolError = ToolErrorRecord
 
+# What an env's tasks are (its dataset's items) and what it keeps per rollout (``new_state``):
+# an env names both, ``HermesAgentBaseEnv[MyTask, MyState]``; unnamed, each is Any.
+TaskT = DefaultedTypeVar("TaskT", default=Any)
+StateT = DefaultedTypeVar("StateT", default=Any)
+_T = TypeVar("_T")
+# A hook may be a plain ``def`` or an ``async def``: its value, or an awaitable of it.
+MaybeAwaitable: TypeAlias = _T | Awaitable[_T]
+
+# The hooks' earlier contract: a hook of this name is refused at start-up (see check_hooks).
+_RENAMED_HOOKS = {
+    "is_done": "the stop rule is now should_stop(state), asked after turn_reward and before "
+    "env_response (a finished game gets no trailing reply): rename it, and decide from the turn "
+    "itself (state.last_reply, state.data) rather than from what env_response kept",
+}
+
 
 @dataclass
-class AgentResult:
+class AgentResult(Generic[StateT]):
     """A finished rollout: the conversation and what happened in it."""
 
     messages: list[dict[str, Any]]
     turns_used: int = 0
-    # Ended by the model's answer or the env's is_done, not by turns, time or a failed server.
+    # Ended by the model's answer or the env (should_stop, finish), not by turns, time or a
+    # failed server.
     finished_naturally: bool = False
     tool_errors: list[ToolErrorRecord] = field(default_factory=list)
     reasoning_per_turn: list[str | None] = field(default_factory=list)
@@ -60,7 +84,10 @@ class AgentResult:
     timed_out: bool = False  # ended by the loop's time budget (max_rollout_seconds)
     replaced_characters: int = 0  # lone surrogates in the model's replies, made U+FFFD
     turn_rewards: list[float | None] = field(default_factory=list)  # turn_reward, per turn
-    metadata: dict[str, Any] = field(default_factory=dict)  # the env's own state (hooks')
+    metadata: dict[str, Any] = field(default_factory=dict)  # untyped scratch of the hooks
+    # The env's own state of this rollout, as its hooks left it: ``new_state(task)``'s value
+    # (None for an env without one).
+    data: StateT = None  # type: ignore[assignment]
     # Token mode: the exact tokens the model saw and generated, masks and logprobs; None in
     # chat mode, whose training data is rebuilt from ``messages``.
     token_trace: TokenTrace | None = None
@@ -92,21 +119,28 @@ class AgentResult:
 
 
 @dataclass
-class RolloutState:
+class RolloutState(Generic[TaskT, StateT]):
     """One rollout as every turn hook sees it, after each turn of the model.
 
-    ``messages``, ``turn_rewards`` and ``metadata`` are the result's own: keep the env's state
-    (a game's board, a simulated user's mood) in ``metadata``; ``compute_reward`` finds it in
-    ``result.metadata``. Add messages by returning them from ``env_response``, never by editing
-    ``messages``: in token mode the model's prompt is the exact tokens of what came before.
+    ``data`` is the env's own state of this rollout (a game's board, a simulated user's mood),
+    typed by the env: ``new_state(task)`` makes it, the hooks change it, ``compute_reward``
+    finds it in ``result.data``. ``messages`` and ``turn_rewards`` are the result's own. Add
+    messages by returning them from ``env_response``, never by editing ``messages``: in token
+    mode the model's prompt is the exact tokens of what came before.
     """
 
-    task: Any  # the item of the dataset, as format_prompt got it
+    task: TaskT  # the item of the dataset, as format_prompt got it
     task_id: str
-    result: AgentResult  # the rollout so far
+    result: AgentResult[StateT]  # the rollout so far
     tool_context: ToolContext  # the rollout's tools and sandbox
     split: str = "train"  # or "eval"
     turn: int = 0  # turns of the model so far; the hooks run after turn ``turn``
+    finished: bool = False  # set by finish(): this turn's env_response is the rollout's last
+
+    @property
+    def data(self) -> StateT:
+        """The env's own state of this rollout (``new_state``'s), kept across its turns."""
+        return self.result.data
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -115,7 +149,7 @@ class RolloutState:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The env's own state for this rollout, empty at its start."""
+        """An untyped dict for the hooks, empty at the start (``data`` is the typed state)."""
         return self.result.metadata
 
     @property
@@ -128,38 +162,67 @@ class RolloutState:
         """The model's message of this turn (``content``, maybe ``tool_calls``); {} before one."""
         return next((m for m in reversed(self.messages) if m.get("role") == "assistant"), {})
 
+    def finish(self) -> None:
+        """End the rollout after this turn: what ``env_response`` returns is the final message
+        (a game's "you won", a user's goodbye). It counts as finished naturally."""
+        self.finished = True
 
-class TurnHooks:
+
+class TurnHooks(Generic[TaskT, StateT]):
     """The turn logic an env overrides; the defaults add nothing (the plain tool-calling loop).
 
-    After each turn the loop calls ``env_response``, then ``turn_reward``, then ``is_done``.
-    Each may be ``async def`` or plain ``def``. One that raises ends the rollout with
-    ``AgentResult.error`` set (logged with its traceback); the rollout is scored as a failure.
+    ``new_state`` once before the first turn; after each turn ``turn_reward``, then
+    ``should_stop``, then (unless it stopped) ``env_response``. Each may be ``async def`` or
+    plain ``def``. One that raises, or returns what it must not, ends the rollout with
+    ``AgentResult.error`` naming it (logged); the rollout is scored as a failure.
     """
 
-    async def env_response(self, state: RolloutState) -> list[dict[str, Any]]:
-        """Messages the environment adds after this turn (after any tool results).
+    def new_state(self, task: TaskT) -> StateT:
+        """The env's own state of a rollout of ``task``, before its first turn (``state.data``).
 
-        A simulated user's reply, a game's new state, a test runner's verdict: usually
-        ``{"role": "user", "content": ...}``. When the model answered without tool calls, the
-        rollout goes on if this returns any message and ends if it returns none. Roles
-        ``user``, ``system`` or ``tool``: an ``assistant`` message (chat mode would train it)
-        ends the rollout as a failed hook. In token mode they are part of the next prompt,
-        masked: never trained.
+        The default keeps none (None); a game returns its board, a simulated user its memory.
         """
-        return []
+        return None  # type: ignore[return-value]
 
-    async def turn_reward(self, state: RolloutState) -> float | None:
-        """The reward of this turn, or None for none; kept in ``AgentResult.turn_rewards``."""
+    def turn_reward(self, state: RolloutState[TaskT, StateT]) -> MaybeAwaitable[float | None]:
+        """The reward of this turn (a finite number), or None for none; kept in
+        ``AgentResult.turn_rewards``. Asked first, before the env reacts to the turn."""
         return None
 
-    async def is_done(self, state: RolloutState) -> bool:
-        """Whether the rollout ends now, before the model's next turn (a custom stopping rule).
+    def should_stop(self, state: RolloutState[TaskT, StateT]) -> MaybeAwaitable[bool]:
+        """The stop rule: True ends the rollout now, before the env replies (a won game).
 
         The rollout then counts as finished naturally. Turns and time still run out as set
         (``max_agent_turns``, ``max_rollout_seconds``), whatever this says.
         """
         return False
+
+    def env_response(
+        self, state: RolloutState[TaskT, StateT]
+    ) -> MaybeAwaitable[list[dict[str, Any]]]:
+        """Messages the environment adds after this turn (after any tool results).
+
+        A simulated user's reply, a game's new state, a test runner's verdict: usually
+        ``{"role": "user", "content": "..."}``. When the model answered without tool calls,
+        the rollout goes on if this returns any message and ends if it returns none; after
+        ``state.finish()`` it ends with them. Roles ``user``, ``system`` or ``tool``, content a
+        string: an ``assistant`` message (chat mode would train it) ends the rollout as a
+        failed hook. In token mode they are part of the next prompt, masked: never trained.
+        """
+        return []
+
+
+def check_hooks(hooks: object) -> None:
+    """Refuse, in one line, hooks written for the earlier contract (``EnvConfigError``)."""
+    for name, change in _RENAMED_HOOKS.items():
+        if callable(getattr(hooks, name, None)):
+            raise EnvConfigError(f"{type(hooks).__name__}.{name}: {change}")
+
+
+def briefly(value: Any, show: Any = repr) -> str:
+    """A value a hook returned (or raised), as one short line of a failure's reason."""
+    text = " ".join(show(value).split())
+    return text if len(text) <= 120 else f"{text[:100]}... ({len(text)} characters)"
 
 
 class _HookFailed(Exception):
@@ -365,8 +428,10 @@ class HermesAgentLoop:
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         """Run the conversation until the model answers without a tool call (and the env adds
-        nothing), the env's ``is_done`` says so, or turns or the time budget run out."""
-        result = AgentResult(messages=[dict(m) for m in messages])
+        nothing), the env's ``should_stop`` or ``state.finish()`` says so, or turns or the time
+        budget run out. Hooks of the earlier contract are refused here (``EnvConfigError``)."""
+        check_hooks(self.hooks)
+        result: AgentResult[Any] = AgentResult(messages=[dict(m) for m in messages])
         try:
             if self.max_seconds is None:
                 await self._turns(result)
@@ -391,6 +456,10 @@ class HermesAgentLoop:
     async def _turns(self, result: AgentResult) -> None:
         """The turns of a rollout, each appended to ``result`` as it completes."""
         state = RolloutState(self.task, self.task_id, result, self.tool_context, self.split)
+        try:
+            result.data = await self._hook("new_state", state, self.task)
+        except _HookFailed:
+            return
         for turn in range(1, self.max_turns + 1):
             try:
                 reply = await self._complete(result.messages)
@@ -454,10 +523,27 @@ class HermesAgentLoop:
 
     async def _after_turn(self, state: RolloutState) -> tuple[bool, bool]:
         """Run the hooks after a turn: whether the env responded, and whether it is done."""
+        reward = await self._hook("turn_reward", state)
+        if reward is not None:
+            if not isinstance(reward, Real) or not math.isfinite(float(reward)):
+                self._hook_failed(
+                    state, "turn_reward", f"it returned {briefly(reward)}, not a finite number"
+                )
+            reward = float(reward)
+        state.result.turn_rewards.append(reward)
+        stop = await self._hook("should_stop", state)
+        if not isinstance(stop, bool):
+            self._hook_failed(
+                state, "should_stop", f"it returned {briefly(stop)}, not True or False"
+            )
+        if stop:
+            return False, True
         added = await self._hook("env_response", state)
         if not isinstance(added, list) or not all(isinstance(m, dict) for m in added):
             self._hook_failed(
-                state, "env_response", f"it returned {type(added).__name__}, not a list of dicts"
+                state,
+                "env_response",
+                f"it returned {briefly(added)}, not a list of messages (dicts)",
             )
         if spoken := [m.get("role") for m in added if m.get("role") not in ENV_ROLES]:
             # Assistant text is trained (chat mode): the env must not put words in its mouth.
@@ -466,25 +552,25 @@ class HermesAgentLoop:
                 "env_response",
                 f"a message of role {spoken[0]!r} (the env speaks as {', '.join(ENV_ROLES)})",
             )
+        if odd := [m.get("content") for m in added if not isinstance(m.get("content"), str)]:
+            self._hook_failed(
+                state,
+                "env_response",
+                f"a message whose content is {briefly(odd[0])}, not a string",
+            )
         state.result.messages.extend(dict(m) for m in added)
-        reward = await self._hook("turn_reward", state)
-        if reward is not None:
-            try:
-                reward = float(reward)
-            except (TypeError, ValueError):
-                self._hook_failed(state, "turn_reward", f"it returned {reward!r}, not a number")
-        state.result.turn_rewards.append(reward)
-        return bool(added), bool(await self._hook("is_done", state))
+        return bool(added), state.finished
 
-    async def _hook(self, name: str, state: RolloutState) -> Any:
-        """Call one hook, sync or async; a hook that raises ends the rollout (``_HookFailed``)."""
+    async def _hook(self, name: str, state: RolloutState, *args: Any) -> Any:
+        """Call one hook (on ``state``, or on ``args`` when given), sync or async; a hook that
+        raises ends the rollout (``_HookFailed``)."""
         try:
-            value = getattr(self.hooks, name)(state)
+            value = getattr(self.hooks, name)(*(args or (state,)))
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
             logger.exception("task %s: %s failed; the rollout ends", self.task_id, name)
-            self._hook_failed(state, name, f"{type(exc).__name__}: {exc}")
+            self._hook_failed(state, name, f"{type(exc).__name__}: {briefly(exc, str)}")
         return value
 
     def _hook_failed(self, state: RolloutState, name: str, why: str) -> NoReturn:

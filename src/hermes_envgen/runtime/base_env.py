@@ -2,11 +2,11 @@
 
 A subclass writes what is particular to its task (``config_init``, ``format_prompt``,
 ``compute_reward``, optionally ``prepare_sandbox``, ``make_judge`` and ``load_tasks``) and, for
-turn logic of its own, the turn hooks of :class:`TurnHooks` (``env_response``, ``turn_reward``,
-``is_done``) or ``make_loop``; the base loads, splits and cycles the tasks and evaluates the
-held-out ones (:class:`EnvTasks`), runs the group's rollouts concurrently, each in its own
-sandbox, scores them, turns the conversations into exact training data, and keeps training and
-evaluation metrics apart.
+turn logic of its own, the turn hooks of :class:`TurnHooks` (``new_state``, ``turn_reward``,
+``should_stop``, ``env_response``) or ``make_loop``; the base loads, splits and cycles the
+tasks and evaluates the held-out ones (:class:`EnvTasks`), runs the group's rollouts
+concurrently, each in its own sandbox, scores them, turns the conversations into exact training
+data, and keeps training and evaluation metrics apart.
 """
 
 from __future__ import annotations
@@ -18,15 +18,25 @@ import sys
 import time
 import uuid
 from abc import abstractmethod
+from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic
 
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
-from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop, TurnHooks
+from hermes_envgen.runtime.agent_loop import (
+    AgentResult,
+    HermesAgentLoop,
+    StateT,
+    TaskT,
+    TurnHooks,
+    briefly,
+    check_hooks,
+)
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
 from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
+from hermes_envgen.runtime.env_overrides import TrainingBuffer, guard_overrides
 from hermes_envgen.runtime.env_tasks import EnvTasks
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
@@ -35,6 +45,7 @@ from hermes_envgen.runtime.errors import (
     NothingMeasured,
 )
 from hermes_envgen.runtime.evaluation import (
+    FAILURE_WARN_SHARE,
     ResumeError,
     SampleJournal,
     eval_settings,
@@ -52,7 +63,16 @@ from hermes_envgen.runtime.inference import (
 )
 from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
-from hermes_envgen.runtime.records import METRICS_FILE, Metric, Rollout, RolloutStats
+from hermes_envgen.runtime.records import (
+    EVAL,
+    FAILURES_FILE,
+    METRICS_FILE,
+    TRAIN,
+    Metric,
+    Rollout,
+    RolloutStats,
+    metric,
+)
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
@@ -69,8 +89,18 @@ logger = logging.getLogger(__name__)
 
 
 # atroposlib is untyped: BaseEnv is Any to mypy, which a subclass of it is told of (misc).
-class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: ignore[misc]
-    """Base class of tool-using agent environments on Atropos (its tasks: see EnvTasks)."""
+class HermesAgentBaseEnv(
+    EnvTasks,
+    TurnHooks[TaskT, StateT],
+    ServeDelivery,
+    BaseEnv,  # type: ignore[misc]
+    Generic[TaskT, StateT],
+):
+    """Base class of tool-using agent environments on Atropos (its tasks: see EnvTasks).
+
+    ``HermesAgentBaseEnv[MyTask, MyState]`` types the env's tasks and its per-rollout state
+    (``new_state``) for its hooks and ``compute_reward``; left out, both are Any.
+    """
 
     env_config_cls = HermesAgentEnvConfig
     tool_registry: ToolRegistry = REGISTRY
@@ -79,6 +109,28 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
     judge: ModelClient | None = None
     # The client of the policy's server (every rollout's requests): made in __init__.
     policy: ModelClient
+    # The toolsets this env is made for: a hint beside the enabled_toolsets setting, which
+    # decides; used when the setting is left unset (None).
+    default_toolsets: ClassVar[list[str] | None] = None
+    # What the guards around the author's overrides keep (see env_overrides).
+    runtime_attribute_names: frozenset[str] = frozenset()
+    evaluations_running = 0
+    evaluate_mode = False
+    wandb_log_running = False
+    wandb_log_reached_base = False
+    warned_wandb_log = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        guard_overrides(cls)  # the author's setup, get_next_item, compute_reward, evaluate...
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A list the env makes while an evaluation runs (``self.buffer = []`` in wandb_log) is
+        # a TrainingBuffer too, so that evaluation's entries stay out of it.
+        own = name not in self.runtime_attribute_names
+        if type(value) is list and self.evaluations_running and own:
+            value = TrainingBuffer(value)
+        super().__setattr__(name, value)
 
     @property
     def model(self) -> ModelClient:
@@ -100,6 +152,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
                 "W&B logging is off: no WANDB_API_KEY is set (set it, or WANDB_MODE, to log)"
             )
             config.use_wandb = False
+        check_hooks(self)  # hooks of the earlier contract: one line naming the change, exit 2
         if not config.tokenizer_name or config.tokenizer_name == "none":
             raise EnvConfigError(
                 "tokenizer_name is not set: pass --env.tokenizer_name with the Hugging Face "
@@ -175,7 +228,11 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
                 )
             # The toolsets' settings and clients, in every rollout's ToolContext; those the
             # env names in enabled_toolsets are checked now.
-            named = self._resolve_tools()[1] if config.enabled_toolsets else set()
+            named = (
+                self._resolve_tools()[1]
+                if config.enabled_toolsets or self.default_toolsets
+                else set()
+            )
             self.tool_services = config.tool_services(named)
         except EnvConfigError:
             self._discard_empty_output()
@@ -188,6 +245,9 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         self._progress: RunProgress | None = None  # process mode's bar, made on first group
         self._delivery: GroupDelivery | None = None  # serve mode's, from registration on
         self._equal_scores = EqualScoreSkips()  # serve mode's groups left out, said rarely
+        if config.data_dir_to_save_evals is None:  # evaluate always saves its results
+            config.data_dir_to_save_evals = str(Path("eval_results") / (self.name or "env"))
+        self.runtime_attribute_names = frozenset(vars(self))
 
     def _discard_empty_output(self) -> None:
         """Close and remove the JSONL that process mode opened, while it is still empty."""
@@ -243,22 +303,30 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
     async def _run_evaluate(self) -> None:
         await self.check_model_server()
+        self.evaluate_mode = True  # setup must leave evaluation tasks (env_overrides)
         await super()._run_evaluate()
 
     # -- what a subclass writes ---------------------------------------------------------------
 
     @abstractmethod
-    def format_prompt(self, item: Any) -> str | list[dict[str, Any]]:
+    def format_prompt(self, item: TaskT) -> str | list[dict[str, Any]]:
         """The task as the agent sees it: a user message, or a list of messages."""
 
     @abstractmethod
     async def compute_reward(
-        self, item: Any, result: AgentResult, ctx: ToolContext
+        self, item: TaskT, result: AgentResult[StateT], ctx: ToolContext
     ) -> float | Reward:
-        """Score a finished rollout in [0, 1]; ``ctx`` reaches into the rollout's sandbox."""
+        """Score a finished rollout in [0, 1]; ``ctx`` reaches into the rollout's sandbox, and
+        ``result.data`` is the state the turn hooks kept (``new_state``'s)."""
 
-    async def prepare_sandbox(self, item: Any, ctx: ToolContext) -> None:
+    async def prepare_sandbox(self, item: TaskT, ctx: ToolContext) -> None:
         """Put what the task needs into the fresh sandbox before the agent starts (optional)."""
+
+    def gold_player(self, item: TaskT) -> list[str | dict[str, Any]] | None:
+        """A scripted player that solves ``item``: the model's replies in order (a text, or a
+        turn with ``tool_calls``), which ``check`` and the reward checks replay as its gold
+        solution (optional; a task may carry its own as ``player``, or a shell ``solution``)."""
+        return None
 
     def make_judge(self) -> ModelClient | None:
         """The client of the reward's LLM judge (optional; ``judge_client`` makes one)."""
@@ -268,14 +336,19 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
     def _resolve_tools(self) -> tuple[list[dict[str, Any]], set[str]]:
         """The tool schemas offered to the model and the names it may call (each rollout's)."""
+        enabled = self.config.enabled_toolsets
         tools = self.tool_registry.resolve(
-            self.config.enabled_toolsets, self.config.disabled_toolsets
+            self.default_toolsets if enabled is None else enabled, self.config.disabled_toolsets
         )
         return [t.schema for t in tools], {t.name for t in tools}
 
+    def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
+        """``_resolve_tools`` by the name the Hermes skill's ``evaluate`` calls it."""
+        return self._resolve_tools()
+
     # -- rollouts -----------------------------------------------------------------------------
 
-    def build_messages(self, item: Any) -> list[dict[str, Any]]:
+    def build_messages(self, item: TaskT) -> list[dict[str, Any]]:
         """The conversation's opening: the system prompt, then the formatted task."""
         prompt = self.format_prompt(item)
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
@@ -292,7 +365,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
     def make_loop(
         self,
-        item: Any,
+        item: TaskT,
         ctx: ToolContext,
         *,
         split: str,
@@ -303,7 +376,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
         Override it for a loop of your own per task: change the one made here (``max_turns``,
         ``max_seconds``) or return a ``HermesAgentLoop`` subclass. Its hooks are this env's
-        (``env_response``, ``turn_reward``, ``is_done``), its task ``item``.
+        (``new_state``, ``turn_reward``, ``should_stop``, ``env_response``), its task ``item``.
         """
         backend = None
         if self._token_server:  # vllm/sglang: token ids in and out, tool calls parsed here
@@ -337,7 +410,7 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
 
     async def run_agent(
         self,
-        item: Any,
+        item: TaskT,
         *,
         split: str = "train",
         temperature: float | None = None,
@@ -370,10 +443,13 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
             reward, reward_error = await self._score(item, result, ctx)
         finally:
             await ctx.cleanup()
+        # A failure (its judge, a hook, the server gave out) scores what the env set, whatever
+        # the reward made of what was left: an agent gains nothing by breaking something.
+        score = self.config.failure_score if reward.failure else reward.score
         return Rollout(
             item,
             result,
-            reward.score,
+            score,
             task_id,
             reward_error,
             reward.counts,
@@ -389,7 +465,8 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         result: AgentResult | None = None,
         lost: bool = False,
     ) -> Rollout:
-        """A rollout whose sandbox could not start: scored 0.0 with the reason as reward error.
+        """A rollout whose sandbox could not start: a failure (``failure_score``) with the
+        reason as reward error.
 
         The model is never asked (its tools could not run); the group goes on. The reason is
         logged once per distinct message, not once per rollout. ``lost``: the sandbox went
@@ -398,25 +475,31 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         what = "was lost mid-rollout" if lost else "could not start"
         if error not in self._sandbox_errors_logged:
             self._sandbox_errors_logged.add(error)
-            logger.error("the sandbox %s; rollouts score 0.0: %s", what, error)
+            logger.error("the sandbox %s; its rollouts are failures: %s", what, error)
         result = result or AgentResult(messages=self.build_messages(item))
         failure = f"sandbox {'lost' if lost else 'failed'}: {error}"
-        reward = Reward(0.0, counts={Metric.REWARD_ERRORS: 1.0}, failure=failure)
-        return Rollout(item, result, 0.0, task_id, error, reward.counts, failure=reward.failure)
+        score = self.config.failure_score
+        counts = {Metric.REWARD_ERRORS: 1.0}
+        return Rollout(item, result, score, task_id, error, counts, failure=failure)
 
     async def _score(
         self, item: Any, result: AgentResult, ctx: ToolContext
     ) -> tuple[Reward, str | None]:
-        """The reward; 0.0 and a ``reward_error`` when compute_reward fails (the group goes on)."""
+        """The reward; a failure and a ``reward_error`` when compute_reward fails (the group goes
+        on)."""
         try:
             outcome = await self.compute_reward(item, result, ctx)
         except Exception as exc:
-            logger.exception("compute_reward failed; scoring 0.0. Item: %r", item)
+            logger.exception("compute_reward failed; a failure. Item: %r", item)
             error = f"{type(exc).__name__}: {exc}"
+            return _reward_error(error), error
+        if not isinstance(outcome, (Reward, Real)):  # a shape no score can be made of
+            logger.error("compute_reward returned %s; a failure. Item: %r", briefly(outcome), item)
+            error = f"it returned {briefly(outcome)}, not a number or a Reward"
             return _reward_error(error), error
         reward = outcome if isinstance(outcome, Reward) else Reward(float(outcome))
         if not math.isfinite(reward.score):
-            logger.error("compute_reward returned %r; scoring 0.0. Item: %r", reward.score, item)
+            logger.error("compute_reward returned %r; a failure. Item: %r", reward.score, item)
             error = f"non-finite reward {reward.score!r}"
             return _reward_error(error), error
         if result.error is not None and reward.failure is None:
@@ -488,8 +571,9 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
     async def run_eval(self, items: list[Any], task_name: str | None = None) -> dict[str, float]:
         """Evaluate with the full agent loop and tools: k samples per item, saved as they finish.
 
-        Scored rollouts go to samples.jsonl and failures (no measured score) to failures.jsonl,
-        a line per rollout as soon as it is done; metrics.json gets pass@k, 95% intervals and
+        Scored rollouts go to samples.jsonl and failures (no measured score: each counts at
+        ``failure_score``) to failures.jsonl, a line per rollout as soon as it is done; a high
+        failure share is a warning; metrics.json gets pass@k, 95% intervals and
         what the run was (versions, model, provider, config). With ``resume`` the rollouts an
         interrupted run saved are not run again. The numbers go to ``eval/`` metrics only,
         never into training buffers. See :mod:`hermes_envgen.runtime.evaluation`.
@@ -528,7 +612,12 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
             progress.close()
             journal.close()
         records = [journal.records[t.key] for t in tasks]  # earlier runs' and this one's
-        metrics = summarize(records, config.eval_samples_per_item, config.eval_pass_threshold)
+        metrics = summarize(
+            records,
+            config.eval_samples_per_item,
+            config.eval_pass_threshold,
+            failure_score=config.failure_score,
+        )
         self._pending_eval_metrics = dict(metrics)
         await self.evaluate_log(
             metrics,
@@ -547,6 +636,15 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         if config.data_dir_to_save_evals is not None:
             record_run(Path(config.data_dir_to_save_evals) / METRICS_FILE, run_record(self))
         failed = [r for r in records if r.get("failure")]
+        if failed and len(failed) > FAILURE_WARN_SHARE * len(records):
+            # Loud: these numbers measure what broke more than the model.
+            print(
+                f"warning: {len(failed)} of {len(records)} rollouts failed "
+                f"({metric(EVAL, Metric.FAILURE_RATE)} {len(failed) / len(records):.2f}), each "
+                f"counted at failure_score {config.failure_score:g}; the first: "
+                f"{failed[0]['failure']} (the rest in {FAILURES_FILE})",
+                file=sys.stderr,
+            )
         if records and len(failed) == len(records):
             raise NothingMeasured(
                 f"no rollout could be measured: all {len(records)} failed; the first: "
@@ -581,16 +679,27 @@ class HermesAgentBaseEnv(EnvTasks, TurnHooks, ServeDelivery, BaseEnv):  # type: 
         except BaseException:  # whatever stopped it: an empty file is no output
             self._discard_empty_output()
             raise
-        write_groups_page(Path(self.config.data_path_to_save_groups))
+        write_groups_page(Path(self.config.data_path_to_save_groups), self.tokenizer)
+
+    def signal_means(self) -> dict[str, float]:
+        """The means of the reward's signals over this step's measured training rollouts, as
+        ``train/<signal>`` (what ``wandb_log`` logs of them)."""
+        signals = self._train_stats.signals
+        return {metric(TRAIN, name): sum(v) / len(v) for name, v in signals.items() if v}
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
         """Add reward, turn and tool-error metrics (training and last evaluation), then log."""
+        self.wandb_log_reached_base = True
         wandb_metrics = dict(wandb_metrics or {})
         wandb_metrics.update(self._train_stats.metrics("train"))
         wandb_metrics.update(self._pending_eval_metrics)
         self._train_stats = RolloutStats()
         self._pending_eval_metrics = {}
         await super().wandb_log(wandb_metrics)
+
+
+guard_overrides(HermesAgentBaseEnv)
+guard_overrides(EnvTasks)
 
 
 def _reward_error(error: str) -> Reward:

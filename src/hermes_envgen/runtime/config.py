@@ -7,6 +7,9 @@ import logging
 from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
+from atroposlib.envs.server_handling.server_baseline import (
+    APIServerConfig as AtroposServerConfig,
+)
 from pydantic import Field, Json, field_validator, model_validator
 
 from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxSettings
@@ -17,18 +20,20 @@ from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings
 logger = logging.getLogger(__name__)
 
 # Settings renamed after 0.1 (they configure the sandbox, not a terminal): the old names keep
-# working for one release, in config files, config_init and --env. flags, with a warning.
+# working, in config files, config_init and --env. flags; those of this project's own with a
+# warning for one release, the Hermes skill's (SKILL_NAMES) for good, without one.
 RENAMED_SETTINGS = {
     "terminal_backend": "sandbox_backend",
     "terminal_timeout": "sandbox_command_timeout",
     "terminal_lifetime": "sandbox_idle_lifetime",
 }
+SKILL_NAMES = frozenset({"terminal_backend"})
 _warned: set[str] = set()
 
 
 def warn_renamed(old: str) -> None:
     """Say once per process that a setting's old name is deprecated, and its new name."""
-    if old not in _warned:
+    if old not in _warned and old not in SKILL_NAMES:
         _warned.add(old)
         logger.warning(
             "warning: %s is deprecated, use %s (the old name goes in the next release)",
@@ -48,6 +53,14 @@ def renamed_flags(args: list[str]) -> list[str]:
             arg = f"--env.{RENAMED_SETTINGS[old]}{sep}{value}"
         renamed.append(arg)
     return renamed
+
+
+class APIServerConfig(AtroposServerConfig):  # type: ignore[misc]  # atroposlib: no types
+    """One model server the rollouts ask: base_url, model_name, server_type, api_key, timeout.
+
+    atroposlib's own settings class, importable from ``hermes_envgen.runtime`` for
+    ``config_init``: an env imports nothing from atroposlib's deep paths.
+    """
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: no types
@@ -309,7 +322,16 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     eval_pass_threshold: float = Field(
         default=1.0,
         description="Reward at or above which an evaluation rollout counts as passed, for "
-        "pass@1, pass@k and pass^k (1.0: only a full score passes).",
+        "pass@1, pass@k and pass^k (1.0: only a full score passes). A shaped reward (a game "
+        "that pays fewer guesses more) sets it to what a solved task earns at least.",
+    )
+    failure_score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="The score of a rollout that failed (its judge, a turn hook, compute_reward, "
+        "its sandbox or the model server gave out), in training and in every evaluation metric: "
+        "never more than a no-op earns, or breaking something pays.",
     )
     resume: bool = Field(
         default=False,
@@ -374,10 +396,10 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
                 data[new] = value
         return data
 
-    # The old names, readable for one release (code of earlier projects may read them).
+    # The old names, readable (code of earlier projects, and the Hermes skill's, reads them).
     @property
     def terminal_backend(self) -> str:
-        """Old sandbox_backend."""
+        """sandbox_backend, by the Hermes skill's name for it."""
         return self.sandbox_backend
 
     @property

@@ -11,6 +11,11 @@ group. A post whose answer was lost after the request went out (a slow or overlo
 run-api, a broken connection) may have landed: it is recorded as ``answer_lost`` and never
 sent again, since run-api cannot tell a second copy from a new group and would queue both.
 A group that cannot be delivered is logged with its id; ``counts`` keeps the tally.
+
+SIGTERM ends serve with a bounded flush: the workers stop, the posts under way get
+``SHUTDOWN_FLUSH`` seconds for their answers, and a post still unanswered then is recorded as
+``answer_lost`` (run-api may have it), so nothing the trainer received is missing from the
+record. A delivery cancelled any other way after its request went out is recorded so too.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import gzip
 import json
 import logging
 import os
+import signal
 import socket
 import time
 from collections import Counter
@@ -47,6 +53,9 @@ ACCEPTED = frozenset({"received", "buffered"})  # run-api's answers when it took
 RETRYABLE_STATUS = frozenset({408, 429})  # besides 5xx: run-api may take it a moment later
 FIRST_DELAY, MAX_DELAY = 0.5, 10.0  # back-off between attempts, doubling
 DISCONNECT_TIMEOUT = 5.0  # seconds a worker that is ending gives run-api to note it
+# Seconds SIGTERM leaves the posts under way for run-api's answers (Slurm, Docker and
+# Kubernetes wait 10-30 s before they kill): what is unanswered then is recorded answer_lost.
+SHUTDOWN_FLUSH = 8.0
 # Each record line's "delivery": run-api said it took the group, or the request went out and
 # its answer never came (the group may or may not be queued; it is not sent again).
 DELIVERY_KEY = "delivery"
@@ -91,10 +100,22 @@ class GroupDelivery:
         delivery.add_done_callback(self._pending.discard)
         return await asyncio.shield(delivery)
 
-    async def drain(self) -> None:
-        """Wait for every delivery under way, then close the session and the record."""
+    async def drain(self, within: float | None = None) -> None:
+        """Wait for every delivery under way, then close the session and the record.
+
+        ``within``: seconds to wait at most; the deliveries still under way then are
+        cancelled (one whose request went out is recorded as ``answer_lost``).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if within is None else loop.time() + within
         while self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                for delivery in list(self._pending):
+                    delivery.cancel()
+                await asyncio.gather(*self._pending, return_exceptions=True)
+                break
+            await asyncio.wait(set(self._pending), timeout=left)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -106,11 +127,7 @@ class GroupDelivery:
 
     async def abandon(self) -> None:
         """run-api is gone: give up the deliveries under way, close the session and record."""
-        for delivery in list(self._pending):
-            delivery.cancel()
-        await asyncio.gather(*self._pending, return_exceptions=True)
-        self._pending.clear()
-        await self.drain()
+        await self.drain(within=0)
 
     async def _deliver(self, payload: dict[str, Any] | list[dict[str, Any]]) -> bool:
         groups = payload if isinstance(payload, list) else [payload]
@@ -126,6 +143,16 @@ class GroupDelivery:
             sent = SimpleNamespace(out=False)  # set once the request's headers went out
             try:
                 status, answer = await self._post(url, body, headers, sent)
+            except asyncio.CancelledError:
+                if sent.out:  # stopped (SIGTERM's flush ran out, run-api gone) while waiting
+                    logger.warning(
+                        "group(s) %s sent to run-api, stopped before its answer: recorded as "
+                        "%s (it may have arrived)",
+                        ids,
+                        ANSWER_LOST,
+                    )
+                    self._write_record(groups, ANSWER_LOST)
+                raise
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 if sent.out:
@@ -202,6 +229,43 @@ class GroupDelivery:
 async def _mark_sent(session: Any, context: SimpleNamespace, params: Any) -> None:
     """Trace hook: the request's headers went out, so run-api may act on it from now on."""
     context.trace_request_ctx.out = True
+
+
+class TerminationRequest:
+    """While entered, SIGTERM sets ``future`` instead of raising SystemExit at once.
+
+    Serve mode's main loop waits on it, so that SIGTERM can stop the workers and flush the
+    posts under way. The handler that was there before (exit on SIGTERM) comes back on exit.
+    """
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> TerminationRequest:
+        loop = asyncio.get_running_loop()
+        try:
+            self._previous = signal.getsignal(signal.SIGTERM)
+            loop.add_signal_handler(signal.SIGTERM, self._request)
+            self._installed = True
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+            pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+            if self._previous is not None:  # None: set outside Python, left as asyncio left it
+                signal.signal(signal.SIGTERM, self._previous)
+
+    def _request(self) -> None:
+        if not self.future.done():
+            logger.warning(
+                "SIGTERM: serve stops; the groups under way get %g s for run-api's answers",
+                SHUTDOWN_FLUSH,
+            )
+            self.future.set_result(None)
 
 
 def _tally(counts: Counter[str]) -> list[str]:
@@ -316,7 +380,20 @@ class ServeDelivery(_EnvBase):  # type: ignore[misc]  # atroposlib: no types
         # for good would keep serve mode asking forever, so such a failure ends the run.
         self._model_lost = asyncio.get_running_loop().create_future()
         manager = asyncio.ensure_future(super().env_manager())
-        await asyncio.wait({manager, self._model_lost}, return_when=asyncio.FIRST_COMPLETED)
+        with TerminationRequest() as terminated:
+            await asyncio.wait(
+                {manager, self._model_lost, terminated.future},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        if terminated.future.done():
+            # SIGTERM: no new rollouts; the posts under way get a bounded flush, then exit
+            # as SIGTERM's default would (128 + 15), the worker disconnected on the way out.
+            for task in [manager, *getattr(self, "workers", ())]:
+                task.cancel()
+            await asyncio.gather(manager, return_exceptions=True)
+            if self._delivery is not None:
+                await self._delivery.drain(within=SHUTDOWN_FLUSH)
+            raise SystemExit(128 + signal.SIGTERM)
         if manager.done():
             try:
                 await manager

@@ -3,9 +3,10 @@
 ``HermesAgentBaseEnv`` inherits it. At ``setup`` the tasks are loaded (``load_tasks``: the
 configured dataset, else the env's built-in ``samples``), split into training and evaluation
 tasks by ``split_seed`` (the same on every worker of a run, so that none trains on what another
-holds out) and put in the order of this worker's ``seed``; ``get_next_item`` cycles through
-them and ``evaluate`` runs the held-out ones through the full agent loop. An env overrides
-``load_tasks`` to get its tasks from elsewhere, and keeps the rest.
+holds out) and put in the order of this worker's ``seed`` (``split_tasks``); ``get_next_item``
+cycles through them and ``evaluate`` runs the held-out ones through the full agent loop
+(``run_eval``). A generated env writes these methods out with these building blocks, for its
+author to edit; an env that does not define them gets these.
 """
 
 from __future__ import annotations
@@ -41,23 +42,10 @@ class EnvTasks:
             self, items: list[Any], task_name: str | None = None
         ) -> dict[str, float]: ...
 
-    def load_tasks(self) -> list[Task]:
+    def load_tasks(self, samples: Sequence[Task] | None = None) -> list[Task]:
         """Every task of the env, before the split: the rows of ``dataset_name``, else
-        ``samples``. A dataset that cannot be loaded stops the run (``DatasetError``) unless
-        ``dataset_fallback`` is set. Override to load tasks from anywhere else."""
-        config = self.config
-        tasks, self.task_source = configured_tasks(
-            config.dataset_name,
-            config.dataset_split,
-            config.prompt_field,
-            config.answer_field,
-            samples=self.samples,
-            fallback=config.dataset_fallback,
-        )
-        return tasks
-
-    async def setup(self) -> None:
-        """Load the tasks and hold some out for evaluation (``eval_size``)."""
+        ``samples`` (the class's ``samples`` when None). A dataset that cannot be loaded stops
+        the run (``DatasetError``) unless ``dataset_fallback`` is set."""
         config = self.config
         if config.dataset_name and config.dataset_fallback:
             logger.warning(
@@ -65,15 +53,29 @@ class EnvTasks:
                 "built-in samples instead",
                 config.dataset_name,
             )
-        train, self.eval_items = split_train_eval(
-            self.load_tasks(), config.eval_size, config.split_seed
+        tasks, self.task_source = configured_tasks(
+            config.dataset_name,
+            config.dataset_split,
+            config.prompt_field,
+            config.answer_field,
+            samples=self.samples if samples is None else samples,
+            fallback=config.dataset_fallback,
         )
-        self.train_items = training_order(train, config.seed)
+        return tasks
+
+    def split_tasks(self, tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
+        """Training and evaluation tasks: ``eval_size`` held out by ``split_seed`` (the same on
+        every worker of a run), the rest in the order of this worker's ``seed``."""
+        config = self.config
+        train, held_out = split_train_eval(tasks, config.eval_size, config.split_seed)
+        train = training_order(train, config.seed)
+        print(f"{len(train)} training and {len(held_out)} evaluation tasks from {self.task_source}")
+        return train, held_out
+
+    async def setup(self) -> None:
+        """Load the tasks and hold some out for evaluation (``eval_size``)."""
+        self.train_items, self.eval_items = self.split_tasks(self.load_tasks())
         self.next_index = 0
-        print(
-            f"{len(self.train_items)} training and {len(self.eval_items)} evaluation tasks "
-            f"from {self.task_source}"
-        )
 
     async def get_next_item(self) -> Any:
         """The next training task, cycling through them in this worker's order.

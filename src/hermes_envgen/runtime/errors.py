@@ -155,3 +155,8 @@ class NothingMeasured(HermesEnvgenError):
     """An evaluation in which every rollout failed: there is no score to report."""
 
     exit_code = 2
+
+
+class DoorUnavailable(EnvConfigError):
+    """A trainer's library that a door needs is missing or at a version it does not support;
+    or the env cannot be offered through that door (the message says why)."""

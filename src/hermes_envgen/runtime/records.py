@@ -56,7 +56,7 @@ class RolloutRecord(TypedDict, total=False):
     item: Any
     task_id: str
     reward: float | None  # None when the score was not measured (see failure)
-    failure: str | None  # why the score was not measured; such records stay out of metrics
+    failure: str | None  # why the score was not measured: it counts as failure_score
     turns_used: int
     finished_naturally: bool
     tool_calls: int
@@ -76,8 +76,9 @@ class RolloutRecord(TypedDict, total=False):
 class Metric:
     """Metric names without their split: ``metric("eval", Metric.MEAN_REWARD)``."""
 
-    ROLLOUTS = "rollouts"  # measured ones: a failure is in no mean or rate (RolloutStats)
+    ROLLOUTS = "rollouts"  # measured ones: a failure is in no mean but the reward's
     FAILURES = "failures"  # rollouts whose score was not measured (Rollout.failure)
+    FAILURE_RATE = "failure_rate"  # failures among every rollout: high, the numbers mean little
     MEAN_REWARD = "mean_reward"
     MEAN_TURNS = "mean_turns"
     MEAN_TURN_REWARD = "mean_turn_reward"  # over the turns the env's turn_reward scored
@@ -147,11 +148,12 @@ def item_key(item: Any) -> str:
 
 
 def mean_reward(rewards_by_item: Iterable[Sequence[float]]) -> float:
-    """The mean reward of training and of evaluation alike, from measured rewards only.
+    """The mean reward of training and of evaluation alike, over every rollout.
 
-    Each item's mean over its measured rollouts, averaged over the items that have one: an
-    item weighs the same however many of its samples were measured. A stand-in score (see
-    ``Rollout.failure``) is no measurement and is not passed in. ValueError without any.
+    Each item's mean over its rollouts, averaged over the items that have one: an item weighs
+    the same however many samples it had. A failed rollout (see ``Rollout.failure``) is passed
+    in at the env's ``failure_score``, so that breaking something never raises the mean.
+    ValueError without any.
     """
     return statistics.fmean(statistics.fmean(rewards) for rewards in rewards_by_item if rewards)
 
@@ -172,7 +174,8 @@ class Rollout:
     reward_error: str | None = None
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
-    failure: str | None = None  # why the score was not measured: evaluation leaves it out
+    # Why the score was not measured; ``reward`` is then the env's failure_score.
+    failure: str | None = None
 
     def record(self) -> RolloutRecord:
         """The JSON-ready record of the rollout, as evaluation saves it."""
@@ -203,11 +206,12 @@ class RolloutStats:
     """Running sums over rollouts, flushed into metrics (one instance per split).
 
     The same definitions as evaluation's (``evaluation.metrics.summarize``): a failed rollout
-    (``Rollout.failure``: the sandbox, the model server, the judge or ``compute_reward``
-    failed, so its score was not measured) is in the counts (``failures``, ``reward_errors``,
-    ``rollout_errors``, the reward's own) and in no mean or rate, and ``rollouts`` counts the
-    measured ones: what a cut-short or never-started rollout did is the failure's, not the
-    model's.
+    (``Rollout.failure``: the sandbox, the model server, the judge, a turn hook or
+    ``compute_reward`` failed, so its score was not measured) counts in ``mean_reward`` at its
+    stand-in score (the env's ``failure_score``: breaking something never pays), in the counts
+    (``failures``, ``failure_rate``, ``reward_errors``, ``rollout_errors``, the reward's own)
+    and in no other mean or rate; ``rollouts`` counts the measured ones: what a cut-short or
+    never-started rollout did is the failure's, not the model's.
     """
 
     rewards: list[float] = field(default_factory=list)  # the measured rollouts'
@@ -217,7 +221,7 @@ class RolloutStats:
     rollout_errors: int = 0
     failures: int = 0  # scores that are stand-ins (e.g. the judge failed): see Rollout.failure
     finished_naturally: int = 0
-    measured: dict[str, list[float]] = field(default_factory=dict)  # by item_key: mean_reward's
+    scores: dict[str, list[float]] = field(default_factory=dict)  # by item_key, every rollout's
     counts: dict[str, float] = field(default_factory=dict)
     signals: dict[str, list[float]] = field(default_factory=dict)
     turn_rewards: list[float] = field(default_factory=list)  # every turn's the env scored
@@ -226,11 +230,11 @@ class RolloutStats:
         for name, value in rollout.counts.items():  # counts cover every rollout
             self.counts[name] = self.counts.get(name, 0.0) + value
         self.rollout_errors += rollout.result.error is not None
+        self.scores.setdefault(item_key(rollout.item), []).append(rollout.reward)
         if rollout.failure is not None:
             self.failures += 1
             return
         self.rewards.append(rollout.reward)
-        self.measured.setdefault(item_key(rollout.item), []).append(rollout.reward)
         self.turns.append(rollout.result.turns_used)
         self.tool_calls += len(rollout.result.tool_calls)
         self.tool_errors += len(rollout.result.tool_errors)
@@ -248,7 +252,9 @@ class RolloutStats:
             Metric.REWARD_ERRORS: self.counts.get(Metric.REWARD_ERRORS, 0.0),
             Metric.ROLLOUT_ERRORS: float(self.rollout_errors),
             Metric.FAILURES: float(self.failures),
+            Metric.FAILURE_RATE: self.failures / (n + self.failures),
             Metric.ROLLOUTS: float(n),
+            Metric.MEAN_REWARD: mean_reward(self.scores.values()),
         }
         if n:  # none when every rollout's score was a stand-in
             reward_metrics.update(
@@ -259,7 +265,6 @@ class RolloutStats:
                 reward_metrics[metric(prefix, Metric.MEAN_TURN_REWARD)] = mean
             calls = self.tool_calls
             values |= {
-                Metric.MEAN_REWARD: mean_reward(self.measured.values()),
                 Metric.MEAN_TURNS: sum(self.turns) / n,
                 Metric.TOOL_CALLS_PER_ROLLOUT: calls / n,
                 Metric.TOOL_ERRORS_PER_ROLLOUT: self.tool_errors / n,

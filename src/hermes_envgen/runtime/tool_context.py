@@ -10,17 +10,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import posixpath
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager
 from hermes_envgen.runtime.sandbox.base import MAX_HOST_READ_BYTES
+from hermes_envgen.runtime.sync_bridge import wait_here
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
 _default_manager: SandboxManager | None = None
+_cleanups_running: set[asyncio.Task[None]] = set()
 T = TypeVar("T")
 
 
@@ -51,6 +53,65 @@ class CommandOutput(TypedDict):
 
     exit_code: int
     output: str
+
+
+def _cleanup_done(task: asyncio.Task[None]) -> None:
+    """Forget a finished clean-up; say why it failed when nobody awaited it to hear it."""
+    _cleanups_running.discard(task)
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.warning("a sandbox's clean-up failed: %s", error)
+
+
+class CommandRun(Mapping[str, Any]):
+    """A command of ``ToolContext.terminal``: awaited, it runs and gives its ``CommandOutput``;
+    read without ``await`` (``run["exit_code"]``) inside ``compute_reward``, it runs then, the
+    reward waiting for it, as the Hermes skill's binary reward reads it."""
+
+    def __init__(self, context: ToolContext, command: str, timeout: float | None) -> None:
+        self._context = context
+        self._command = command
+        self._timeout = timeout
+        self._output: CommandOutput | None = None
+        self._started = False
+
+    async def _run(self) -> CommandOutput:
+        self._started = True
+        if self._output is None:
+            result = await self._context.sandbox.run(self._command, timeout=self._timeout)
+            self._output = CommandOutput(exit_code=result.exit_code, output=result.output)
+        return self._output
+
+    def __await__(self) -> Generator[Any, None, CommandOutput]:
+        return self._run().__await__()
+
+    __hash__ = object.__hash__  # one command, one object: asyncio.gather keys its arguments
+
+    def _result(self) -> CommandOutput:
+        if self._output is None:
+            wait_here(self._run(), f"ctx.terminal({self._command!r})")
+        assert self._output is not None
+        return self._output
+
+    def __getitem__(self, key: str) -> Any:
+        return self._result()[key]  # type: ignore[literal-required]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._result())
+
+    def __len__(self) -> int:
+        return len(self._result())
+
+    def __repr__(self) -> str:
+        state = "not run" if self._output is None else repr(self._output)
+        return f"<ctx.terminal({self._command!r}): {state}>"
+
+    def __del__(self) -> None:
+        if not self._started:  # neither awaited nor read: it never ran, and nobody knows
+            logger.warning(
+                "ctx.terminal(%r) never ran: it was neither awaited nor read (write `await "
+                "ctx.terminal(...)`)",
+                self._command,
+            )
 
 
 class ToolContext:
@@ -91,10 +152,12 @@ class ToolContext:
         """The rollout's sandbox (made on first use): what the agent's tools ran in."""
         return self.sandboxes.get(self.task_id)
 
-    async def terminal(self, command: str, timeout: float | None = None) -> CommandOutput:
-        """Run a shell command in the workspace: ``{"exit_code": int, "output": str}``."""
-        result = await self.sandbox.run(command, timeout=timeout)
-        return CommandOutput(exit_code=result.exit_code, output=result.output)
+    def terminal(self, command: str, timeout: float | None = None) -> CommandRun:
+        """Run a shell command in the workspace: ``{"exit_code": int, "output": str}``.
+
+        ``await ctx.terminal(...)``; in ``compute_reward`` a plain
+        ``ctx.terminal(...)["exit_code"]`` works too (the command runs when read)."""
+        return CommandRun(self, command, timeout)
 
     async def read_file(self, path: str, limit: int = MAX_HOST_READ_BYTES) -> str:
         """A workspace file's text (undecodable bytes replaced); larger than ``limit`` bytes:
@@ -164,8 +227,21 @@ class ToolContext:
         sandbox = self.sandbox if "sandbox" in tool.injected else None
         return await tool.call(arguments or {}, sandbox=sandbox, context=self)
 
-    async def cleanup(self) -> None:
-        """End the toolsets' sessions, kill everything the task started, remove its workspace."""
+    def cleanup(self) -> Awaitable[None]:
+        """End the toolsets' sessions, kill everything the task started, remove its workspace.
+
+        Started at once on the running loop: awaiting it waits for it, and a ``ctx.cleanup()``
+        left without ``await`` (in a ``finally``, as the Hermes skill writes it) runs anyway."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: the caller runs the coroutine itself
+            return self._cleanup()
+        task = loop.create_task(self._cleanup())
+        _cleanups_running.add(task)  # kept alive until done, awaited or not
+        task.add_done_callback(_cleanup_done)
+        return task
+
+    async def _cleanup(self) -> None:
         try:
             while self._cleanups:
                 callback = self._cleanups.pop()

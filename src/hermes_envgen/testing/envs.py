@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,21 @@ from hermes_envgen.runtime.records import METRICS_FILE, SAMPLES_FILE, RolloutRec
 
 # The config field of a judge with an endpoint of its own (generated judge envs have it).
 JUDGE_URL_FIELD = "judge_base_url"
+
+
+def builtin_samples(env_cls: type[Any]) -> list | None:
+    """The env's ``SAMPLES``: in its module, or in a ``samples`` module beside it (a generated
+    env's ``setup`` loads them: ``load_tasks(SAMPLES)``), else its ``samples`` class attribute."""
+    samples = getattr(sys.modules.get(env_cls.__module__), "SAMPLES", None)
+    package = env_cls.__module__.rpartition(".")[0]
+    if samples is None and package:
+        try:
+            samples = importlib.import_module(f"{package}.samples").SAMPLES
+        except (ImportError, AttributeError):
+            samples = None
+    if samples is None and getattr(env_cls, "samples", None):
+        samples = list(env_cls.samples)
+    return samples if isinstance(samples, list) else None
 
 
 def build_env(
@@ -43,7 +60,9 @@ def build_env(
         "use_wandb": False,
         "web_backend": "corpus",  # offline: the env's own pages, never a search API
     }
-    if values.get("dataset_name") and getattr(env_cls, "samples", None):
+    if values.get("dataset_name") and (
+        getattr(env_cls, "samples", None) or builtin_samples(env_cls)
+    ):
         values["dataset_name"] = None  # offline: the built-in tasks, no hub
     if stub_judge and values.get(JUDGE_URL_FIELD):
         values[JUDGE_URL_FIELD] = base_url
@@ -61,6 +80,54 @@ def build_env(
         )
     )
     return env_cls(type(config)(**values), [server])
+
+
+def with_prompts(env_cls: type[Any], tasks: list[Any]) -> list[Any]:
+    """``tasks`` made replayable: each with a ``prompt`` where it has none (the first user
+    message the env's ``format_prompt`` makes of it: a game's tasks carry their data, not a
+    prompt), by which the stub's scripts find its conversation, and a ``player`` where it has
+    no gold solution and the env's ``gold_player`` gives one. A task the env's code cannot
+    format stays as it is.
+    """
+    config, _ = env_cls.config_init()
+    env = object.__new__(env_cls)  # format_prompt and gold_player need the config alone
+    env.config = config
+    prompted = []
+    for task in tasks:
+        if not isinstance(task, dict):
+            prompted.append(task)
+            continue
+        if "prompt" not in task:
+            try:
+                messages = env.build_messages(task)
+                opening = next(m["content"] for m in messages if m.get("role") == "user")
+            except Exception:  # the env's own code: the task is left unreplayable
+                opening = None
+            if isinstance(opening, str) and opening:
+                task = {**task, "prompt": opening}
+        if "solution" not in task and "player" not in task and hasattr(env, "gold_player"):
+            try:
+                player = env.gold_player(task)
+            except Exception:  # the same
+                player = None
+            if player:
+                task = {**task, "player": list(player)}
+        prompted.append(task)
+    return prompted
+
+
+def offers_tools(env_cls: type[Any]) -> bool:
+    """Whether the env gives its agent any tool (a game or a simulated user may give none)."""
+    config, _ = env_cls.config_init()
+    if getattr(config, "mcp_servers", None):
+        return True
+    registry = getattr(env_cls, "tool_registry", None)
+    if registry is None:
+        return False
+    try:
+        return bool(registry.resolve(config.enabled_toolsets, config.disabled_toolsets))
+    except Exception:  # an unknown toolset: the env's start-up says which
+        return True
 
 
 def validate_groups(path: str | Path, group_size: int | None = None) -> list[dict]:

@@ -4,7 +4,11 @@ Standard library only (any python3 from 3.8), so it runs inside a bwrap sandbox 
 that has no packages of ours: ``notes_server()`` gives the ``mcp_servers`` entry that runs this
 file's text with the sandbox's ``python3 -c``. Over stdio it speaks MCP's newline-delimited
 JSON-RPC; with ``--http PORT`` it serves the streamable-HTTP transport (JSON responses) on
-127.0.0.1, as a shared server reached from the host.
+127.0.0.1, as a shared server reached from the host: each MCP session (an ``Mcp-Session-Id``
+given at ``initialize``) keeps its notes apart, in ``notes-SESSION.json``, so that rollouts
+sharing it never see each other's (``mcp_servers`` entry ``"state": "per_session"``). With
+``--one-store`` it keeps one ``notes.json`` for every client and gives no session id, as a
+server that cannot keep rollouts apart.
 
 Tools: ``add_note(title, body)``, ``list_notes()``, ``read_note(title)``, ``delete_note(title)``.
 The notes live in ``notes.json`` in the working directory (the rollout's workspace), so they
@@ -61,26 +65,26 @@ TOOLS = [
 ]
 
 
-def load():
+def load(store=STORE):
     try:
-        with open(STORE) as file:
+        with open(store) as file:
             return json.load(file)
     except (OSError, ValueError):
         return {}
 
 
-def save(notes):
-    with open(STORE + ".new", "w") as file:
+def save(notes, store=STORE):
+    with open(store + ".new", "w") as file:
         json.dump(notes, file, indent=1, sort_keys=True)
-    os.replace(STORE + ".new", STORE)
+    os.replace(store + ".new", store)
 
 
-def run_tool(name, arguments, options):
+def run_tool(name, arguments, options, store=STORE):
     """The text of a tool's answer and whether it is an error."""
-    notes = load()
+    notes = load(store)
     if name == "add_note":
         notes[str(arguments["title"])] = str(arguments["body"])
-        save(notes)
+        save(notes, store)
         return f"saved {arguments['title']!r} ({len(notes)} notes)", False
     if name == "list_notes":
         return json.dumps(sorted(notes)), False
@@ -94,7 +98,7 @@ def run_tool(name, arguments, options):
     if name == "delete_note":
         if notes.pop(str(arguments.get("title")), None) is None:
             return "no such note", True
-        save(notes)
+        save(notes, store)
         return "deleted", False
     if name.startswith("extra_"):
         return name, False
@@ -115,7 +119,7 @@ class Server:
             self.tools.append({"name": "environment", "description": "Variable names.",
                                "inputSchema": {"type": "object"}})  # fmt: skip
 
-    def answer(self, message):
+    def answer(self, message, store=STORE):
         """The JSON-RPC reply to one message (None for a notification), or a raw line."""
         method = message.get("method")
         if "id" not in message:
@@ -143,7 +147,7 @@ class Server:
                 result = {"content": "not a list of blocks", "isError": "perhaps"}
             else:
                 text, error = run_tool(params.get("name", ""), params.get("arguments") or {},
-                                       self.options)  # fmt: skip
+                                       self.options, store)  # fmt: skip
                 result = {"content": [{"type": "text", "text": text}], "isError": error}
         else:
             return {"jsonrpc": "2.0", "id": ident,
@@ -166,20 +170,45 @@ def serve_stdio(server):
 
 
 def serve_http(server, port):
+    import threading
+    import uuid
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sessions = set()  # the live MCP sessions' ids (per-session stores)
+    lock = threading.Lock()
+    one_store = server.options.get("one_store")
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            reply = server.answer(json.loads(body))
+            message = json.loads(body)
+            session = self.headers.get("Mcp-Session-Id")
+            if one_store:
+                store, session = STORE, None
+            elif isinstance(message, dict) and message.get("method") == "initialize":
+                session = uuid.uuid4().hex
+                with lock:
+                    sessions.add(session)
+                store = f"notes-{session}.json"
+            elif session in sessions:
+                store = f"notes-{session}.json"
+            else:  # the transport's rule: a request outside a live session is not served
+                self.send_response(404 if session else 400)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            reply = server.answer(message, store)
             if reply is None:
                 self.send_response(202)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             data = (reply if isinstance(reply, str) else json.dumps(reply)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if session:
+                self.send_header("Mcp-Session-Id", session)
             self.end_headers()
             self.wfile.write(data)
 
@@ -187,7 +216,9 @@ def serve_http(server, port):
             self.send_response(405)
             self.end_headers()
 
-        def do_DELETE(self):
+        def do_DELETE(self):  # the session ends; its notes stay in its file
+            with lock:
+                sessions.discard(self.headers.get("Mcp-Session-Id"))
             self.send_response(200)
             self.end_headers()
 
@@ -214,8 +245,8 @@ def main(argv):
                 options[flag[2:].replace("-", "_")] = (
                     float(value) if flag == "--slow" else int(value)
                 )
-        elif flag in ("--garbage", "--malformed", "--silent", "--environment"):
-            options[flag[2:]] = True
+        elif flag in ("--garbage", "--malformed", "--silent", "--environment", "--one-store"):
+            options[flag[2:].replace("-", "_")] = True
         elif flag == "--fail-start":
             sys.stderr.write("notes server: refusing to start (--fail-start)\n")
             sys.exit(2)

@@ -1,7 +1,8 @@
 """Scripted policies for the stub server, built from an env's tasks and their gold solutions.
 
 For every task the scripted model alternates between two conversations: one that replays the
-gold solution (a terminal call running ``solution``, then ``gold_answer``) and one that gives up
+gold solution (a terminal call running ``solution``, then ``gold_answer``; or, for a game or a
+simulated user, the task's scripted ``player``: the replies that win it) and one that gives up
 at once without a tool; every third task starts with giving up. Rewards of a group therefore
 differ, as they must for training, evaluations show both outcomes, and a test can check that
 the reward pays for solving the task and not for giving up. With
@@ -28,8 +29,19 @@ def anchored(prompt: str) -> str:
     return r"\A" + re.escape(prompt)
 
 
+def has_gold(task: Any) -> bool:
+    """Whether a task can be replayed: it has a prompt and a gold solution or player."""
+    return isinstance(task, dict) and "prompt" in task and ("solution" in task or "player" in task)
+
+
 def gold_turns(task: dict[str, Any]) -> list[dict]:
-    """The turns that solve a task: one terminal call per solution command, then the answer."""
+    """The turns that solve a task: its scripted ``player`` (each reply a text, or a turn of
+    the stub's script: ``{"tool_calls": [...]}``), else one terminal call per solution command,
+    then the answer."""
+    if "player" in task:
+        return [
+            turn if isinstance(turn, dict) else {"content": str(turn)} for turn in task["player"]
+        ]
     commands = task["solution"] if isinstance(task["solution"], list) else [task["solution"]]
     turns: list[dict] = [
         {"tool_calls": [{"name": "terminal", "arguments": {"command": command}}]}
@@ -39,9 +51,18 @@ def gold_turns(task: dict[str, Any]) -> list[dict]:
     return turns
 
 
+def reference(task: dict[str, Any]) -> str:
+    """What a task's right answer says: ``gold_answer`` or ``answer``, else its player's last
+    reply (a game's winning move, a support agent's fix)."""
+    if task.get("gold_answer") or task.get("answer"):
+        return str(task.get("gold_answer") or task["answer"])
+    last = gold_turns(task)[-1] if "player" in task else {}
+    return str(last.get("content") or "")
+
+
 def judge_conversation(task: dict[str, Any]) -> dict:
     """The scripted judge's strict ``{"score": 1}`` for the task's gold answer."""
-    quoted = quote_for_judge(task.get("gold_answer") or task["answer"])
+    quoted = quote_for_judge(reference(task))
     return {
         "match": r"\A"
         + re.escape(JUDGE_PROMPT_HEADER)
@@ -84,8 +105,8 @@ def tasks_policy(module: str) -> dict:
         ) from None
     except AttributeError:
         raise UsageError(f"--tasks {module}: it has no SAMPLES") from None
-    if not tasks or not all(
-        isinstance(t, dict) and "prompt" in t and "solution" in t for t in tasks
-    ):
-        raise UsageError(f"--tasks {module}: SAMPLES needs tasks with a prompt and a solution")
+    if not tasks or not all(has_gold(t) for t in tasks):
+        raise UsageError(
+            f"--tasks {module}: SAMPLES needs tasks with a prompt and a solution (or a player)"
+        )
     return scripted_policy(tasks, judge=True)

@@ -21,10 +21,23 @@ INTERVALS = (
 )
 
 
+# A share of failed rollouts above which the run's numbers say more about its failures than
+# about the model: evaluation says so in a warning.
+FAILURE_WARN_SHARE = 0.1
+
+
 def summarize(
-    records: Iterable[dict], samples_per_item: int, pass_threshold: float, prefix: str = EVAL
+    records: Iterable[dict],
+    samples_per_item: int,
+    pass_threshold: float,
+    prefix: str = EVAL,
+    failure_score: float = 0.0,
 ) -> dict[str, float]:
-    """The evaluation's metrics from its saved records (scored rollouts and failures)."""
+    """The evaluation's metrics from its saved records (scored rollouts and failures).
+
+    Mean reward and the pass rates count every rollout, a failure at ``failure_score``; the
+    turn and tool metrics and the reward's signals the measured ones.
+    """
     records = list(records)
     scored = [r for r in records if not r.get("failure")]
     k = samples_per_item
@@ -46,16 +59,20 @@ def summarize(
         name(Metric.SAMPLES_PER_ITEM): float(k),
         name(Metric.ROLLOUTS): float(len(scored)),
         name(Metric.FAILURES): float(len(records) - len(scored)),
+        name(Metric.FAILURE_RATE): (len(records) - len(scored)) / len(records) if records else 0.0,
         name(Metric.REWARD_ERRORS): metrics.get(name(Metric.REWARD_ERRORS), 0.0),
         name(Metric.ROLLOUT_ERRORS): float(sum(1 for r in records if r.get("rollout_error"))),
     }
-    if not scored:
+    if not records:
         return metrics
 
-    by_item: dict[str, list[dict]] = {}
-    for record in scored:
-        by_item.setdefault(record["item_key"], []).append(record)
-    rewards = [[float(r["reward"]) for r in group] for group in by_item.values()]
+    def score(record: dict) -> float:
+        return failure_score if record.get("failure") else float(record["reward"])
+
+    every: dict[str, list[float]] = {}
+    for record in records:
+        every.setdefault(record["item_key"], []).append(score(record))
+    rewards = list(every.values())
     passes = [sum(passed(x, pass_threshold) for x in group) for group in rewards]
     n_items = len(rewards)
 
@@ -85,6 +102,11 @@ def summarize(
                 len(complete),
             )
 
+    if not scored:
+        return metrics
+    by_item: dict[str, list[dict]] = {}
+    for record in scored:
+        by_item.setdefault(record["item_key"], []).append(record)
     item_turns = [statistics.fmean(r["turns_used"] for r in g) for g in by_item.values()]
     mean_turns = name(Metric.MEAN_TURNS)
     metrics[mean_turns] = statistics.fmean(item_turns)

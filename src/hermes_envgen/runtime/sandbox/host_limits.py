@@ -8,6 +8,11 @@
   bwrap enters it before anything else runs (``enter_argv``), so every process of the
   sandbox, its commands included, is counted. A cgroup v2-only host, or a host process that
   is not root, gets no cgroup (the per-process limits remain); that is logged once.
+  A run's sandboxes' cgroups sit in the run's own cgroup directory, which the run holds an
+  exclusive ``flock`` on (``flock`` works on a cgroup directory; cgroupfs takes no files) from
+  its first sandbox until it removes it. Runs that share the cgroup tree need not share a
+  pid namespace or a file system: the lock tells them whether a run is gone
+  (``remove_run_cgroups_unless_held``), which its pid cannot tell one in another namespace.
 - the workspace as a tmpfs of a fixed size and number of files: writes past it fail with
   "No space left on device". Root only as well. Where the kernel lets a mount made with
   ``fsmount`` be bound from its descriptor (``detached_workspace``), the tmpfs is in no mount
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import logging
 import os
@@ -99,7 +105,8 @@ class SandboxCgroup:
                 continue
             directory = base / CGROUP_DIRECTORY / run / name
             try:
-                directory.mkdir(parents=True, exist_ok=True)
+                _hold_run_cgroup(directory.parent)
+                directory.mkdir(exist_ok=True)
                 for setting, value in settings.items():
                     path = directory / setting
                     if path.exists():
@@ -173,15 +180,71 @@ def cgroup_parents() -> list[Path]:
     return [base / CGROUP_DIRECTORY for base in bases if base is not None]
 
 
+# The cgroup directories of this process's runs, and the descriptors that hold their lock.
+_held: dict[Path, int] = {}
+
+
+def _hold_run_cgroup(directory: Path) -> None:
+    """Make a run's cgroup directory (in one hierarchy) and lock it until the run removes it."""
+    if directory in _held:
+        return
+    for _ in range(100):
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # Another run may have taken the new directory, unlocked, for a dead run's and
+        # removed it before the lock was ours: only a lock on the directory in place counts.
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(directory)):
+                _held[directory] = fd
+                return
+        os.close(fd)
+    raise OSError(f"{directory} was removed as it was made, a hundred times")
+
+
 def remove_run_cgroups(run: str) -> None:
-    """Remove the cgroups of run ``run``'s sandboxes, and the run's own cgroup directory."""
+    """Remove the cgroups of run ``run``'s sandboxes, and the run's own cgroup directory.
+
+    Only for this process's own runs, or a run known to be gone (its run directory's lock).
+    """
     for parent in cgroup_parents():
         directory = parent / run
         try:
-            children = [child for child in directory.iterdir() if child.is_dir()]
-        except OSError:
-            continue
-        remove_cgroups([*children, directory])
+            _remove_run_cgroup(directory)
+        finally:
+            fd = _held.pop(directory, None)
+            if fd is not None:
+                os.close(fd)
+
+
+def remove_run_cgroups_unless_held(directory: Path) -> bool:
+    """Remove a run's cgroup directory (one hierarchy's) unless its run holds its lock, which
+    the kernel drops however the run ended; whether it was removed."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # its run lives
+        os.close(fd)
+        return False
+    try:  # removed under the lock: a run that is making it anew waits, and starts over
+        _remove_run_cgroup(directory)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _remove_run_cgroup(directory: Path) -> None:
+    try:
+        children = [child for child in directory.iterdir() if child.is_dir()]
+    except OSError:
+        return
+    remove_cgroups([*children, directory])
 
 
 # -- the workspace as a size-limited tmpfs ----------------------------------------------------

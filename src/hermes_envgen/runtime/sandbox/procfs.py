@@ -129,6 +129,14 @@ def pid_namespace(pid: int) -> str | None:
     return _link(pid, "ns/pid")
 
 
+def own_pid_namespace() -> int:
+    """This process's pid namespace, as a number unique among those alive (0: unknown)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def in_pid_namespace(namespace: str) -> list[int]:
     """The processes of a pid namespace (a container's, seen from the host)."""
     return [pid for pid in pids() if _link(pid, "ns/pid") == namespace]

@@ -1,7 +1,7 @@
 """Each run's sandboxes under one directory, locked while the run lives, removed when it ends.
 
-A run (one ``SandboxManager``) keeps its workspaces in ``<root>/hermes-envgen/<pid>-<ms>/``
-and holds an exclusive ``flock`` on ``<pid>-<ms>.lock`` beside it for as long as its process
+A run (one ``SandboxManager``) keeps its workspaces in ``<root>/hermes-envgen/<name>/``
+and holds an exclusive ``flock`` on ``<name>.lock`` beside it for as long as its process
 lives; the kernel drops the lock however the process dies (``kill -9`` included). A run
 that ends normally, or by SIGTERM/SIGINT turned into an exit, removes its directory and
 kills what it started at interpreter exit. Whatever a run that died harder left (its
@@ -9,6 +9,11 @@ directory, mounts and cgroups, a local command's daemons, a bwrap sandbox starte
 killed, its Docker containers, found by their run label on each engine noted in
 ``ENGINE_FILE``) is removed by the next run under the same root, or by ``hermes-envgen
 cleanup``: a directory whose lock nobody holds is stale.
+
+A run's name, ``<pid>-<ms>-<pid namespace>``, is unique on the host: a pid is unique in its
+namespace only. Whether a run is gone is never read from its pid, which a run in another
+pid namespace (another container) cannot see or sees as another process: only from its
+locks, the run directory's and, on the host, its cgroup directory's (``host_limits``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 import os
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +35,7 @@ from hermes_envgen.runtime.sandbox.host_limits import (
     cgroup_parents,
     mount_points,
     remove_run_cgroups,
+    remove_run_cgroups_unless_held,
     unmount_below,
 )
 from hermes_envgen.runtime.sandbox.reaping import kill_processes
@@ -38,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
 RUNS_DIRECTORY = "hermes-envgen"
+_stamp_lock = threading.Lock()
 
 
 def runs_directory(root: str | Path | None) -> Path:
@@ -50,7 +58,7 @@ class RunDirectory:
 
     def __init__(self, parent: Path) -> None:
         self.parent = parent
-        self.name = f"{os.getpid()}-{int(time.time() * 1000)}"
+        self.name = f"{os.getpid()}-{_stamp()}-{procfs.own_pid_namespace()}"
         self.path = parent / self.name
         self._lock: int | None = None
 
@@ -62,9 +70,16 @@ class RunDirectory:
         if self._lock is not None:
             return
         self.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-        fd = os.open(self.parent / (self.name + LOCK_SUFFIX), flags, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock = self.parent / (self.name + LOCK_SUFFIX)
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            # A run reaping this directory took the new lock file, unlocked, for a stale one
+            # and removed it before the lock was ours: only the lock file in place counts.
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.samestat(os.fstat(fd), os.stat(lock)):
+                    break
+            os.close(fd)
         self._lock = fd
         _LIVE.add(self)  # held until the run is released: removed at exit at the latest
         self.path.mkdir(exist_ok=True)
@@ -102,6 +117,18 @@ class RunDirectory:
         _LIVE.discard(self)
 
 
+_last_stamp = 0
+
+
+def _stamp() -> int:
+    """Milliseconds since the epoch, never the same twice in this process: two runs made in one
+    millisecond would share a name, and the second would wait forever for the first's lock."""
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(int(time.time() * 1000), _last_stamp + 1)
+        return _last_stamp
+
+
 def reap_stale_runs(parent: Path) -> list[str]:
     """Remove the run directories under ``parent`` whose run is gone; return their names."""
     try:
@@ -114,12 +141,19 @@ def reap_stale_runs(parent: Path) -> list[str]:
             name = name[: -len(LOCK_SUFFIX)]
             if name in names:
                 continue
-        if not _is_run_name(name) or _run_is_live(parent, name):
+        if not _is_run_name(name):
             continue
-        logger.info("removing what a run that ended without cleaning up left: %s", name)
-        reap(parent, name)
-        with contextlib.suppress(OSError):
-            os.unlink(parent / (name + LOCK_SUFFIX))
+        lock = _stale_run_lock(parent, name)
+        if lock is None:
+            continue
+        try:  # under its lock: a run that is claiming that name waits, then starts over
+            logger.info("removing what a run that ended without cleaning up left: %s", name)
+            reap(parent, name)
+            with contextlib.suppress(OSError):
+                os.unlink(parent / (name + LOCK_SUFFIX))
+        finally:
+            if lock >= 0:
+                os.close(lock)
         reaped.append(name)
     return reaped
 
@@ -128,8 +162,9 @@ def reap_dead_runs_on_host() -> None:
     """What runs that died under any root left on the host: cgroups and mounted workspaces.
 
     Both outlive a run killed under a root no later run uses (a temporary directory). A run's
-    cgroups are named after it alone: they are removed once its process is gone (a reused pid
-    keeps them, harmlessly, until that process is gone too). A mounted workspace names its
+    cgroup directory is locked by its run for as long as it lives, in whatever pid namespace
+    or container: one nobody holds is removed. Those named as runs before these locks
+    (``<pid>-<ms>``) are left alone, their pid being no proof. A mounted workspace names its
     run's directory, so that directory's runs are reaped as the next run there would.
     """
     for parent in cgroup_parents():
@@ -138,8 +173,8 @@ def reap_dead_runs_on_host() -> None:
         except OSError:
             continue
         for name in names:
-            if _is_run_name(name) and not procfs.exists(name.partition("-")[0]):
-                remove_run_cgroups(name)
+            if _is_run_name(name) and name.count("-") == 2:
+                remove_run_cgroups_unless_held(parent / name)
     marker = f"/{RUNS_DIRECTORY}/".encode()
     parents = set()
     for point in mount_points():
@@ -167,25 +202,37 @@ def reap(parent: Path, name: str) -> None:
 
 
 def _is_run_name(name: str) -> bool:
-    pid, _, stamp = name.partition("-")
-    return pid.isdigit() and stamp.isdigit()
+    """``<pid>-<ms>-<pid namespace>``, or ``<pid>-<ms>`` as runs were named before."""
+    parts = name.split("-")
+    return len(parts) in (2, 3) and all(part.isdigit() for part in parts)
+
+
+def _stale_run_lock(parent: Path, name: str) -> int | None:
+    """The lock of run ``name``, taken, if the run is gone (-1: it has none); None if it lives.
+
+    A run takes its lock before it makes its directory and removes it after: a directory
+    without a lock is stale.
+    """
+    try:
+        fd = os.open(parent / (name + LOCK_SUFFIX), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return -1
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _run_is_live(parent: Path, name: str) -> bool:
-    """Whether the run still holds its lock (or, lockless, an older run's pid still lives)."""
-    try:
-        fd = os.open(parent / (name + LOCK_SUFFIX), os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:  # made without a lock: trust its pid
-        return procfs.exists(name.partition("-")[0])
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    """Whether the run still holds its lock."""
+    lock = _stale_run_lock(parent, name)
+    if lock is not None and lock >= 0:
+        os.close(lock)
+    return lock is None
 
 
 # The runs of this process that hold their lock, whether or not their manager still exists.

@@ -12,8 +12,7 @@ from collections.abc import Generator
 
 from hermes_envgen.runtime.errors import ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError
-from hermes_envgen.runtime.tools import matchers as search_matchers
-from hermes_envgen.runtime.tools import search_worker
+from hermes_envgen.runtime.tools import search_worker, workers
 from hermes_envgen.runtime.tools.registry import printable, tool
 
 MAX_SEARCH_MATCHES = search_worker.MAX_MATCHES
@@ -171,7 +170,7 @@ async def search_files(
     # The matching runs in a process of its own, killed at the time limit: no pattern can
     # hold the event loop (Python's re keeps the interpreter lock through a catastrophic
     # match). The process is kept for later searches when this one ends cleanly.
-    matchers = await search_matchers.pool()
+    matchers = await workers.pool(search_worker)
     matcher = await matchers.acquire()
     assert matcher.process.stdout is not None  # a pipe
     reader = asyncio.ensure_future(_read_matches(matcher.process.stdout, found))

@@ -12,7 +12,8 @@ with the sandbox's own ``python3``. Written for any python3 from 3.8, standard l
   ``INTERRUPT_GRACE`` seconds more, it kills the interpreter's process group.
 - ``serve DIR MAX_OUTPUT``: the interpreter. One call at a time; the agent's code runs in
   its main thread in one namespace kept across calls; the file descriptors 1 and 2 (so also
-  what subprocesses print) go to pipes whose readers keep at most ``MAX_OUTPUT`` bytes each.
+  what subprocesses print) go to pipes whose readers keep at most ``MAX_OUTPUT`` bytes each;
+  the reply is cut further, with a notice, to fit the command's output cap once escaped.
 
 The interpreter starts in its own session with a run tag of its own (``HERMES_SANDBOX_RUN``
 ending in ``python``): killing the command of one call leaves it alive, closing the sandbox
@@ -48,6 +49,11 @@ if TYPE_CHECKING:
 
 INTERRUPT_GRACE = 2.0  # after SIGINT, for the interpreter to answer before it is killed
 MAX_REPR = 4000  # characters of the last expression's repr
+# Bytes of a reply's JSON: the client's line that carries it must fit the sandbox command's
+# output cap (SandboxSettings.max_output_bytes, 64,000), where escapes (\u00e9 for é) may
+# make it six times the size of the output itself.
+REPLY_BUDGET = 60_000
+NOTICE_ROOM = 64  # bytes kept for the notice of a cut
 FIONREAD = 0x541B  # ioctl: bytes waiting in a pipe (Linux)
 
 
@@ -190,17 +196,14 @@ class CappedPipe:
         return int.from_bytes(size, sys.byteorder)
 
     def collect(self):
-        """What was written since the last collect, with a notice of what was cut."""
+        """What was written since the last collect, and how many bytes of it were dropped."""
         with self.lock:
             while self._waiting() > 0 and self._read_once():
                 pass
-            text = bytes(self.kept).decode("utf-8", "replace")
-            dropped = self.dropped
+            kept, dropped = bytes(self.kept), self.dropped
             self.kept = bytearray()
             self.dropped = 0
-        if dropped:
-            text += f"\n[output truncated: {dropped} more bytes not shown]"
-        return text
+        return kept, dropped
 
 
 def run_code(code, namespace):
@@ -276,12 +279,53 @@ def answer(connection, namespace, stdout, stderr, json):
             stream.flush()
         except (OSError, ValueError):
             pass
-    reply = {"stdout": stdout.collect(), "stderr": stderr.collect()}
-    if result is not None:
-        reply["result"] = result
-    if error is not None:
-        reply["error"] = error
+    fields = {"stdout": stdout.collect(), "stderr": stderr.collect()}
+    for name, text in (("result", result), ("error", error)):
+        if text is not None:
+            fields[name] = (text.encode("utf-8", "replace"), 0)
+    reply = fit_reply(fields, REPLY_BUDGET, json)
     send_message(connection, json.dumps(reply).encode("ascii"))  # the client passes it on
+
+
+def fit_reply(fields, budget, json):
+    """The reply's texts from ``fields`` (name: UTF-8 bytes kept, bytes already dropped), cut so
+    that its JSON takes at most ``budget`` bytes, each cut with a notice.
+
+    The budget is shared: a field smaller than its share keeps all of it and leaves the rest
+    to the others, the larger ones get equal shares.
+    """
+    sizes = {}
+    for name, (data, dropped) in fields.items():
+        text = json.dumps(data.decode("utf-8", "replace"))
+        sizes[name] = len(text) + (NOTICE_ROOM if dropped else 0)
+    room = budget - 20 * len(fields) - 2  # the keys and punctuation around the texts
+    reply = {}
+    for index, name in enumerate(sorted(fields, key=lambda name: sizes[name])):
+        data, dropped = fields[name]
+        share = room // (len(fields) - index)
+        kept = len(data) if sizes[name] <= share else json_head(data, share - NOTICE_ROOM, json)
+        room -= min(sizes[name], share)
+        dropped += len(data) - kept
+        text = data[:kept].decode("utf-8", "replace")
+        if dropped:
+            text += f"\n[output truncated: {dropped} more bytes not shown]"
+        reply[name] = text
+    return {name: reply[name] for name in fields}
+
+
+def json_head(data, limit, json):
+    """How many bytes of UTF-8 ``data``, cut between characters, make a JSON string of at
+    most ``limit`` bytes."""
+    low, high = 0, len(data)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(json.dumps(data[:middle].decode("utf-8", "replace"))) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    while 0 < low < len(data) and data[low] & 0xC0 == 0x80:  # not inside a character
+        low -= 1
+    return low
 
 
 def main():

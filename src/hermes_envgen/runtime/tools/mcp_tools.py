@@ -3,7 +3,12 @@
 Servers come from ``mcp_servers`` (``McpServerSettings``): a stdio server (``command`` and
 ``args``) runs inside each rollout's sandbox, started at the rollout's first call to it, so its
 side effects are the rollout's and a reward sees them through ``ToolContext``; a
-streamable-HTTP server (``url``) is shared and reached from the host. Each server's tools are
+streamable-HTTP server (``url``) is reached from the host, by every rollout, each in an MCP
+session of its own. Its ``state`` says what it keeps: ``per_session`` (each session's state
+apart, checked at start-up: it must give a session id) or ``none`` (nothing between calls:
+shared, said at start-up); a server that declares neither is refused, since rollouts sharing
+its state could read and overwrite each other's work (siblings of a group handing each other
+answers). Each server's tools are
 listed once at start-up (in a sandbox of their own for stdio servers) and registered as
 ``<server>_<tool>`` with the server's JSON schemas, in the ``mcp`` toolset.
 
@@ -13,6 +18,15 @@ command, so the sandbox's user, limits and network rules apply to the server on 
 backend. Where the host can reach the relay's socket (local, bwrap: ``Sandbox.host_root``) it
 keeps a connection to it for the rollout, and a message costs one round trip; elsewhere
 (docker), and to start or restart the relay, a message is one sandbox command.
+
+What a reward and a hook may trust. A stdio server runs in the agent's sandbox, beside the
+agent: during the rollout the agent can kill it and its relay and answer in their place, so
+what a turn hook asks it is the agent's word, to use as a claim, never as a verdict. Once the
+rollout is over and the agent's processes are stopped (before ``compute_reward``), a call goes
+to a relay started then, in a directory made then, with an MCP session initialized afresh:
+the server's own answers, which nothing the agent left can take over. What the server keeps in
+the workspace (a file), the agent could have written like any file there: a reward reads it as
+the agent's work. A URL server runs outside the sandbox: its answers are its own throughout.
 
 Bounded everywhere: a server that fails to start, dies, answers late or answers
 garbage is an ``EnvConfigError`` naming the setting at start-up and a tool error in a rollout;
@@ -37,7 +51,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -68,12 +82,31 @@ class McpServerSettings(BaseModel):
     tools: list[str] | None = Field(default=None, description="The tools to offer (None: all).")
     timeout: float = Field(default=30.0, gt=0, description="Seconds per call.")
     startup_timeout: float = Field(default=60.0, gt=0, description="Seconds to list its tools.")
+    state: Literal["per_session", "none"] | None = Field(
+        default=None,
+        description="A URL server's: 'per_session' (it keeps each MCP session's state apart; "
+        "each rollout gets a session of its own) or 'none' (it keeps nothing between calls). "
+        "Unset: refused, as rollouts would share its state.",
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSettings:
         if (self.command is None) == (self.url is None):
             raise ValueError(f"MCP server {self.name!r}: give a command (stdio) or a url, not both")
         return self
+
+
+def shared_state_problem(server: McpServerSettings) -> str | None:
+    """Why a URL server may not serve rollouts as configured (its ``state`` undeclared)."""
+    if server.url is None or server.state is not None:
+        return None
+    return (
+        f"mcp_servers[{server.name}] is one server at {server.url} for every rollout: what it "
+        "keeps, one rollout could read or overwrite for another (siblings of a group handing "
+        'each other answers). Declare its "state": "per_session" if it keeps each MCP '
+        'session\'s state apart (each rollout gets its own session), "none" if it keeps '
+        "nothing between calls; or run it in each rollout's sandbox (command and args)"
+    )
 
 
 # -- the transport to a stdio server in a sandbox ------------------------------------------------
@@ -97,10 +130,19 @@ class _Relay:
 
 
 _relays: weakref.WeakKeyDictionary[Sandbox, dict[str, _Relay]] = weakref.WeakKeyDictionary()
+VERIFY = "/verify"  # the key of a server's relay and session after the rollout
+
+
+def _verifying(sandbox: Any, name: str) -> str:
+    """``name``, or its verification key once the sandbox verifies (the agent is gone)."""
+    return f"{name}{VERIFY}" if getattr(sandbox, "verifying", False) else name
 
 
 def _relay(sandbox: Sandbox, name: str) -> _Relay:
     relays = _relays.setdefault(sandbox, {})
+    # Once the agent's processes are stopped, a relay of its own in a directory made then:
+    # whatever the agent left at the rollout's socket (a listener of its own) answers no reward.
+    name = _verifying(sandbox, name)
     if name not in relays:
         local = sandbox.workdir != "/workspace"  # the local backend: the host's /tmp
         base = os.path.realpath(tempfile.gettempdir()) if local else "/tmp"
@@ -111,11 +153,12 @@ def _relay(sandbox: Sandbox, name: str) -> _Relay:
 def _close_relay(sandbox: Sandbox, name: str) -> None:
     """Close the host's connection to a relay, and remove its directory from the host's /tmp
     (the relay itself ends with the sandbox's processes)."""
-    relay = _relays.get(sandbox, {}).get(name)
-    if relay is not None:
-        relay.drop()
-        if relay.on_host:
-            shutil.rmtree(relay.directory, ignore_errors=True)  # a link there: left alone
+    for key in (name, f"{name}{VERIFY}"):
+        relay = _relays.get(sandbox, {}).get(key)
+        if relay is not None:
+            relay.drop()
+            if relay.on_host:
+                shutil.rmtree(relay.directory, ignore_errors=True)  # a link there: left alone
 
 
 class ServerGone(ToolExecutionError):
@@ -316,17 +359,31 @@ class McpSession:
         self.server = server
         self.sandbox = sandbox
         self.session: Any = None
+        self.session_id: str | None = None  # a URL server's MCP session, once it gave one
         self._ready: asyncio.Future | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
 
     def _transport(self) -> Any:
         if self.server.url is not None:
-            from mcp.client.streamable_http import streamable_http_client
-
-            return streamable_http_client(self.server.url)
+            return self._http_transport(self.server.url)
         assert self.sandbox is not None
         return sandbox_transport(self.sandbox, self.server)
+
+    @contextlib.asynccontextmanager
+    async def _http_transport(self, url: str) -> AsyncIterator[tuple[Any, Any]]:
+        """The SDK's streamable-HTTP streams, noting the MCP session id the server gives."""
+        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+        async def note_session(response: Any) -> None:
+            given = response.headers.get("mcp-session-id")
+            if given and self.session_id is None:
+                self.session_id = given
+
+        async with create_mcp_http_client() as client:
+            client.event_hooks["response"].append(note_session)
+            async with streamable_http_client(url, http_client=client) as streams:
+                yield streams
 
     async def start(self) -> None:
         """Connect and initialize; a ``ToolExecutionError``-ready reason when it cannot."""
@@ -392,6 +449,26 @@ class McpSession:
                     await self._task
 
 
+def _check_sessions(server: McpServerSettings, session: McpSession) -> None:
+    """At start-up: a URL server keeps rollouts apart as declared, or the run stops."""
+    if server.url is None:
+        return
+    if server.state == "per_session" and session.session_id is None:
+        raise EnvConfigError(
+            f'mcp_servers[{server.name}] declares "state": "per_session", but the server at '
+            f"{server.url} gave no MCP session id (Mcp-Session-Id): it cannot keep rollouts "
+            'apart. Make it keep sessions, declare "state": "none" if it keeps nothing '
+            "between calls, or run it in each rollout's sandbox"
+        )
+    if server.state == "none":
+        logger.warning(
+            "mcp_servers[%s] at %s is shared by every rollout, declared to keep no state "
+            '("state": "none"): what it does keep, rollouts can read from each other',
+            server.name,
+            server.url,
+        )
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost message of an exception (anyio wraps them in groups)."""
     while inner := getattr(exc, "exceptions", None):  # an exception group (3.11+, and anyio's)
@@ -428,6 +505,8 @@ class McpToolset:
             if server.command is not None:
                 manager = SandboxManager(self.sandbox_settings, lifetime=3600)
                 sandbox = manager.get(f"mcp-startup-{server.name}")
+            if (problem := shared_state_problem(server)) is not None:
+                raise EnvConfigError(problem)
             session = McpSession(server, sandbox)
             try:
                 try:
@@ -435,6 +514,9 @@ class McpToolset:
                         await sandbox.start()
                     await session.start()
                     tools = await asyncio.wait_for(session.list_tools(), server.startup_timeout)
+                    _check_sessions(server, session)
+                except EnvConfigError:
+                    raise
                 except (ServerGone, SandboxError, asyncio.TimeoutError, Exception) as exc:
                     reason = str(exc) if isinstance(exc, ServerGone) else _reason(exc)
                     raise EnvConfigError(
@@ -494,11 +576,15 @@ class McpToolset:
         return Tool(name, description, schema, run, "mcp", frozenset(injected))
 
     async def session(self, context: Any, sandbox: Any, server: McpServerSettings) -> McpSession:
-        """The rollout's session with ``server``: started at its first call, ended at cleanup."""
+        """The rollout's session with ``server``: started at its first call, ended at cleanup;
+        a stdio server's anew once the agent's processes are stopped (what a reward asks)."""
         sessions = context.state.setdefault(SERVICE, {})
-        found = sessions.get(server.name)
+        # After the rollout, a stdio server gets a session of its own, initialized afresh, over
+        # a relay started then: the rollout's may have been the agent's forgery.
+        key = server.name if server.url is not None else _verifying(sandbox, server.name)
+        found = sessions.get(key)
         if found is None:
-            found = sessions[server.name] = asyncio.ensure_future(self._open(server, sandbox))
+            found = sessions[key] = asyncio.ensure_future(self._open(server, sandbox))
             context.add_cleanup(lambda: _close(found))
         return await asyncio.shield(found)
 

@@ -13,22 +13,22 @@ Two backends, chosen by ``web_backend``:
 
 The sandbox stays offline: the host's fetcher is the agent's only way out, and it refuses
 what is not ``http(s)``, hosts that resolve to private, loopback, link-local or reserved
-addresses (unless ``web_allow_private``), at every redirect; bodies over
-``web_max_page_bytes``; and types that are not text. Each refusal is a tool error the model
-can read. Every page fetched is kept in the rollout's ``ToolContext.fetched_pages``.
+addresses (unless ``web_allow_private``), at every redirect, and connects to the very address
+it checked (a name that resolves elsewhere the second time, DNS rebinding, changes nothing);
+bodies over ``web_max_page_bytes``, before or after decompression (``content_decoding``);
+and types that are not text. An HTML page is read as text in a worker process (``page_text``),
+killed at the fetch's time limit, never on the event loop. Each refusal is a tool error the
+model can read. Every page fetched is kept in the rollout's ``ToolContext.fetched_pages``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import json
 import os
-import re
 import threading
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit
@@ -36,6 +36,8 @@ from urllib.parse import urljoin, urlsplit
 import httpx  # loaded with openai's client anyway
 
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
+from hermes_envgen.runtime.tools import content_decoding, page_text, workers
+from hermes_envgen.runtime.tools.page_text import html_text
 from hermes_envgen.runtime.tools.registry import tool
 
 SERVICE = "web"
@@ -198,11 +200,19 @@ class WebToolset:
 
     async def _http_fetch(self, url: str) -> dict:
         settings = self.settings
-        async with httpx.AsyncClient(timeout=settings.timeout, follow_redirects=False) as client:
+        # No connection is kept for the next hop: each is made to the address checked for it.
+        async with httpx.AsyncClient(
+            timeout=settings.timeout,
+            follow_redirects=False,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        ) as client:
             for _ in range(MAX_REDIRECTS + 1):
-                await check_url(url, settings.allow_private)
+                address = await check_url(url, settings.allow_private)
+                target, headers, extensions = pinned(url, address)
                 try:
-                    async with client.stream("GET", url, headers={"Accept": "text/*"}) as response:
+                    async with client.stream(
+                        "GET", target, headers=headers, extensions=extensions
+                    ) as response:
                         if response.is_redirect and "location" in response.headers:
                             url = urljoin(url, response.headers["location"])
                             continue
@@ -214,8 +224,14 @@ class WebToolset:
         raise ToolExecutionError(f"web_fetch: more than {MAX_REDIRECTS} redirects")
 
 
-async def check_url(url: str, allow_private: bool) -> None:
-    """Refuse a URL that is not http(s), or whose host resolves to a private address."""
+def is_fetchable(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether the fetcher may connect to ``address``: a public one, not multicast."""
+    return address.is_global and not address.is_multicast
+
+
+async def check_url(url: str, allow_private: bool) -> str | None:
+    """Refuse a URL that is not http(s), or whose host resolves to a private address; the
+    address to connect to (the first checked), None when private addresses are allowed."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ToolExecutionError(
@@ -225,18 +241,37 @@ async def check_url(url: str, allow_private: bool) -> None:
     if not host:
         raise ToolExecutionError(f"web_fetch: {url} has no host")
     if allow_private:
-        return
+        return None
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, parts.port or 443)
     except OSError as exc:
         raise ToolExecutionError(f"web_fetch: cannot resolve {host}: {exc}") from None
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if not address.is_global or address.is_multicast:
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    for address in addresses:
+        if not is_fetchable(address):
             raise ToolExecutionError(
                 f"web_fetch: {host} is a private, loopback or reserved address ({address}); "
                 "such addresses are not fetched"
             )
+    if not addresses:
+        raise ToolExecutionError(f"web_fetch: cannot resolve {host}: no address")
+    return str(addresses[0])
+
+
+def pinned(url: str, address: str | None) -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
+    """The request for ``url`` made to ``address``: the URL with the address for its host,
+    the Host header and the TLS server name (SNI, and the certificate's check) of ``url``'s.
+
+    httpx would resolve the name again to connect, and a name can answer a public address to
+    the check and a loopback one to the connection (DNS rebinding).
+    """
+    headers = {"Accept": "text/*", "Accept-Encoding": content_decoding.ACCEPT_ENCODING}
+    original = httpx.URL(url)
+    if address is None:
+        return original, headers, {}
+    headers["Host"] = original.netloc.decode("ascii")
+    extensions = {"sni_hostname": original.raw_host.decode("ascii")}
+    return original.copy_with(host=address), headers, extensions
 
 
 async def read_page(response: Any, url: str, limit: int) -> dict:
@@ -250,82 +285,51 @@ async def read_page(response: Any, url: str, limit: int) -> dict:
     if declared.isdigit() and int(declared) > limit:
         raise ToolExecutionError(f"web_fetch: {url} is {declared} bytes, over {limit}; not read")
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.aiter_raw():  # as sent: decompressed below, with a limit
         body += chunk
         if len(body) > limit:
             raise ToolExecutionError(f"web_fetch: {url} is over {limit} bytes; not read")
-    text = bytes(body).decode(response.encoding or "utf-8", errors="replace")
+    try:
+        data = content_decoding.decode(
+            bytes(body), response.headers.get("content-encoding", ""), limit
+        )
+    except content_decoding.TooLarge:
+        raise ToolExecutionError(
+            f"web_fetch: {url} is over {limit} bytes once decompressed; not read"
+        ) from None
+    except content_decoding.NotDecodable as exc:
+        raise ToolExecutionError(f"web_fetch: {url} is not read: {exc}") from None
+    text = data.decode(response.encoding or "utf-8", errors="replace")
     title = ""
     if "html" in content_type:
-        title, text = html_text(text)
+        title, text = await html_text_in_worker(text)
     return {"url": url, "status": response.status_code, "content_type": content_type,
             "title": title, "text": text}  # fmt: skip
 
 
-class _TextOfHtml(HTMLParser):
-    SKIPPED = frozenset({"script", "style", "noscript", "template", "svg", "head"})
-    BLOCKS = frozenset(
-        [
-            "p",
-            "div",
-            "br",
-            "li",
-            "tr",
-            "h1",
-            "h2",
-            "h3",
-            "h4",
-            "h5",
-            "h6",
-            "section",
-            "article",
-            "pre",
-            "blockquote",
-            "table",
-            "ul",
-            "ol",
-        ]
-    )
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title: list[str] = []
-        self._skipping = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        if tag == "title":
-            self._in_title = True
-        elif tag in self.SKIPPED:
-            self._skipping += 1
-        elif tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self._in_title = False
-        elif tag in self.SKIPPED:
-            self._skipping = max(0, self._skipping - 1)
-        elif tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title.append(data)
-        elif not self._skipping:
-            self.parts.append(data)
-
-
-def html_text(markup: str) -> tuple[str, str]:
-    """The title and the readable text of an HTML page (scripts and styles left out)."""
-    parser = _TextOfHtml()
-    with contextlib.suppress(Exception):  # a broken page still gives what was parsed
-        parser.feed(markup)
-        parser.close()
-    text = re.sub(r"[ \t\r\f\v]+", " ", "".join(parser.parts))
-    text = re.sub(r"\s*\n\s*", "\n", text).strip()
-    return " ".join("".join(parser.title).split()), text
+async def html_text_in_worker(markup: str) -> tuple[str, str]:
+    """``html_text`` of ``markup``, in a ``page_text`` worker process: the event loop runs on
+    meanwhile, and a cancellation (the fetch's time limit) kills the worker."""
+    pool = await workers.pool(page_text)
+    worker = await pool.acquire()
+    stdin, stdout = worker.process.stdin, worker.process.stdout
+    assert stdin is not None and stdout is not None  # pipes
+    clean = False
+    try:
+        data = markup.encode("utf-8", "replace")
+        stdin.write(len(data).to_bytes(8, "big") + data)
+        await stdin.drain()
+        size = int.from_bytes(await stdout.readexactly(8), "big")
+        title, text = json.loads(await stdout.readexactly(size))
+        clean = True
+        return str(title), str(text)
+    except (OSError, asyncio.IncompleteReadError, ValueError):
+        await worker.kill()
+        raise ToolExecutionError(
+            f"web_fetch: the page reader failed (exit {worker.process.returncode})"
+        ) from None
+    finally:
+        await pool.release(worker, clean)
 
 
 def snippet(text: str) -> str:

@@ -1,0 +1,110 @@
+"""The door to OpenEnv, proven with the real library: the env served by openenv-core's own
+server on 127.0.0.1 and driven over WebSocket by its own MCP client, several sessions at once,
+each in a sandbox of its own, the reward of compute_reward reported by the terminal tool."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+from terminal_env import TASKS, TerminalTaskEnv
+
+REQUIRE_VARIABLE = "HERMES_ENVGEN_REQUIRE_TORCH"  # CI installs the trainers' libraries
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+COUNT_TASK = json.dumps(TASKS[1])  # numbers.txt in the sandbox; the reward checks count.txt
+
+
+@pytest.fixture(scope="module")
+def served(offline_tokenizer, tmp_path_factory):
+    """The example env behind OpenEnv's server (uvicorn, a free port on 127.0.0.1)."""
+    if importlib.util.find_spec("openenv") is None:
+        reason = "openenv-core is not installed (scripts/install-trainers.sh)"
+        if os.environ.get(REQUIRE_VARIABLE) == "1":
+            pytest.fail(f"{REQUIRE_VARIABLE}=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    import uvicorn
+
+    from hermes_envgen.runtime.doors import openenv as door
+
+    sandboxes = tmp_path_factory.mktemp("openenv-sandboxes")
+    app = door.openenv_app(
+        TerminalTaskEnv,
+        max_concurrent_envs=4,
+        idle_timeout=2.0,
+        tokenizer_name=str(offline_tokenizer),
+        sandbox_root=str(sandboxes),
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", sandboxes
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+async def solve(url: str, content: str) -> tuple[dict, list[str], object]:
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+
+    async with MCPToolClient(base_url=url) as env:
+        opened = await env.reset(task=COUNT_TASK)
+        start = opened.observation.result
+        tools = sorted(t.name for t in await env.list_tools())
+        listing = await env.call_tool("terminal", command="ls")
+        await env.call_tool("write_file", path="count.txt", content=content)
+        finished = await env.step(CallToolAction(tool_name="finish", arguments={"answer": "6"}))
+        return start, tools, (listing, finished)
+
+
+def test_sessions_over_websocket_run_in_their_own_sandboxes_and_report_compute_reward(served):
+    url, _ = served
+
+    async def main():
+        return await asyncio.gather(solve(url, "6\n"), solve(url, "5\n"), solve(url, "6\n"))
+
+    results = asyncio.run(main())
+    rewards = []
+    for start, tools, (listing, finished) in results:
+        assert [m["role"] for m in start["messages"]] == ["system", "user"]
+        assert json.loads(start["task"]) == TASKS[1]
+        assert {"terminal", "write_file", "finish"} <= set(tools)
+        assert "numbers.txt" in str(listing)  # prepare_sandbox ran in this session's sandbox
+        assert finished.done
+        rewards.append(finished.reward)
+    # each session wrote into its own sandbox: the one that wrote 5 alone was not paid
+    assert rewards == [1.0, 0.0, 1.0]
+    print("OpenEnv sessions' rewards:", rewards)
+
+
+def test_a_dropped_session_has_its_sandbox_reaped(served):
+    url, sandboxes = served
+    from openenv.core.mcp_client import MCPToolClient
+
+    async def abandon():
+        env = MCPToolClient(base_url=url)
+        await env.connect()
+        await env.reset(task=COUNT_TASK)
+        await env.call_tool("write_file", path="left.txt", content="x")
+        # the connection drops: no close message, the socket just goes
+        env._ws.transport.abort() if hasattr(env._ws, "transport") else None
+
+    asyncio.run(abandon())
+    left = lambda: list(sandboxes.rglob("left.txt"))  # noqa: E731
+    deadline = time.monotonic() + 20
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left(), "the abandoned session's sandbox is still there"

@@ -1,0 +1,254 @@
+"""The door to TRL, proven with the real library: GRPOTrainer steps on CPU.
+
+``environment_factory``: TRL generates with a tiny model (a random Qwen2 steered by a script
+to call ``write_file``: see ``testing.scripted_model``), parses the call with its own Qwen3
+template, runs it as a method of the env's TRL class in the task's sandbox, and scores each
+rollout with the env's ``compute_reward``. ``rollout_func``: the env's own loop samples in
+token mode from the test kit's stub, and TRL trains on exactly the tokens the stub generated.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import pickle
+
+import pytest
+from terminal_env import TASKS, TerminalTaskEnv
+
+from hermes_envgen.runtime.errors import DoorUnavailable
+from hermes_envgen.testing.tokenizer import build_offline_tokenizer
+
+REQUIRE_VARIABLE = "HERMES_ENVGEN_REQUIRE_TORCH"  # CI: torch and TRL are installed, so run
+GREETING, SORTING = "greeting.txt", "sorted.txt"
+
+SLOW = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def trl():
+    """TRL and torch (scripts/install-torch-cpu.sh, scripts/install-trainers.sh)."""
+    missing = [m for m in ("torch", "trl") if importlib.util.find_spec(m) is None]
+    if missing:
+        reason = f"{', '.join(missing)} not installed (scripts/install-trainers.sh)"
+        if os.environ.get(REQUIRE_VARIABLE) == "1":
+            pytest.fail(f"{REQUIRE_VARIABLE}=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import trl
+
+    return trl
+
+
+def grpo_args(trl, tmp_path, **overrides):
+    values = dict(
+        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, max_steps=1,
+        per_device_train_batch_size=4, num_generations=2, max_completion_length=256,
+        report_to="none", logging_steps=1, save_strategy="no", seed=0,
+    )  # fmt: skip
+    return trl.GRPOConfig(**(values | overrides))
+
+
+@SLOW[0]
+@SLOW[1]
+def test_a_grpo_step_calls_the_envs_tools_in_its_sandbox_and_is_rewarded_by_compute_reward(
+    trl, offline_tokenizer, tmp_path
+):
+    from transformers import AutoTokenizer
+    from transformers.utils import get_json_schema
+    from trl.chat_template_utils import qwen3_chat_template
+
+    from hermes_envgen.runtime.doors import trl as door
+    from hermes_envgen.testing.scripted_model import scripted_model
+
+    factory = door.environment_factory(
+        TerminalTaskEnv,
+        tokenizer_name=str(offline_tokenizer),
+        sandbox_root=str(tmp_path / "sandboxes"),
+        enabled_toolsets=["write_file"],
+    )
+    # picklable, for TRL's async trainer: the factory and an environment it made
+    again = pickle.loads(pickle.dumps(factory))
+    assert type(pickle.loads(pickle.dumps(again()))).__name__ == "TerminalTaskEnvTRL"
+    environment_class = factory.environment_class
+    schema = get_json_schema(environment_class.write_file)
+    assert schema["function"]["parameters"]["required"] == ["path", "content"]
+
+    rows = door.dataset(factory)
+    assert sorted(json.loads(r["task"])["prompt"] for r in rows) == sorted(
+        t["prompt"] for t in TASKS
+    )
+    assert rows[0]["prompt"][0]["role"] == "system"  # the env's opening messages
+    rows = rows.filter(lambda r: GREETING in r["task"] or SORTING in r["task"])
+
+    # TRL's own Qwen3 template (it parses tool calls only for templates it knows), over the
+    # offline tokenizer's bytes; the model is steered to write hello into greeting.txt
+    tokenizer = AutoTokenizer.from_pretrained(
+        build_offline_tokenizer(tmp_path / "qwen3-tokenizer", chat_template=qwen3_chat_template)
+    )
+    greeting = next(r for r in rows if GREETING in r["task"])["prompt"]
+    call = {"name": "write_file", "arguments": {"path": GREETING, "content": "hello\n"}}
+    conversation = [
+        *greeting,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": call}],
+        },
+        {"role": "tool", "name": "write_file", "content": "ok"},
+        {"role": "assistant", "content": "Done."},
+    ]
+    whole = tokenizer.apply_chat_template(conversation, tools=[schema], tokenize=False)
+    opening = tokenizer.apply_chat_template(
+        greeting, tools=[schema], tokenize=False, add_generation_prompt=True
+    )
+    script = tokenizer(whole[len(opening) - 80 :], add_special_tokens=False)["input_ids"]
+    model = scripted_model(
+        len(tokenizer),
+        script,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    )
+
+    scored = []
+
+    def watched_reward(completions, environments, **kwargs):
+        rewards = door.env_reward(completions, environments, **kwargs)
+        scored.extend(zip([json.loads(e.task) for e in environments], completions, rewards))
+        return rewards
+
+    trainer = trl.GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=[watched_reward],
+        train_dataset=rows,
+        args=grpo_args(trl, tmp_path),
+        environment_factory=factory,
+    )
+    trainer.train()
+    log = trainer.state.log_history[0]
+    print("GRPO step (environment_factory):", json.dumps(log, default=str))
+    for task, completion, reward in scored:
+        calls = [c for m in completion for c in m.get("tool_calls") or []]
+        print(f"  {task['prompt'][:40]!r}: tool calls {json.dumps(calls)}, reward {reward}")
+    assert log["tools/call_frequency"] == 1.0 and log["tools/failure_frequency"] == 0.0
+    assert math.isfinite(log["loss"])
+    # the write ran in each task's sandbox; compute_reward's check paid the greeting task only
+    assert sorted((GREETING in t["prompt"], r) for t, _, r in scored) == [
+        (False, 0.0), (False, 0.0), (True, 1.0), (True, 1.0),
+    ]  # fmt: skip
+    assert log["rewards/watched_reward/mean"] == 0.5
+
+
+@SLOW[0]
+@SLOW[1]
+def test_rollout_func_trains_on_the_tokens_the_env_loop_sampled(
+    trl, stub_server, offline_tokenizer, tmp_path
+):
+    from conftest import EXAMPLES
+    from transformers import AutoTokenizer
+
+    from hermes_envgen.runtime.doors import trl as door
+    from hermes_envgen.testing.grpo import tiny_causal_lm
+
+    stub = stub_server(EXAMPLES / "stub_script.yaml", tokenizer=offline_tokenizer)
+    rollouts = door.rollout_func(
+        TerminalTaskEnv,
+        base_url=stub.base_url,
+        model_name="stub-model",
+        tokenizer_name=str(offline_tokenizer),
+        sandbox_root=str(tmp_path / "sandboxes"),
+    )
+    rows = door.dataset(rollouts).filter(lambda r: GREETING in r["task"])
+    tokenizer = AutoTokenizer.from_pretrained(offline_tokenizer)
+
+    # the stub's script: each greeting rollout either solves it (terminal) or not (write_file)
+    out = rollouts([rows[0]["prompt"]] * 2)
+    assert sorted(out["env_reward"]) == [0.0, 1.0]
+    for completion, mask in zip(out["completion_ids"], out["env_mask"]):
+        generated = tokenizer.decode([t for t, m in zip(completion, mask) if m])
+        assert "<tool_call>" in generated  # what the stub sampled: trained
+        masked = tokenizer.decode([t for t, m in zip(completion, mask) if not m])
+        assert "<tool_response>" in masked  # the tool's result: not trained
+
+    trainer = trl.GRPOTrainer(
+        model=tiny_causal_lm(len(tokenizer)),
+        processing_class=tokenizer,
+        reward_funcs=[door.rollout_reward],
+        train_dataset=rows,
+        args=grpo_args(trl, tmp_path, per_device_train_batch_size=2),
+        rollout_func=rollouts,
+    )
+    trainer.train()
+    log = trainer.state.log_history[0]
+    print("GRPO step (rollout_func):", json.dumps(log, default=str))
+    assert log["reward"] == 0.5 and log["reward_std"] > 0
+    assert math.isfinite(log["loss"]) and log["grad_norm"] > 0
+
+
+def test_a_missing_trainer_library_names_the_extra(monkeypatch):
+    import importlib.metadata
+
+    from hermes_envgen.runtime.doors import trl as door
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr("hermes_envgen.runtime.doors.version", missing)
+    with pytest.raises(DoorUnavailable, match=r"pip install 'hermes-envgen\[trl\]'"):
+        door.require_trl()
+    monkeypatch.setattr("hermes_envgen.runtime.doors.version", lambda name: "0.9.0")
+    with pytest.raises(DoorUnavailable, match=r"trl 0.9.0 is not supported"):
+        door.require_trl()
+
+
+class Point:
+    """A type of the env's own: no JSON schema describes it."""
+
+
+def test_a_tool_trl_cannot_describe_or_would_shadow_its_methods_is_refused_with_the_reason():
+    from hermes_envgen.runtime.doors import trl as door
+    from hermes_envgen.runtime.tools.registry import tool_from_function
+
+    def move(to: Point) -> str:
+        """Move somewhere.
+
+        Args:
+            to: Where to.
+        """
+        return ""
+
+    def reset(hard: bool) -> str:
+        """Reset the board.
+
+        Args:
+            hard: Whether to clear it.
+        """
+        return ""
+
+    with pytest.raises(DoorUnavailable, match=r"the tool 'move' cannot be offered to TRL: "):
+        door._method(tool_from_function(move))
+    with pytest.raises(DoorUnavailable, match=r"TRL reserves reset"):
+        door._method(tool_from_function(reset))
+    # a tool it can describe: typed, with its description and the sandbox kept out
+    method = door._method(tool_from_function(_write, name="write"))
+    from transformers.utils import get_json_schema
+
+    schema = get_json_schema(method)["function"]
+    assert schema["name"] == "write" and schema["description"] == "Write a file."
+    assert schema["parameters"]["properties"] == {
+        "path": {"type": "string", "description": "Where."},
+        "lines": {"type": "integer", "description": "How many."},
+    }
+
+
+def _write(path: str, lines: int, sandbox=None) -> str:
+    """Write a file.
+
+    Args:
+        path: Where.
+        lines: How many.
+    """
+    return ""
