@@ -10,13 +10,19 @@ Protocol, over the SOCK_SEQPACKET socket the host passes as file descriptor ``ar
 - per command the host sends the request (``argc``, the argv, then ``NAME=value`` pairs,
   NUL-separated) with two descriptors: the write end of the command's output pipe and a
   SOCK_SEQPACKET socket for the replies, on which the anchor sends ``S`` with a pidfd of the
-  started command (or ``F<errno>:<message>`` if it could not start), then ``E<wait status>``.
+  started command (or ``F<errno>:<message>`` if it could not start), then ``E<wait status>``;
+- to end the agent's turn the host sends ``K`` (or ``k``: and leave ``/tmp`` as it is) with
+  one reply socket: the anchor kills every other process of the sandbox, empties ``/tmp``
+  and ``/dev/shm`` and checks that nothing of the sandbox it keeps was changed (its limits,
+  priority, CPUs; no System V IPC object left), then answers ``K`` (the sandbox is as it
+  started: verification may run in it) or ``N<why>`` (it is not: the host starts a fresh one).
 
 The agent's processes run as the same user: the anchor makes itself non-dumpable, so they
 cannot ptrace it or open its descriptors through /proc; its sockets are close-on-exec, so
 no command inherits them, nor what the host left inheritable (closed at the start).
 Killing it kills the sandbox (it is the PID namespace's main process), which the host
-restarts at the next command. Written for any python3 from 3.9.
+restarts at the next command. Written for any python3 from 3.9; the host sends it compiled
+(``marshal``) by the sandbox's own python3, so no start compiles it.
 """
 
 import os
@@ -32,9 +38,14 @@ import _signal  # type: ignore[import-not-found]  # CPython's own; typeshed has 
 import _socket
 import array
 import select
+import time
 
 PR_SET_DUMPABLE, PR_SET_NAME = 4, 15
 MAX_REQUEST = 1 << 20
+RESET_SECONDS = 5.0  # for the killed processes to be gone
+MAX_TMP_ENTRIES = 100_000  # more left in /tmp: a fresh sandbox is cheaper than the clean-up
+MAX_TMP_DEPTH = 64
+SCRATCH = ("/tmp", "/dev/shm")  # what the agent can write besides the workspace
 DEFAULT_SIGNALS = tuple(
     n for n in _signal.valid_signals() if n not in (_signal.SIGKILL, _signal.SIGSTOP)
 )
@@ -132,6 +143,121 @@ def finish(pidfd, running, poller):
     reply.close()
 
 
+def own_state():
+    """What of this process an agent's process of the same user could change, and every
+    command inherits: limits, priority, scheduling, CPUs (see ``reset``)."""
+    with open("/proc/self/limits") as file:
+        limits = file.read()
+    with open("/proc/self/stat", "rb") as file:
+        fields = file.read().rsplit(b")", 1)[1].split()
+    with open("/proc/self/status") as file:
+        cpus = [line for line in file if line.startswith("Cpus_allowed")]
+    # fields from the state on: 16 nice, 38 policy, 37 rt priority (stat(5) minus 3)
+    return limits, fields[16], fields[37], fields[38], cpus
+
+
+def others():
+    """The pids of this PID namespace but its init's and the anchor's own."""
+    me = os.getpid()
+    return [n for n in os.listdir("/proc") if n.isdigit() and int(n) not in (1, me)]
+
+
+def kill_the_rest(running, poller):
+    """SIGKILL every other process of the sandbox; whether all are gone (reaped) in time.
+
+    ``kill(-1)`` reaches every process of the PID namespace (nested ones too) but its init
+    and the caller, atomically: a fork under way when it lands fails.
+    """
+    deadline = time.monotonic() + RESET_SECONDS
+    while True:
+        try:
+            os.kill(-1, _signal.SIGKILL)
+        except OSError:  # none left to signal
+            pass
+        for pidfd in list(running):
+            finish(pidfd, running, poller)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        if not others():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)  # orphans are reaped by the namespace's init
+
+
+def empty(directory, fd=None, depth=0, budget=None):
+    """Remove everything below ``directory`` (no link followed); whether it is empty now.
+
+    Only the anchor runs meanwhile: nothing swaps an entry between a check and its use.
+    """
+    budget = budget if budget is not None else [MAX_TMP_ENTRIES]
+    if depth > MAX_TMP_DEPTH:
+        return False
+    own = fd is None
+    if own:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for entry in list(os.scandir(fd)):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.name, 0o700, dir_fd=fd)  # the agent may have made it 000
+                below = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                dir_fd=fd)  # fmt: skip
+                try:
+                    if not empty(entry.name, below, depth + 1, budget):
+                        return False
+                finally:
+                    os.close(below)
+                os.rmdir(entry.name, dir_fd=fd)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+        return True
+    finally:
+        if own:
+            os.close(fd)
+
+
+def leftover_ipc():
+    """Whether a System V IPC object of the agent's is left in the sandbox's namespace."""
+    for kind in ("shm", "msg", "sem"):
+        try:
+            with open("/proc/sysvipc/" + kind) as file:
+                if len(file.read().splitlines()) > 1:  # a header, then one line per object
+                    return kind
+        except OSError:
+            pass
+    return None
+
+
+def reset(data, fds, running, poller, state):
+    """End the agent's turn (see the protocol above) and tell the host how it went."""
+    for fd in fds[1:]:
+        os.close(fd)
+    reply = _socket.socket(fileno=fds[0])
+    why = ""
+    try:
+        if not kill_the_rest(running, poller):
+            why = "processes outlived SIGKILL"
+        elif data == b"K" and not all(empty(path) for path in SCRATCH):
+            why = "too much left in /tmp"
+        elif leftover_ipc():
+            why = "System V IPC objects left"
+        elif own_state() != state:
+            why = "the anchor's limits or scheduling were changed"
+    except (OSError, RecursionError) as exc:
+        why = str(exc)
+    try:
+        reply.send(b"N" + why.encode(errors="replace")[:500] if why else b"K")
+    except OSError:
+        pass
+    reply.close()
+
+
 def prctl(option, argument):
     """prctl(2), through _ctypes (ctypes itself takes 3 ms to import); ctypes if need be."""
     try:
@@ -154,6 +280,7 @@ def main(control_fd):
     os.closerange(3, control_fd)
     os.closerange(control_fd + 1, 1 << 20)
     control = _socket.socket(fileno=control_fd)
+    state = own_state()
     send_fd(control, b"R", os.pidfd_open(os.getpid()))
     poller = select.poll()
     poller.register(control_fd, select.POLLIN)
@@ -167,8 +294,11 @@ def main(control_fd):
             data, fds = receive(control, buffer)
             if not data and not fds:
                 return  # the host closed its end: the sandbox ends
-            start(data, fds, running, poller)
+            if data in (b"K", b"k") and fds:
+                reset(data, fds, running, poller, state)
+            else:
+                start(data, fds, running, poller)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[-1]))

@@ -31,10 +31,18 @@ commands, but for CPU time (it lives as long as the sandbox) and a few more proc
 that a command can start while the agent's processes fill their limit; each command lowers
 it to the limit before anything else runs); it is non-dumpable, so no command can ptrace it.
 
-Verification. ``stop_agent_processes`` kills the anchor, so every process of the rollout; the
-next command starts a fresh sandbox over the same workspace, with ``HOME`` on its new empty
-``/tmp``. ``install_checks`` binds the check files read-only at ``/verify-<random>``, outside
-the workspace: no sandbox process can write them or replace their directory.
+Verification. ``stop_agent_processes`` has the anchor kill every other process of the
+sandbox (``kill(-1)`` in its PID namespace: all of the rollout's, however they were started),
+empty ``/tmp`` (verification's ``HOME``) and ``/dev/shm``, and check that nothing the agent's
+processes could change of it was changed (its limits, priority, CPUs; no System V IPC object
+left); verification then runs in the same sandbox, without a second start. When the anchor
+cannot vouch for that (or does not answer), it is killed, and with it every process of the
+rollout: the next command starts a fresh sandbox over the same workspace, with ``HOME`` on its
+new empty ``/tmp``. ``install_checks`` writes the check files as root into a fresh directory
+of root's in the sandbox's sticky ``/tmp`` (through the anchor's ``/proc/PID/root``), where
+the sandbox's user can neither write them nor rename or replace their directory; when the
+host process is not root (so the sandbox's user is the host's), it binds them read-only at
+``/verify-<random>`` instead, which restarts the sandbox.
 
 Files: see ``workspace_files`` (a symlink to ``/workspace/x`` leads to the workspace's ``x``,
 one to any other absolute path is refused; opened below a descriptor of the workspace with
@@ -239,6 +247,36 @@ def _copy_readable(host: str, target: Path, root: str) -> None:
         target.chmod(stat.S_IMODE(info.st_mode))
 
 
+def write_checks(tmp: str, name: str, files: dict[str, bytes]) -> None:
+    """Write check files as the host's root into a new directory ``name`` of ``tmp`` (the
+    sandbox's, seen from the host), taking no link on the way: root's, read-only to all."""
+    root = os.open(tmp, os.O_PATH | os.O_DIRECTORY)
+    try:
+        os.mkdir(name, 0o755, dir_fd=root)
+        for relative, data in files.items():
+            parts = check_file_name(relative).split("/")
+            directory = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+            try:
+                for part in parts[:-1]:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=directory)
+                        os.chmod(part, 0o755, dir_fd=directory)
+                    below = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                    dir_fd=directory)  # fmt: skip
+                    os.close(directory)
+                    directory = below
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(parts[-1], flags, 0o644, dir_fd=directory)
+                with os.fdopen(fd, "wb") as file:
+                    file.write(data)
+                    os.fchmod(file.fileno(), 0o644)  # whatever the host's umask
+            finally:
+                os.close(directory)
+        os.chmod(name, 0o755, dir_fd=root)
+    finally:
+        os.close(root)
+
+
 def device_mounts() -> list[str]:
     """bwrap arguments for /dev: the usual device nodes, a capped /dev/shm, nothing writable."""
     args = ["--dev", "/dev"]  # includes a private devpts, so ptys work
@@ -413,12 +451,36 @@ class BwrapSandbox(HostDirectorySandbox):
             await self._anchor.stop()
             self._anchor = None
 
-    async def install_checks(self, files: dict[str, bytes]) -> str:
-        """Bind the files read-only at a fresh path outside the workspace; return that path.
+    async def stop_agent_processes(self) -> None:
+        first = not self.verifying
+        self.verifying = True
+        async with self._anchor_lock:
+            anchor = self._anchor
+            # /tmp is emptied once: later, it holds the verification's own (its check files)
+            if anchor is not None and await anchor.reset(empty_scratch=first):
+                self._process_groups.clear()
+                return
+            if anchor is not None:
+                logger.debug("sandbox of task %s restarts for verification", self.task_id)
+        await self._kill_everything()
 
-        They belong to the host's user, and the sandbox restarts with the new bind: no
-        process of the sandbox can write them or replace their directory (a mount point).
+    async def install_checks(self, files: dict[str, bytes]) -> str:
+        """Put the files where no process of the sandbox can change them; return that path.
+
+        As root: a fresh directory of root's in the running sandbox's ``/tmp`` (sticky), the
+        files root's and read-only. Else they belong to the host's user, which is the
+        sandbox's: they are bound read-only at a fresh path outside the workspace, and the
+        sandbox restarts with the new bind (a mount point no process can replace).
         """
+        if self.as_root:
+            async with self._anchor_lock:
+                anchor = self._anchor
+                target = anchor.target if anchor is not None and anchor.alive() else None
+                if anchor is not None and target is not None:
+                    name = f".verify-{uuid.uuid4().hex}"
+                    await asyncio.to_thread(write_checks, f"/proc/{target}/root/tmp", name, files)
+                    if anchor.alive():  # so that pid was still its anchor's, not a reused one
+                        return f"/tmp/{name}"
         name = f"verify-{uuid.uuid4().hex}"
         host = self._checks_root / name
 
