@@ -86,13 +86,15 @@ def sandbox_python() -> str:
     )
 
 
-def anchor_argv(limits: str) -> list[str]:
-    """The argv, run inside the sandbox, that applies ``limits`` and becomes the anchor.
+def anchor_argv(limits: list[tuple[int, int]], drop: str = "") -> list[str]:
+    """The argv, run inside the sandbox, of the anchor that confines itself (``drop``, see
+    ``anchor_server``) and applies ``limits`` (RLIMIT_* number, value).
 
     The anchor reads its compiled program from its stdin (``Anchor.start`` passes it
     through a pipe).
     """
-    return ["bash", "-c", f'{limits}; exec "$0" -I -S -c "$1" {ANCHOR_FD}', sandbox_python(), _LOAD]
+    encoded = ",".join(f"{number}:{value}" for number, value in limits)
+    return [sandbox_python(), "-I", "-S", "-c", _LOAD, encoded, drop, str(ANCHOR_FD)]
 
 
 class Anchor:

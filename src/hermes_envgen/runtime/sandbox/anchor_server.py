@@ -1,9 +1,20 @@
 """The anchor of a bwrap sandbox: the process inside it that starts its commands.
 
-Never imported by the host: ``anchor.py`` runs this file's text with the sandbox's own
-``python3 -I -S -`` as the sandbox's first process, already in its namespaces, its cgroup,
-under its limits and as its user; each command is then one ``posix_spawn`` of this small
-process, where entering the sandbox from the host costs several execs and a cgroup move.
+Never imported by the host: ``anchor.py`` runs this file's code with the sandbox's own
+``python3 -I -S`` as the sandbox's first process, already in its namespaces and its cgroup;
+it confines itself first (``confine``: it binds the workspace, drops to the sandbox's user in
+a user namespace of its own, sets its limits), which three more programs did before each
+start (sh and mount, setpriv, unshare, bash). Each command is then one ``posix_spawn`` of
+this small process, where entering the sandbox from the host costs several execs and a
+cgroup move.
+
+Arguments: ``LIMITS`` (``resource:value`` pairs, comma-separated: set soft and hard, once the
+user namespace exists, so the process limit counts the sandbox's processes alone), ``DROP``
+(empty when bwrap made the user namespace itself, the host process not being root; else
+``uid:gid:fd:path``: bind the detached workspace of descriptor ``fd`` at ``path`` (fd -1:
+none), drop every group, become ``uid``/``gid``, set no_new_privs, make a user namespace
+mapping that uid and gid to themselves, and clear every capability), then the control
+socket's descriptor.
 
 Protocol, over the SOCK_SEQPACKET socket the host passes as file descriptor ``argv[1]``:
 - once started, the anchor sends ``R`` with a pidfd of itself (the host learns its pid);
@@ -40,7 +51,8 @@ import array
 import select
 import time
 
-PR_SET_DUMPABLE, PR_SET_NAME = 4, 15
+PR_SET_DUMPABLE, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = 4, 15, 38
+MS_BIND, CLONE_NEWUSER = 4096, 0x10000000
 MAX_REQUEST = 1 << 20
 RESET_SECONDS = 5.0  # for the killed processes to be gone
 MAX_TMP_ENTRIES = 100_000  # more left in /tmp: a fresh sandbox is cheaper than the clean-up
@@ -258,22 +270,77 @@ def reset(data, fds, running, poller, state):
     reply.close()
 
 
-def prctl(option, argument):
-    """prctl(2), through _ctypes (ctypes itself takes 3 ms to import); ctypes if need be."""
+def libc(name, *arguments):
+    """A C library function called with ints, bytes (as pointers) or None; its int result.
+
+    Through _ctypes (ctypes itself takes 3 ms to import); ctypes if need be."""
     try:
         import _ctypes
 
         # dlopen(NULL): the program itself (typeshed's stub allows a path only)
-        function = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")  # type: ignore[arg-type]
-        return _ctypes.call_function(function, (option, argument, 0, 0, 0))
+        function = _ctypes.dlsym(_ctypes.dlopen(None), name)  # type: ignore[arg-type]
+        return _ctypes.call_function(function, arguments)
     except (ImportError, AttributeError, OSError):
         import ctypes
 
-        return ctypes.CDLL(None).prctl(option, argument, 0, 0, 0)
+        return getattr(ctypes.CDLL(None), name)(*arguments)
 
 
-def main(control_fd):
-    prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/fd by the agent
+def write_file(path, text):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def confine(limits, drop):
+    """Become what the sandbox's commands run as (see the module's docstring)."""
+    if drop:
+        uid, gid, workspace, path = drop.split(":", 3)
+        uid, gid, workspace = int(uid), int(gid), int(workspace)
+        if workspace >= 0:  # bound in the sandbox's mount namespace, the only one that has it
+            source = b"/proc/self/fd/%d" % workspace
+            libc("mount", source, path.encode(), None, MS_BIND, None)
+            os.close(workspace)
+            if os.stat(path).st_dev == os.stat("/").st_dev:
+                sys.exit("cannot bind the workspace")
+            os.chdir(path)  # bwrap entered the directory under the mount
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)  # the capabilities of the host's namespace are gone
+        # The uid change made it non-dumpable, so its /proc files root's: its maps below could
+        # not be written. No other process runs in the sandbox yet; main() ends it again.
+        libc("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)
+        if libc("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            sys.exit("cannot set no_new_privs")
+        host_namespace = os.readlink("/proc/self/ns/user")
+        libc("unshare", CLONE_NEWUSER)
+        if os.readlink("/proc/self/ns/user") == host_namespace:
+            sys.exit("cannot make the sandbox's user namespace")
+        write_file("/proc/self/setgroups", "deny")
+        write_file("/proc/self/uid_map", f"{uid} {uid} 1")
+        write_file("/proc/self/gid_map", f"{gid} {gid} 1")
+        # None of the new namespace's capabilities either: a header (version 3, this
+        # process), then effective, permitted and inheritable sets of two words, all empty.
+        header = (0x20080522).to_bytes(4, sys.byteorder) + bytes(4)
+        if libc("capset", header, bytes(24)) != 0:
+            sys.exit("cannot drop the capabilities")
+    for pair in filter(None, limits.split(",")):
+        number, value = (int(field) for field in pair.split(":"))
+        both = value.to_bytes(8, sys.byteorder) * 2  # struct rlimit64: soft, hard
+        libc("prlimit64", 0, number, both, None)  # failing (a lower hard limit), it stays
+
+
+def prctl(option, argument):
+    """prctl(2)."""
+    return libc("prctl", option, argument, 0, 0, 0)
+
+
+def main(limits, drop, control_fd):
+    confine(limits, drop)
+    prctl(PR_SET_DUMPABLE, 0)  # no ptrace, no /proc/<pid>/fd by the agent (after the drop,
+    # which made it dumpable again)
     prctl(PR_SET_NAME, b"sandbox-anchor")
     os.set_inheritable(control_fd, False)
     # Whatever else bwrap passed down (the host's inheritable descriptors): no command's.
@@ -301,4 +368,4 @@ def main(control_fd):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[-1]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

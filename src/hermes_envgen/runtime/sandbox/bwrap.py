@@ -23,9 +23,11 @@ sandbox's own user namespace, where the kernel counts the processes of (namespac
 sandbox's processes only, not the uid's processes elsewhere on the host. The kernel ignores
 RLIMIT_NPROC for uid 0, so when the host process is root the sandbox runs as an unprivileged
 uid (``SANDBOX_UID``): bwrap itself runs as root (so that it can bind a workspace below
-directories that uid cannot enter), then drops to the uid with ``setpriv`` and makes the
-user namespace with ``unshare --user`` before it starts the anchor, which runs as that uid,
-as do the commands it starts. When the host process is not root, bwrap makes the user
+directories that uid cannot enter), and the anchor, started as root with the capabilities
+it needs for that and no more, binds the workspace, drops to the uid, makes the user namespace
+and drops every capability (``anchor_server.confine``; ``setpriv`` and ``unshare --user`` did
+it before, three more programs per start) before anything else runs; the commands it starts
+run as that uid. When the host process is not root, bwrap makes the user
 namespace and the caller's uid is kept. The anchor runs under the same limits as the
 commands, but for CPU time (it lives as long as the sandbox) and a few more processes (so
 that a command can start while the agent's processes fill their limit; each command lowers
@@ -291,10 +293,6 @@ class BwrapSandbox(HostDirectorySandbox):
         self.as_root = os.geteuid() == 0
         self.bwrap = find_tool("bwrap", "bubblewrap")
         sandbox_python()  # the anchor's: fail now, with the package to install, if missing
-        if self.as_root:  # used inside the sandbox, where only /usr is visible
-            self.setpriv = find_tool("setpriv", "util-linux")
-            self.unshare = find_tool("unshare", "util-linux")
-            self.mount = find_tool("mount", "mount")  # binds a detached workspace
         self._owner = (SANDBOX_UID, SANDBOX_UID) if self.as_root else None
         super().__init__(task_id, settings, workspace, self._owner)
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
@@ -347,11 +345,11 @@ class BwrapSandbox(HostDirectorySandbox):
         args = [self.bwrap]
         if self.as_root:
             # No user namespace from bwrap (it would map the sandbox to uid 0, which the
-            # kernel exempts from RLIMIT_NPROC); ``unshare --user`` makes one after the drop.
+            # kernel exempts from RLIMIT_NPROC); the anchor makes one after the drop.
             args += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
             if not self.settings.network:
                 args.append("--unshare-net")
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for setpriv only
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for the drop only
             if self._workspace_fd is not None:
                 args += ["--cap-add", "CAP_SYS_ADMIN"]  # for binding the workspace only
         else:
@@ -372,25 +370,18 @@ class BwrapSandbox(HostDirectorySandbox):
             "--clearenv", "--setenv", "PATH", PATH_INSIDE,
             "--",
         ]  # fmt: skip
-        if self._workspace_fd is not None:
-            # Bound in the sandbox's own namespace, the only one that has it; the descriptor
-            # is closed before the sandbox's user gets the first process.
-            args += [
-                "/bin/sh", "-c", f"{self.mount} --no-canonicalize --bind /proc/self/fd/"
-                f"{WORKSPACE_FD} {WORKDIR} && cd {WORKDIR} && exec {WORKSPACE_FD}<&- \"$@\"",
-                "sh",
-            ]  # fmt: skip
+        drop = ""
         if self.as_root:
+            # The anchor binds the workspace (in the sandbox's own namespace, the only one that
+            # has it; the descriptor closed before the sandbox's user gets a process), then
+            # drops to the user in a user namespace of its own.
             uid, gid = self._owner or (SANDBOX_UID, SANDBOX_UID)
-            args += [
-                self.setpriv, "--reuid", str(uid), "--regid", str(gid), "--clear-groups",
-                "--inh-caps", "-all", "--no-new-privs", "--",
-                self.unshare, "--user", "--map-current-user", "--",
-            ]  # fmt: skip
+            workspace = WORKSPACE_FD if self._workspace_fd is not None else -1
+            drop = f"{uid}:{gid}:{workspace}:{WORKDIR}"
         # The anchor runs under the commands' limits, but for CPU time and a few processes
         # more (each command lowers its own limit first); everything it starts inherits them.
-        anchor_limits = self.limits.ulimit_commands(extra_processes=PROCESS_SLACK, cpu_time=False)
-        args += anchor_argv(anchor_limits)
+        anchor_limits = self.limits.rlimits(extra_processes=PROCESS_SLACK, cpu_time=False)
+        args += anchor_argv(anchor_limits, drop)
         return self._cgroup.enter_argv(args) if self._cgroup is not None else args
 
     async def _ensure_anchor(self) -> Anchor:
