@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import glob
 import hashlib
@@ -249,10 +250,16 @@ def _copy_readable(host: str, target: Path, root: str) -> None:
         target.chmod(stat.S_IMODE(info.st_mode))
 
 
-def write_checks(tmp: str, name: str, files: dict[str, bytes]) -> None:
-    """Write check files as the host's root into a new directory ``name`` of ``tmp`` (the
-    sandbox's, seen from the host), taking no link on the way: root's, read-only to all."""
-    root = os.open(tmp, os.O_PATH | os.O_DIRECTORY)
+def write_checks(anchor: Anchor, name: str, files: dict[str, bytes]) -> None:
+    """Write check files as the host's root into a new directory ``name`` of the running
+    sandbox's /tmp, taking no link on the way: root's, read-only to all."""
+    sandbox_root = os.open(f"/proc/{anchor.target}/root", os.O_PATH | os.O_DIRECTORY)
+    try:
+        if not anchor.alive():  # that pid may be another process's by now
+            raise OSError(errno.ESRCH, "the sandbox ended")
+        root = os.open("tmp", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=sandbox_root)
+    finally:
+        os.close(sandbox_root)
     try:
         os.mkdir(name, 0o755, dir_fd=root)
         for relative, data in files.items():
@@ -469,9 +476,11 @@ class BwrapSandbox(HostDirectorySandbox):
                 target = anchor.target if anchor is not None and anchor.alive() else None
                 if anchor is not None and target is not None:
                     name = f".verify-{uuid.uuid4().hex}"
-                    await asyncio.to_thread(write_checks, f"/proc/{target}/root/tmp", name, files)
-                    if anchor.alive():  # so that pid was still its anchor's, not a reused one
+                    try:
+                        await asyncio.to_thread(write_checks, anchor, name, files)
                         return f"/tmp/{name}"
+                    except OSError as exc:  # its /tmp is full, say: a bind, as when not root
+                        logger.warning("cannot write check files into the sandbox: %s", exc)
         name = f"verify-{uuid.uuid4().hex}"
         host = self._checks_root / name
 
