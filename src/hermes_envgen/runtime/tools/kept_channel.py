@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import stat
 
 from hermes_envgen.runtime.sandbox import Sandbox
@@ -55,5 +56,14 @@ def socket_below(root: str, directory: str) -> int:
 
 
 def usable(stream: Stream | None) -> bool:
-    """Whether a kept connection may still carry a message (the server has not ended it)."""
-    return stream is not None and not stream[0].at_eof() and not stream[1].is_closing()
+    """Whether a kept connection may carry the next message: the server has not ended it, and
+    the socket holds nothing unasked (its end of file, or a flood, that the event loop has not
+    read yet: asked of the kernel directly, so that a server that died just before a call is
+    not taken for one that died under it)."""
+    if stream is None or stream[0].at_eof() or stream[1].is_closing():
+        return False
+    sock = stream[1].get_extra_info("socket")
+    if sock is None:
+        return False
+    readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    return not readable
