@@ -4,11 +4,16 @@ Three parts, each against the stub server in its own process:
 
 1. ``process``: rollouts/s and peak RSS of process mode's group loop (collect a group of 3-turn
    terminal tasks on bwrap, tokenize it, serialise it as process writes it) at concurrency 1,
-   8, 64 and 256 (the group size: a group's rollouts run at once). Each level runs in a fresh
-   process, so its peak RSS is its own; beside it, the peak memory (PSS) of all its sandboxes'
-   processes together, sampled twice a second, and how busy the machine's CPUs were
-   (/proc/stat). Target: throughput grows until the CPUs are full, RSS under 1 GB at 256,
-   no error.
+   8, 64 and 256 (the group size: a group's rollouts run at once; ``--levels`` for others, up
+   to 1024). Each level runs in a fresh process, so its peak RSS is its own; beside it, the
+   peak memory (PSS) of all its sandboxes' processes together, sampled twice a second, and how
+   busy the machine's CPUs were (/proc/stat). As root, each level's process runs in a cpuacct
+   cgroup of its own, which gives the CPU seconds per rollout: the env process's own (the
+   worker: the loop, tokenizing, starting sandboxes) and the rest (the sandboxes' processes,
+   bwrap's). With ``--baseline REV`` each level runs that revision's code too (a ``git
+   archive`` of its ``src`` first on PYTHONPATH; ``--new REV`` likewise for the new side,
+   else this checkout), old and new alternating (``--repeat`` times), and prints new / old.
+   Target: throughput grows until the CPUs are full, RSS under 1 GB at 256, no error.
 2. ``evaluate``: 2,000 items x 4 samples through ``run_eval``; RSS is sampled as the run goes.
    Target: flat (no growth with the rollouts done).
 3. long rollouts: 50 turns with 20 KB tool outputs. Per turn: the loop's time outside the HTTP
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -36,11 +42,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import stub_server_process
+from _common import (
+    baseline_checkout,
+    cpu_usage_seconds,
+    cpuacct_cgroup,
+    join_cgroup,
+    stub_server_process,
+)
 
 HERE = Path(__file__).resolve().parent
 LEVELS = (1, 8, 64, 256)
-ROLLOUTS_PER_LEVEL = 512  # at least two groups per level
+ROLLOUTS_PER_LEVEL = 512  # at least two groups per level (--rollouts)
 
 
 def terminal_turn(command: str) -> dict:
@@ -117,8 +129,12 @@ def descendants_pss_mb() -> float:
 # -- 1. process -------------------------------------------------------------------------------
 
 
-async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency: int) -> dict:
+async def process_level(
+    base_url: str, tokenizer: str, workdir: str, concurrency: int, cgroup: str | None = None
+) -> dict:
     """Run process mode's loop (collect, tokenize, serialise) for one concurrency level."""
+    if cgroup:
+        join_cgroup(cgroup)
     sys.path.insert(0, str(HERE.parent / "examples"))
     from terminal_env import TerminalTaskEnv
 
@@ -134,7 +150,7 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
         max_agent_turns=4,
     )
     await env.setup()
-    groups = max(2, ROLLOUTS_PER_LEVEL // concurrency)
+    groups = max(2, int(os.environ.get("BENCH_SCALE_ROLLOUTS", ROLLOUTS_PER_LEVEL)) // concurrency)
     errors = 0
     sandbox_mb = 0.0
 
@@ -146,6 +162,7 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
 
     sampler = asyncio.create_task(sample_sandboxes())
     busy_before, total_before = cpu_ticks()
+    cpu_before, own_before = cpu_usage_seconds(cgroup), own_cpu_seconds()
     with open(os.path.join(workdir, "groups.jsonl"), "w") as out:
         start = time.perf_counter()
         for _ in range(groups):
@@ -157,11 +174,16 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
         seconds = time.perf_counter() - start
     busy_after, total_after = cpu_ticks()
     busy = (busy_after - busy_before) / max(1, total_after - total_before)
+    rollouts = groups * concurrency
+    worker = (own_cpu_seconds() - own_before) / rollouts
+    total = (cpu_usage_seconds(cgroup) - cpu_before) / rollouts
     sampler.cancel()
     await env.sandboxes.close_all()
     return {
         "concurrency": concurrency,
-        "rollouts_per_s": groups * concurrency / seconds,
+        "rollouts_per_s": rollouts / seconds,
+        "worker_cpu_ms": worker * 1000,
+        "sandbox_cpu_ms": (total - worker) * 1000 if cgroup else None,
         "peak_rss_mb": peak_rss_mb(),
         "sandbox_mb": sandbox_mb,
         "cpu_busy": busy,
@@ -169,28 +191,78 @@ async def process_level(base_url: str, tokenizer: str, workdir: str, concurrency
     }
 
 
-def run_process_part(base_url: str, tokenizer: str) -> None:
+def own_cpu_seconds() -> float:
+    """This process's CPU time so far (its threads included, not its children)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_level(level: int, base_url: str, tokenizer: str, pythonpath: str | None) -> dict | str:
+    """One level in a fresh process (in a cpuacct cgroup of its own where one can be made);
+    its row, or why it failed."""
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-scale.") as workdir,
+        cpuacct_cgroup(f"hermes-bench-scale-{os.getpid()}-{time.monotonic_ns()}") as cgroup,
+    ):
+        argv = [sys.executable, __file__, "--one-level", str(level), base_url, tokenizer, workdir]
+        completed = subprocess.run(
+            [*argv, str(cgroup or "")],
+            capture_output=True, text=True, timeout=3600, check=False, env=env,
+        )  # fmt: skip
+    if completed.returncode != 0:
+        return str(completed.stderr.strip().splitlines()[-1:])
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def format_row(label: str, row: dict | str) -> str:
+    if isinstance(row, str):
+        return f"{label:>12}  failed: {row}"
+    sandbox = row["sandbox_cpu_ms"]
+    return (
+        f"{label:>12} {row['rollouts_per_s']:>11.1f} {row['cpu_busy']:>10.0%} "
+        f"{row['worker_cpu_ms']:>10.1f} {'-' if sandbox is None else f'{sandbox:.1f}':>11} "
+        f"{row['peak_rss_mb']:>12.0f} {row['sandbox_mb']:>13.0f} {row['errors']:>7}"
+    )
+
+
+def run_process_part(
+    base_url: str, tokenizer: str, levels: list[int], sides: dict[str, str | None], repeat: int
+) -> None:
     load = Path("/proc/loadavg").read_text().split()[0]
     print(f"process: 3-turn terminal tasks on bwrap against the stub (load average {load})")
-    print(f"{'concurrency':>12} {'rollouts/s':>11} {'CPUs busy':>10} {'peak RSS MB':>12} "
-          f"{'sandboxes MB':>13} {'errors':>7}")  # fmt: skip
-    for level in LEVELS:
-        with tempfile.TemporaryDirectory(prefix="bench-scale.") as workdir:
-            completed = subprocess.run(
-                [sys.executable, __file__, "--one-level", str(level), base_url, tokenizer, workdir],
-                capture_output=True,
-                text=True,
-                timeout=1800,
-                check=False,
-            )
-        if completed.returncode != 0:
-            print(f"{level:>12}  failed: {completed.stderr.strip().splitlines()[-1:]}")
-            continue
-        row = json.loads(completed.stdout.strip().splitlines()[-1])
-        print(
-            f"{level:>12} {row['rollouts_per_s']:>11.1f} {row['cpu_busy']:>10.0%} "
-            f"{row['peak_rss_mb']:>12.0f} {row['sandbox_mb']:>13.0f} {row['errors']:>7}"
-        )
+    print(f"{'concurrency':>12} {'rollouts/s':>11} {'CPUs busy':>10} {'worker ms':>10} "
+          f"{'sandbox ms':>11} {'peak RSS MB':>12} {'sandboxes MB':>13} {'errors':>7}")  # fmt: skip
+    for level in levels:
+        rows: dict[str, list[dict | str]] = {side: [] for side in sides}
+        for _ in range(repeat):
+            for side, pythonpath in sides.items():
+                row = run_level(level, base_url, tokenizer, pythonpath)
+                rows[side].append(row)
+                label = f"{level} {side}" if len(sides) > 1 else str(level)
+                print(format_row(label, row), flush=True)
+        if len(sides) > 1:
+            pairs = [
+                (new, old)
+                for new, old in zip(rows["new"], rows["old"])
+                if isinstance(new, dict) and isinstance(old, dict)
+            ]
+            if pairs:
+                speed = statistics.median(
+                    n["rollouts_per_s"] / o["rollouts_per_s"] for n, o in pairs
+                )
+                worker = statistics.median(
+                    n["worker_cpu_ms"] / o["worker_cpu_ms"] for n, o in pairs
+                )
+                line = f"{level:>12} new/old: rollouts/s {speed:.2f}, worker CPU {worker:.2f}"
+                if all(n["sandbox_cpu_ms"] and o["sandbox_cpu_ms"] for n, o in pairs):
+                    box = statistics.median(
+                        n["sandbox_cpu_ms"] / o["sandbox_cpu_ms"] for n, o in pairs
+                    )
+                    line += f", sandbox CPU {box:.2f}"
+                print(line, flush=True)
 
 
 # -- 2. evaluate ------------------------------------------------------------------------------
@@ -372,11 +444,17 @@ def main() -> None:
     parser.add_argument("--parts", default="process,evaluate,long")
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--samples", type=int, default=4)
-    parser.add_argument("--one-level", nargs=4, metavar=("LEVEL", "URL", "TOKENIZER", "DIR"))
+    parser.add_argument("--levels", default=",".join(map(str, LEVELS)))
+    parser.add_argument("--baseline", help="a revision whose code runs beside this one")
+    parser.add_argument("--new", help="a revision for the new side (default: this checkout)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each level and side")
+    parser.add_argument("--rollouts", type=int, default=ROLLOUTS_PER_LEVEL, help="per level")
+    parser.add_argument("--one-level", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    os.environ["BENCH_SCALE_ROLLOUTS"] = str(args.rollouts)  # for the levels' processes
     if args.one_level:
-        level, url, tokenizer, workdir = args.one_level
-        row = asyncio.run(process_level(url, tokenizer, workdir, int(level)))
+        level, url, tokenizer, workdir, cgroup = args.one_level
+        row = asyncio.run(process_level(url, tokenizer, workdir, int(level), cgroup or None))
         print(json.dumps(row))
         return
 
@@ -386,8 +464,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-scale-tok.") as tok:
         tokenizer = str(build_offline_tokenizer(Path(tok)))
         if "process" in parts:
-            with stub_server_process(PROCESS_SCRIPT) as url:
-                run_process_part(url, tokenizer)
+            levels = [int(level) for level in args.levels.split(",")]
+            with contextlib.ExitStack() as stack:
+                sides: dict[str, str | None] = {"new": None}
+                if args.new:
+                    sides["new"] = str(stack.enter_context(baseline_checkout(args.new)))
+                if args.baseline:
+                    sides = {"old": str(stack.enter_context(baseline_checkout(args.baseline))),
+                             **sides}  # fmt: skip
+                url = stack.enter_context(stub_server_process(PROCESS_SCRIPT))
+                run_process_part(url, tokenizer, levels, sides, args.repeat)
         if "evaluate" in parts:
             script = {"conversations": [], "default": {"turns": [{"content": "an answer"}]}}
             with stub_server_process(script) as url:

@@ -4,8 +4,10 @@
   kept across searches (now) against the same search with a fresh matcher per search (the
   way before: a pool's ``max_idle = 0`` ends each one at its search's end).
 - python: ``x += 1`` through the ``python`` tool (the rollout's persistent interpreter in its
-  sandbox) against the raw baseline of a fresh ``python3 -c 'x = 1'`` per call, which keeps no
-  state. The ratio is what persistence inside a sandbox costs (or saves).
+  sandbox, over the host's kept connection to it) against the raw baseline of a fresh
+  ``python3 -c 'x = 1'`` per call, which keeps no state; against the way before (and still
+  docker's): each call a sandbox command (the sandbox's ``host_root`` hidden); and against a
+  sandbox command of ``true`` (``ToolContext.terminal``).
 - mcp: ``notes_list_notes`` through the ``mcp`` toolset (the SDK's ClientSession, the relay,
   the kit's notes server in the sandbox) against the raw baseline of one JSON-RPC
   ``tools/call`` line written to the same server run as a plain subprocess on the host, its
@@ -123,6 +125,16 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
             finally:
                 del sandbox.host_root
 
+        async def python_by_command() -> None:
+            sandbox.host_root = lambda: None  # the interpreter unreachable: a command per call
+            try:
+                await python_call()
+            finally:
+                del sandbox.host_root
+
+        async def terminal_true() -> None:
+            await ctx.terminal("true")
+
         await search_call()
         for _ in range(rounds):
             times["search"].append(await per_call(search_call, calls))
@@ -131,6 +143,8 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
             times["command per message"].append(await per_call(mcp_by_command, calls))
             times["python"].append(await per_call(python_call, calls))
             times["raw python"].append(await per_call(raw_python, calls))
+            times["python by command"].append(await per_call(python_by_command, calls))
+            times["terminal true"].append(await per_call(terminal_true, calls))
             times["raw mcp"].append(await per_call(raw_mcp.call, calls))
     finally:
         await raw_mcp.stop()
@@ -143,6 +157,8 @@ async def measure(backend: str, rounds: int, calls: int, root: str) -> dict[str,
 BASELINES = {
     "fresh matcher": "search",
     "raw python": "python",
+    "python by command": "python",
+    "terminal true": "python",
     "command per message": "mcp",
     "raw mcp": "mcp",
 }

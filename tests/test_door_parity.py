@@ -11,6 +11,7 @@ import pytest
 from conftest import render_template
 
 from hermes_envgen.testing.door_parity import door_parity
+from hermes_envgen.testing.envs import builtin_samples
 
 pytestmark = pytest.mark.slow
 
@@ -21,6 +22,8 @@ def test_a_session_pays_the_gold_solutions_what_process_pays_and_nothing_for_not
 ):
     name = f"parity-{pattern}"
     data = {"project_name": name, "provider": "atropos", "reward_pattern": pattern}
+    if pattern == "judge":  # the stub server plays the judge too: the policy's own server
+        data["judge_base_url"] = "policy"
     project = render_template(tmp_path / name, data)
     monkeypatch.syspath_prepend(str(project / "src"))
     package = name.replace("-", "_")
@@ -31,7 +34,7 @@ def test_a_session_pays_the_gold_solutions_what_process_pays_and_nothing_for_not
         and hasattr(value, "compute_reward")
     )  # fmt: skip
     try:
-        samples = list(env_cls.samples)[:6]  # check replays them all
+        samples = builtin_samples(env_cls)[:6]  # check replays them all
         report = door_parity(env_cls, samples, offline_tokenizer, tmp_path / "work")
     finally:
         for module in [m for m in sys.modules if m.startswith(package)]:

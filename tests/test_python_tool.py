@@ -383,3 +383,80 @@ def test_the_local_backends_socket_directory_is_removed_with_the_rollout(tmp_pat
         assert not os.path.exists(directory)
 
     run(scenario())
+
+
+# Code of the agent's that finds the interpreter's sockets and writes to (or closes) them: the
+# host's kept connection gets what it sends instead of a reply.
+ON_THE_CHANNEL = cell(
+    """
+    import os, socket, stat
+    for fd in [int(n) for n in os.listdir("/proc/self/fd") if int(n) > 2]:
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                s = socket.socket(fileno=os.dup(fd))
+                {action}
+        except OSError:
+            pass
+    """
+)
+CHANNEL_ATTACKS = {
+    "a reply too large": "s.sendall(b'\\xff' * 4 + b'x' * 100000)",
+    "garbage": "s.sendall((8).to_bytes(4, 'big') + b'not json')",
+    "closed": "os.close(fd)",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+def test_an_agent_that_floods_or_closes_the_channel_gets_a_fresh_interpreter(tmp_path, backend):
+    # Calls after the first go over the host's kept connection to the interpreter.
+    own_fds = len(os.listdir("/proc/self/fd"))
+
+    async def scenario():
+        ctx = context(tmp_path, backend)
+        outcomes = {}
+        try:
+            for attack, action in CHANNEL_ATTACKS.items():
+                await call(ctx, "kept = 1")
+                assert (await call(ctx, "kept"))["result"] == "1"  # on the kept connection
+                try:
+                    hit = await call(ctx, ON_THE_CHANNEL.format(action=action))
+                except ToolExecutionError as exc:
+                    hit = {"error": str(exc)}
+                after = await call(ctx, "'kept' in globals()")
+                terminal = await ctx.terminal("echo other tools work")
+                outcomes[attack] = hit, after, terminal["output"]
+        finally:
+            await finish(ctx)
+        return outcomes
+
+    for attack, (hit, after, terminal) in run(scenario()).items():
+        assert "the interpreter was killed" in hit.get("notice", ""), (attack, hit)
+        assert after["result"] == "False" and "new one" in after["notice"], (attack, after)
+        assert terminal == "other tools work\n", attack
+    assert len(os.listdir("/proc/self/fd")) == own_fds  # no connection left open on the host
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+def test_an_interpreter_killed_by_the_agent_between_calls_is_replaced(tmp_path, backend):
+    async def scenario():
+        ctx = context(tmp_path, backend)
+        try:
+            await call(ctx, "kept = 1")
+            await call(ctx, "kept")
+            from hermes_envgen.runtime.tools.interpreter import _interpreters
+
+            directory = _interpreters[ctx.sandbox].directory
+            # killed, and dead (a zombie at most: its sockets closed) when the next call comes
+            killed = await ctx.terminal(
+                f"pid=$(cat {directory}/pid); kill -9 $pid; while [ -e /proc/$pid ] &&"
+                " ! grep -q ') Z' /proc/$pid/stat 2>/dev/null; do sleep 0.01; done"
+            )
+            return killed, await call(ctx, "'kept' in globals()")
+        finally:
+            await finish(ctx)
+
+    killed, after = run(scenario())
+    assert killed["exit_code"] == 0, killed
+    assert after.get("result") == "False" and "new one" in after["notice"], after

@@ -23,7 +23,7 @@ def test_a_game_and_a_simulated_user_pass_check_through_their_players(example):
     assert result.returncode == 0, result.stdout + result.stderr
     table = rows(result)
     assert set(table.values()) == {PASS}, result.stdout
-    assert len(table) == 16 and "ready to train" in result.stdout
+    assert len(table) == 18 and "ready to train" in result.stdout
     assert "all 2 samples earn >= 0.9" in result.stdout  # the players, replayed
     assert "no tools offered" in result.stdout
     assert "a 5,000-digit number, a claim of victory" in result.stdout  # tampering, by words

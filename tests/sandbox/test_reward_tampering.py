@@ -187,3 +187,49 @@ def test_the_anchor_cannot_be_taken_over_and_runs_under_the_limits(backend, tmp_
         "Max processes": str(64 + PROCESS_SLACK),  # room to start a command past a fork bomb
         "Max address space": str(512 * 1024 * 1024),
     }, output
+
+
+# What a process of the agent's can change of the anchor (same user, no ptrace needed), which
+# every command it starts inherits, and what it can leave in the sandbox besides files.
+ANCHOR_TAMPERING = {
+    "untouched": "true",
+    "priority": "renice -n 7 -p $anchor",
+    "file limit": "prlimit --pid $anchor --nofile=100:100",
+    "cpus": "taskset -p 1 $anchor",
+    "ipc": "ipcmk -M 4096",
+}
+PRISTINE = (
+    "echo nice=$(nice) files=$(ulimit -n) $(grep Cpus_allowed_list /proc/self/status | tr -d '\\t')"
+    " shm=$(ipcs -m | grep -c '^0x') sleeping=$(pgrep -c -x sleep)"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [BWRAP])
+def test_verification_reuses_the_sandbox_only_when_the_agent_changed_nothing(backend, tmp_path):
+    # The anchor ends the agent's turn without a second sandbox start: it kills every other
+    # process, then refuses to serve verification if the agent changed what commands inherit.
+    manager = make_manager(tmp_path, backend)
+
+    async def one(case: str, tamper: str):
+        ctx = ToolContext(f"reuse-{case.replace(' ', '-')}", manager)
+        done = await ctx.terminal(f"{FIND_ANCHOR} {tamper} >/dev/null && sleep 7204 &")
+        anchor = ctx.sandbox._anchor
+        outcome = await verify(ctx, PRISTINE)
+        return done, ctx.sandbox._anchor is anchor, outcome
+
+    async def main():
+        results = await asyncio.gather(*(one(c, t) for c, t in ANCHOR_TAMPERING.items()))
+        left = processes_running(b"sleep\x007204")
+        await manager.close_all()
+        return dict(zip(ANCHOR_TAMPERING, results)), left
+
+    results, left = asyncio.run(main())
+    assert not left
+    pristine = results["untouched"][2]
+    assert pristine["exit_code"] == 0 and "nice=0 " in pristine["output"], pristine
+    assert "shm=0 sleeping=0" in pristine["output"], pristine
+    for case, (done, reused, outcome) in results.items():
+        assert done["exit_code"] == 0, (case, done)
+        assert reused == (case == "untouched"), case
+        assert outcome == pristine, case  # a fresh sandbox's view when the anchor was changed

@@ -19,6 +19,7 @@ own for callers that are not asynchronous (TRL calls tools from plain threads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -148,6 +149,10 @@ class EnvSession:
         if any("sandbox" in self.env.tool_registry.get(name).injected for name in self._names):
             await self.context.sandbox.start()
         await self.env.prepare_sandbox(self.item, self.context)
+        # The env's own state of this task, made as the agent loop makes it before a turn; a
+        # new_state that fails is named in result.error, and the session scores as a failure.
+        with contextlib.suppress(_HookFailed):
+            self.result.data = await self.loop._hook("new_state", self._state, self.item)
         return [dict(m) for m in self.messages]
 
     async def call_tool(

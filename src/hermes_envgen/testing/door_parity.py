@@ -19,11 +19,13 @@ from typing import Any
 
 from hermes_envgen.runtime.session import EnvSession, EnvSessions
 from hermes_envgen.testing.policy import GIVE_UP_ANSWER, gold_turns
-from hermes_envgen.testing.reward_checks import TAMPER_COMMAND, gold_script
+from hermes_envgen.testing.reward_checks import HOSTILE_REPLIES, TAMPER_COMMAND, gold_script
 from hermes_envgen.testing.thresholds import NOOP_THRESHOLD
 
 GIVE_UP = [{"content": GIVE_UP_ANSWER}]
 TAMPER = [{"tool_calls": [{"name": "terminal", "arguments": {"command": TAMPER_COMMAND}}]}]
+# An env without tools is tampered with through its turn hooks, as check's replays do.
+TAMPER_HOOKS = [{"content": reply} for reply in HOSTILE_REPLIES]
 
 
 @dataclass
@@ -107,13 +109,16 @@ def door_parity(
     """Replay every sample's gold solution through ``process``'s loop and through a session;
     a no-op and tampering through a session (see the module's docstring). ``atropos_gold``:
     the loop's gold rewards, when the caller has them already (check's replays)."""
-    from hermes_envgen.testing.envs import build_env
+    from hermes_envgen.testing.envs import build_env, offers_tools, with_prompts
     from hermes_envgen.testing.stub_server import StubServer
 
     report = DoorParityReport(noop_threshold=noop_threshold)
     # Tampering on bwrap where it is installed, as the replays of check do.
     backend: dict[str, Any] = {"sandbox_backend": "bwrap"} if shutil.which("bwrap") else {}
-    with StubServer(gold_script(samples)) as stub:
+    tamper = TAMPER + GIVE_UP if offers_tools(env_cls) else TAMPER_HOOKS
+    # The stub finds each task's conversation by the prompt the env makes of it (a game's
+    # tasks carry none); the loop and the sessions get the tasks themselves.
+    with StubServer(gold_script(with_prompts(env_cls, samples))) as stub:
         env = build_env(env_cls, stub.base_url, tokenizer, Path(workdir), **backend)
 
         slots = asyncio.Semaphore(4)  # a few at once, as the replays of check run
@@ -140,7 +145,7 @@ def door_parity(
                 for turns, rewards in (
                     (gold_turns, report.session_gold),
                     (lambda _: GIVE_UP, report.session_noop),
-                    (lambda _: TAMPER + GIVE_UP, report.session_tamper),
+                    (lambda _: tamper, report.session_tamper),
                 ):
                     rewards += await asyncio.gather(
                         *(through_session(sessions, s, turns(s)) for s in samples)

@@ -19,6 +19,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from hermes_envgen.runtime.sandbox.process import SpawnedProcess, shell_exit_cod
 ANCHOR_FD = 3  # where the anchor finds its socket to the host
 WORKSPACE_FD = 4  # where bwrap's first process finds the workspace to bind (if it is passed)
 START_TIMEOUT = 20.0  # for the anchor to start, and to answer a request
+RESET_TIMEOUT = 10.0  # for the anchor to end the agent's turn (it allows itself 5 s)
 MAX_REQUEST = 1 << 20  # a command's argv and environment; exec refuses far less anyway
 KILLED = 128 + signal.SIGKILL  # a command's exit code when its sandbox died under it
 PYTHON_DIRECTORIES = ("/usr/local/bin", "/usr/bin")  # as the sandbox's PATH orders them
@@ -44,6 +46,33 @@ def anchor_source() -> str:
     return Path(__file__).with_name("anchor_server.py").read_text()
 
 
+# Run by the sandbox's python3 once per host process: its own bytecode of the anchor, which
+# every sandbox start then loads instead of compiling the source (2 ms of CPU a start).
+_COMPILE = (
+    "import marshal,sys;"
+    "sys.stdout.buffer.write(marshal.dumps(compile(sys.stdin.read(),'anchor_server.py','exec')))"
+)
+# The anchor's command line: its code from stdin (a pipe ``Anchor.start`` fills), which keeps
+# the command line short in the agent's ``ps``.
+_LOAD = "import marshal,sys;exec(marshal.loads(sys.stdin.buffer.read()))"
+
+
+@functools.cache
+def anchor_code() -> bytes:
+    """The anchor's program as the sandbox's python3 compiled it (``marshal``)."""
+    try:
+        compiled = subprocess.run(
+            [sandbox_python(), "-I", "-S", "-c", _COMPILE],
+            input=anchor_source().encode(),
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxError(f"the sandbox's python3 cannot compile the anchor: {exc}") from None
+    return compiled.stdout
+
+
 @functools.cache
 def sandbox_python() -> str:
     """A python3 the sandbox can run (one under /usr, the only host directory it sees)."""
@@ -57,13 +86,15 @@ def sandbox_python() -> str:
     )
 
 
-def anchor_argv(limits: str) -> list[str]:
-    """The argv, run inside the sandbox, that applies ``limits`` and becomes the anchor.
+def anchor_argv(limits: list[tuple[int, int]], drop: str = "") -> list[str]:
+    """The argv, run inside the sandbox, of the anchor that confines itself (``drop``, see
+    ``anchor_server``) and applies ``limits`` (RLIMIT_* number, value).
 
-    The anchor reads its program from its stdin (``Anchor.start`` passes it through a
-    pipe), which keeps its command line short in the agent's ``ps``.
+    The anchor reads its compiled program from its stdin (``Anchor.start`` passes it
+    through a pipe).
     """
-    return ["bash", "-c", f'{limits}; exec "$0" -I -S - {ANCHOR_FD}', sandbox_python()]
+    encoded = ",".join(f"{number}:{value}" for number, value in limits)
+    return [sandbox_python(), "-I", "-S", "-c", _LOAD, encoded, drop, str(ANCHOR_FD)]
 
 
 class Anchor:
@@ -94,7 +125,7 @@ class Anchor:
         read_errors, write_errors = os.pipe()
         read_source, write_source = os.pipe()
         try:
-            os.write(write_source, anchor_source().encode())  # a few KiB: the pipe holds them
+            os.write(write_source, anchor_code())  # a few KiB: the pipe holds them
         finally:
             os.close(write_source)
         workspace_copy = None
@@ -186,6 +217,27 @@ class Anchor:
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
         )
         return AnchoredProcess(pid, reader, command.exited, self)
+
+    async def reset(self, empty_scratch: bool = True) -> bool:
+        """End the agent's turn in this sandbox: every process but the anchor killed, ``/tmp``
+        and ``/dev/shm`` emptied (``empty_scratch``); whether the sandbox is now as it started
+        (else the caller stops it: verification then starts a fresh one)."""
+        if not self.alive():
+            return False
+        replies, remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            try:
+                await self._send(b"K" if empty_scratch else b"k", [remote.fileno()])
+            finally:
+                remote.close()
+            loop = asyncio.get_running_loop()
+            replies.setblocking(False)
+            answer = await asyncio.wait_for(loop.sock_recv(replies, 1024), RESET_TIMEOUT)
+        except (OSError, SandboxError, asyncio.TimeoutError):  # gone, stuck or stopped
+            return False
+        finally:
+            replies.close()
+        return answer == b"K"
 
     async def _send(self, request: bytes, fds: list[int]) -> None:
         """Send a request with its descriptors, waiting (boundedly) while the anchor is behind."""

@@ -23,18 +23,28 @@ sandbox's own user namespace, where the kernel counts the processes of (namespac
 sandbox's processes only, not the uid's processes elsewhere on the host. The kernel ignores
 RLIMIT_NPROC for uid 0, so when the host process is root the sandbox runs as an unprivileged
 uid (``SANDBOX_UID``): bwrap itself runs as root (so that it can bind a workspace below
-directories that uid cannot enter), then drops to the uid with ``setpriv`` and makes the
-user namespace with ``unshare --user`` before it starts the anchor, which runs as that uid,
-as do the commands it starts. When the host process is not root, bwrap makes the user
+directories that uid cannot enter), and the anchor, started as root with the capabilities
+it needs for that and no more, binds the workspace, drops to the uid, makes the user namespace
+and drops every capability (``anchor_server.confine``; ``setpriv`` and ``unshare --user`` did
+it before, three more programs per start) before anything else runs; the commands it starts
+run as that uid. When the host process is not root, bwrap makes the user
 namespace and the caller's uid is kept. The anchor runs under the same limits as the
 commands, but for CPU time (it lives as long as the sandbox) and a few more processes (so
 that a command can start while the agent's processes fill their limit; each command lowers
 it to the limit before anything else runs); it is non-dumpable, so no command can ptrace it.
 
-Verification. ``stop_agent_processes`` kills the anchor, so every process of the rollout; the
-next command starts a fresh sandbox over the same workspace, with ``HOME`` on its new empty
-``/tmp``. ``install_checks`` binds the check files read-only at ``/verify-<random>``, outside
-the workspace: no sandbox process can write them or replace their directory.
+Verification. ``stop_agent_processes`` has the anchor kill every other process of the
+sandbox (``kill(-1)`` in its PID namespace: all of the rollout's, however they were started),
+empty ``/tmp`` (verification's ``HOME``) and ``/dev/shm``, and check that nothing the agent's
+processes could change of it was changed (its limits, priority, CPUs; no System V IPC object
+left); verification then runs in the same sandbox, without a second start. When the anchor
+cannot vouch for that (or does not answer), it is killed, and with it every process of the
+rollout: the next command starts a fresh sandbox over the same workspace, with ``HOME`` on its
+new empty ``/tmp``. ``install_checks`` writes the check files as root into a fresh directory
+of root's in the sandbox's sticky ``/tmp`` (through the anchor's ``/proc/PID/root``), where
+the sandbox's user can neither write them nor rename or replace their directory; when the
+host process is not root (so the sandbox's user is the host's), it binds them read-only at
+``/verify-<random>`` instead, which restarts the sandbox.
 
 Files: see ``workspace_files`` (a symlink to ``/workspace/x`` leads to the workspace's ``x``,
 one to any other absolute path is refused; opened below a descriptor of the workspace with
@@ -45,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import glob
 import hashlib
@@ -239,6 +250,42 @@ def _copy_readable(host: str, target: Path, root: str) -> None:
         target.chmod(stat.S_IMODE(info.st_mode))
 
 
+def write_checks(anchor: Anchor, name: str, files: dict[str, bytes]) -> None:
+    """Write check files as the host's root into a new directory ``name`` of the running
+    sandbox's /tmp, taking no link on the way: root's, read-only to all."""
+    sandbox_root = os.open(f"/proc/{anchor.target}/root", os.O_PATH | os.O_DIRECTORY)
+    try:
+        if not anchor.alive():  # that pid may be another process's by now
+            raise OSError(errno.ESRCH, "the sandbox ended")
+        root = os.open("tmp", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=sandbox_root)
+    finally:
+        os.close(sandbox_root)
+    try:
+        os.mkdir(name, 0o755, dir_fd=root)
+        for relative, data in files.items():
+            parts = check_file_name(relative).split("/")
+            directory = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+            try:
+                for part in parts[:-1]:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=directory)
+                        os.chmod(part, 0o755, dir_fd=directory)
+                    below = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW,
+                                    dir_fd=directory)  # fmt: skip
+                    os.close(directory)
+                    directory = below
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(parts[-1], flags, 0o644, dir_fd=directory)
+                with os.fdopen(fd, "wb") as file:
+                    file.write(data)
+                    os.fchmod(file.fileno(), 0o644)  # whatever the host's umask
+            finally:
+                os.close(directory)
+        os.chmod(name, 0o755, dir_fd=root)
+    finally:
+        os.close(root)
+
+
 def device_mounts() -> list[str]:
     """bwrap arguments for /dev: the usual device nodes, a capped /dev/shm, nothing writable."""
     args = ["--dev", "/dev"]  # includes a private devpts, so ptys work
@@ -253,10 +300,6 @@ class BwrapSandbox(HostDirectorySandbox):
         self.as_root = os.geteuid() == 0
         self.bwrap = find_tool("bwrap", "bubblewrap")
         sandbox_python()  # the anchor's: fail now, with the package to install, if missing
-        if self.as_root:  # used inside the sandbox, where only /usr is visible
-            self.setpriv = find_tool("setpriv", "util-linux")
-            self.unshare = find_tool("unshare", "util-linux")
-            self.mount = find_tool("mount", "mount")  # binds a detached workspace
         self._owner = (SANDBOX_UID, SANDBOX_UID) if self.as_root else None
         super().__init__(task_id, settings, workspace, self._owner)
         self.limits = ResourceLimits.from_settings(settings, ISOLATED_DEFAULTS)
@@ -309,11 +352,11 @@ class BwrapSandbox(HostDirectorySandbox):
         args = [self.bwrap]
         if self.as_root:
             # No user namespace from bwrap (it would map the sandbox to uid 0, which the
-            # kernel exempts from RLIMIT_NPROC); ``unshare --user`` makes one after the drop.
+            # kernel exempts from RLIMIT_NPROC); the anchor makes one after the drop.
             args += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
             if not self.settings.network:
                 args.append("--unshare-net")
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for setpriv only
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # for the drop only
             if self._workspace_fd is not None:
                 args += ["--cap-add", "CAP_SYS_ADMIN"]  # for binding the workspace only
         else:
@@ -334,25 +377,18 @@ class BwrapSandbox(HostDirectorySandbox):
             "--clearenv", "--setenv", "PATH", PATH_INSIDE,
             "--",
         ]  # fmt: skip
-        if self._workspace_fd is not None:
-            # Bound in the sandbox's own namespace, the only one that has it; the descriptor
-            # is closed before the sandbox's user gets the first process.
-            args += [
-                "/bin/sh", "-c", f"{self.mount} --no-canonicalize --bind /proc/self/fd/"
-                f"{WORKSPACE_FD} {WORKDIR} && cd {WORKDIR} && exec {WORKSPACE_FD}<&- \"$@\"",
-                "sh",
-            ]  # fmt: skip
+        drop = ""
         if self.as_root:
+            # The anchor binds the workspace (in the sandbox's own namespace, the only one that
+            # has it; the descriptor closed before the sandbox's user gets a process), then
+            # drops to the user in a user namespace of its own.
             uid, gid = self._owner or (SANDBOX_UID, SANDBOX_UID)
-            args += [
-                self.setpriv, "--reuid", str(uid), "--regid", str(gid), "--clear-groups",
-                "--inh-caps", "-all", "--no-new-privs", "--",
-                self.unshare, "--user", "--map-current-user", "--",
-            ]  # fmt: skip
+            workspace = WORKSPACE_FD if self._workspace_fd is not None else -1
+            drop = f"{uid}:{gid}:{workspace}:{WORKDIR}"
         # The anchor runs under the commands' limits, but for CPU time and a few processes
         # more (each command lowers its own limit first); everything it starts inherits them.
-        anchor_limits = self.limits.ulimit_commands(extra_processes=PROCESS_SLACK, cpu_time=False)
-        args += anchor_argv(anchor_limits)
+        anchor_limits = self.limits.rlimits(extra_processes=PROCESS_SLACK, cpu_time=False)
+        args += anchor_argv(anchor_limits, drop)
         return self._cgroup.enter_argv(args) if self._cgroup is not None else args
 
     async def _ensure_anchor(self) -> Anchor:
@@ -413,12 +449,38 @@ class BwrapSandbox(HostDirectorySandbox):
             await self._anchor.stop()
             self._anchor = None
 
-    async def install_checks(self, files: dict[str, bytes]) -> str:
-        """Bind the files read-only at a fresh path outside the workspace; return that path.
+    async def stop_agent_processes(self) -> None:
+        first = not self.verifying
+        self.verifying = True
+        async with self._anchor_lock:
+            anchor = self._anchor
+            # /tmp is emptied once: later, it holds the verification's own (its check files)
+            if anchor is not None and await anchor.reset(empty_scratch=first):
+                self._process_groups.clear()
+                return
+            if anchor is not None:
+                logger.debug("sandbox of task %s restarts for verification", self.task_id)
+        await self._kill_everything()
 
-        They belong to the host's user, and the sandbox restarts with the new bind: no
-        process of the sandbox can write them or replace their directory (a mount point).
+    async def install_checks(self, files: dict[str, bytes]) -> str:
+        """Put the files where no process of the sandbox can change them; return that path.
+
+        As root: a fresh directory of root's in the running sandbox's ``/tmp`` (sticky), the
+        files root's and read-only. Else they belong to the host's user, which is the
+        sandbox's: they are bound read-only at a fresh path outside the workspace, and the
+        sandbox restarts with the new bind (a mount point no process can replace).
         """
+        if self.as_root:
+            async with self._anchor_lock:
+                anchor = self._anchor
+                target = anchor.target if anchor is not None and anchor.alive() else None
+                if anchor is not None and target is not None:
+                    name = f".verify-{uuid.uuid4().hex}"
+                    try:
+                        await asyncio.to_thread(write_checks, anchor, name, files)
+                        return f"/tmp/{name}"
+                    except OSError as exc:  # its /tmp is full, say: a bind, as when not root
+                        logger.warning("cannot write check files into the sandbox: %s", exc)
         name = f"verify-{uuid.uuid4().hex}"
         host = self._checks_root / name
 

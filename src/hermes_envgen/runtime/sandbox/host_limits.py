@@ -143,7 +143,10 @@ class SandboxCgroup:
 
 
 def kill_cgroup_processes(directories: list[Path]) -> None:
-    """SIGKILL the processes of these cgroups, in rounds (a fork bomb forks meanwhile)."""
+    """SIGKILL the processes of these cgroups, in rounds (a fork bomb forks meanwhile) until a
+    round finds none it has not signalled: a killed process forks no more, and one still
+    listed is dying (it leaves the cgroup when reaped; ``remove_cgroups`` waits for that)."""
+    signalled: set[str] = set()
     for _ in range(20):
         found = False
         for directory in directories:
@@ -152,7 +155,10 @@ def kill_cgroup_processes(directories: list[Path]) -> None:
             except OSError:
                 continue
             for pid in pids:
+                if pid in signalled:
+                    continue
                 found = True
+                signalled.add(pid)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(int(pid), signal.SIGKILL)
         if not found:

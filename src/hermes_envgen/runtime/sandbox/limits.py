@@ -80,6 +80,22 @@ class ResourceLimits:
             settings.append(f"-t {self.cpu_seconds}")
         return "; ".join(f"ulimit {flag} 2>/dev/null" for flag in settings) or ":"
 
+    def rlimits(self, extra_processes: int = 0, cpu_time: bool = True) -> list[tuple[int, int]]:
+        """``ulimit_commands`` as (RLIMIT_* number, value) pairs, for a process that sets its
+        own limits (a bwrap sandbox's anchor): soft and hard alike."""
+        import resource
+
+        pairs = []
+        if self.max_processes is not None:
+            pairs.append((resource.RLIMIT_NPROC, self.max_processes + extra_processes))
+        if self.memory_mb is not None:
+            pairs.append((resource.RLIMIT_AS, self.memory_mb * MIB))
+        if self.max_file_mb is not None:
+            pairs.append((resource.RLIMIT_FSIZE, self.max_file_mb * MIB))
+        if self.cpu_seconds is not None and cpu_time:
+            pairs.append((resource.RLIMIT_CPU, self.cpu_seconds))
+        return pairs
+
     def docker_flags(self) -> list[str]:
         """``docker run`` options that apply these limits to a container."""
         flags: list[str] = []

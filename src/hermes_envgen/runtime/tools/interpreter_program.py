@@ -10,10 +10,14 @@ with the sandbox's own ``python3``. Written for any python3 from 3.8, standard l
   JSON line. At ``TIMEOUT`` seconds it interrupts the code (SIGINT: a ``KeyboardInterrupt``
   that keeps the interpreter's state); if the interpreter does not answer within
   ``INTERRUPT_GRACE`` seconds more, it kills the interpreter's process group.
-- ``serve DIR MAX_OUTPUT``: the interpreter. One call at a time; the agent's code runs in
-  its main thread in one namespace kept across calls; the file descriptors 1 and 2 (so also
-  what subprocesses print) go to pipes whose readers keep at most ``MAX_OUTPUT`` bytes each;
-  the reply is cut further, with a notice, to fit the command's output cap once escaped.
+- ``serve DIR MAX_OUTPUT``: the interpreter. One connection at a time, as many calls on it
+  as its client sends (the host keeps one open where it can reach ``DIR/socket``, and then
+  interrupts and kills through the two modes below; a ``client`` sends one); the agent's
+  code runs in its main thread in one namespace kept across calls; the file descriptors 1
+  and 2 (so also what subprocesses print) go to pipes whose readers keep at most
+  ``MAX_OUTPUT`` bytes each; the reply is cut further, with a notice, to fit the command's
+  output cap once escaped.
+- ``interrupt DIR``: SIGINT the interpreter's running code; ``kill DIR``: kill the interpreter.
 
 The interpreter starts in its own session with a run tag of its own (``HERMES_SANDBOX_RUN``
 ending in ``python``): killing the command of one call leaves it alive, closing the sandbox
@@ -260,16 +264,22 @@ def serve(directory, max_output):
     # A late interrupt (after the code's end) lands in the loop, not in the code.
     serve_forever(
         listener,
-        lambda connection: answer(connection, namespace, stdout, stderr, json),
+        lambda connection: converse(connection, namespace, stdout, stderr, json),
         (OSError, KeyboardInterrupt),
     )
 
 
-def answer(connection, namespace, stdout, stderr, json):
-    """Run the code a client sent and send it the reply."""
-    request = receive_message(connection)
-    if request is None:
-        return
+def converse(connection, namespace, stdout, stderr, json):
+    """Run each call a client sends until it closes the connection."""
+    while True:
+        request = receive_message(connection)
+        if request is None:
+            return
+        answer(connection, request, namespace, stdout, stderr, json)
+
+
+def answer(connection, request, namespace, stdout, stderr, json):
+    """Run the code of one call and send the client the reply."""
     try:
         result, error = run_code(request.decode("utf-8", "surrogateescape"), namespace)
     except KeyboardInterrupt:  # arrived between the code's end and here
@@ -332,6 +342,12 @@ def main():
     source, mode, directory = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode == "serve":
         serve(directory, int(sys.argv[4]))
+    elif mode == "interrupt":
+        pid = read_pid(directory)
+        if pid is not None:
+            os.kill(pid, SIGINT)
+    elif mode == "kill":
+        kill_interpreter(directory)
     else:
         client(directory, float(sys.argv[4]), int(sys.argv[5]), sys.argv[6], source)
 

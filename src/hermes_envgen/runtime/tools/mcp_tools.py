@@ -45,7 +45,6 @@ import os
 import re
 import shlex
 import shutil
-import stat
 import tempfile
 import uuid
 import weakref
@@ -58,6 +57,7 @@ from pydantic import BaseModel, Field, model_validator
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox.choice import AUTO, choose_backend
+from hermes_envgen.runtime.tools.kept_channel import connect_below
 from hermes_envgen.runtime.tools.programs import boot_argv
 from hermes_envgen.runtime.tools.registry import Tool, ToolRegistry
 
@@ -223,7 +223,7 @@ async def _over_socket(sandbox: Sandbox, relay: _Relay, message: str, timeout: f
     ):
         relay.drop()  # the relay ended, or the sandbox restarted or ended the agent's processes
     if relay.stream is None:
-        relay.stream = await _connect(sandbox, relay.directory)
+        relay.stream = await connect_below(sandbox, relay.directory, MAX_REPLY)
         if relay.stream is None:
             return None
         relay.reached = now
@@ -262,44 +262,6 @@ async def _over_socket(sandbox: Sandbox, relay: _Relay, message: str, timeout: f
         relay.drop()
         raise
     return reply
-
-
-async def _connect(
-    sandbox: Sandbox, directory: str
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-    """A connection to the relay listening in ``directory`` of the sandbox, if the host can
-    reach it; opened without following a link, as the agent may have put one there."""
-    root = sandbox.host_root()
-    if root is None:
-        return None
-    try:
-        fd = _socket_below(root, directory)
-    except OSError:
-        return None
-    try:
-        return await asyncio.open_unix_connection(f"/proc/self/fd/{fd}", limit=MAX_REPLY)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _socket_below(root: str, directory: str) -> int:
-    """An ``O_PATH`` descriptor of ``directory/socket`` below ``root``, every step taken
-    without following a link (one would lead out of the sandbox, to a socket of the host's)."""
-    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)  # /proc/PID/root: the sandbox's, wanted
-    try:
-        for part in (part for part in directory.split("/") if part):
-            below = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = below
-        found = os.open("socket", os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISSOCK(os.fstat(found).st_mode):
-        os.close(found)
-        raise OSError(f"{directory}/socket is not a socket")
-    return found
 
 
 @contextlib.asynccontextmanager
