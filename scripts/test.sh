@@ -26,9 +26,14 @@ if [ "${1:-}" = --fast ]; then
     bash scripts/install-trainers.sh  # into .venv-trl/, once: TRL for the doors' tests
     prime_index_cache
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
-    .venv/bin/ruff check src hooks tests examples benchmarks
-    .venv/bin/ruff format --check src hooks tests examples benchmarks
+    .venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks
+    .venv/bin/ruff format --check src hooks tests examples benchmarks docs/_hooks
     .venv/bin/mypy  # [tool.mypy] in pyproject.toml: strict over the runtime's declared API
+    # The docs site, --strict (a broken link or a warning fails); the full run builds it in
+    # tests/docs/test_site.py and opens it in Chromium.
+    docs_site=$(mktemp -d)
+    bash scripts/docs.sh build "$docs_site" 2>&1 | { grep -v '^INFO' || true; }  # pipefail: its code
+    rm -rf "$docs_site"
     exec "${PYTEST[@]}" -m "not slow and not docker and not llama_server and not vllm_server" "$@"
 fi
 
@@ -65,8 +70,8 @@ bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer 
 bash scripts/install-trainers.sh  # TRL, for the doors' tests (a real GRPOTrainer step)
 prime_index_cache
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
-.venv/bin/ruff check src hooks tests examples benchmarks
-.venv/bin/ruff format --check src hooks tests examples benchmarks
+.venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks
+.venv/bin/ruff format --check src hooks tests examples benchmarks docs/_hooks
 .venv/bin/mypy
 
 # The docker backend's tests need an engine and an image: use the engine that answers, or start

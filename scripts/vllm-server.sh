@@ -21,9 +21,9 @@ SMOLLM2_VERSION=0.1.2
 SERVED_NAME=smollm2-135m
 # Text serving needs none of these, and they would pull CUDA or video libraries.
 EXCLUDED='^(torch|torchvision|torchaudio|torchcodec)([ <>=!~;[(]|$)'
-# vLLM's flags, as the README's CPU recipe gives them: float32 (no bf16 kernels needed), a small
-# context and KV cache, no torch.compile (it doubles the start-up), the Hermes tool-call parser
-# for the chat API. The chat template is the env's own Hermes template (written at start).
+# vLLM's flags, as the CPU recipe of docs/how-to/model-servers.md gives them: float32 (no bf16
+# kernels needed), a small context and KV cache, no torch.compile (it doubles the start-up), the
+# Hermes tool-call parser for the chat API. The chat template is the env's own Hermes template (written at start).
 SERVE_FLAGS=(--dtype float32 --max-model-len 2048 --enforce-eager --seed 0
   --enable-auto-tool-choice --tool-call-parser hermes)
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"  # GiB

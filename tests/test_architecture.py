@@ -95,7 +95,7 @@ def test_every_declared_name_resolves(package):
 
 
 # hermes_envgen.runtime's declared API: what env authors use (the template, examples/, the
-# README, the v0.1.0 project in tests/fixtures). A name added or removed changes this list on
+# docs pages, the v0.1.0 project in tests/fixtures). A name added or removed changes this list on
 # purpose, in the same commit, and a removed one goes to _DEPRECATED for a release.
 RUNTIME_API = [
     "EVAL",

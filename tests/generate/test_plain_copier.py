@@ -1,4 +1,5 @@
-"""The README's plain-copier route: the hooks as scripts around a plain ``copier copy``."""
+"""The docs' plain-copier route (docs/how-to/generate.md): the hooks as scripts around a plain
+``copier copy``."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from pathlib import Path
 
 from .envgen_helpers import REPO
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
-SECTION = README.split("#### Using the template with plain copier", 1)[-1]
+PAGE = (REPO / "docs" / "how-to" / "generate.md").read_text(encoding="utf-8")
+SECTION = PAGE.split("## Using the template with plain copier", 1)[-1]
 HOOKS = REPO / "hooks"
 
 
 def _section_script() -> str:
     """The section's commands, run against this checkout (HEAD: its working tree)."""
-    (block,) = re.findall(r"```bash\n(.*?)```", SECTION.split("\n### ", 1)[0], re.DOTALL)
+    (block,) = re.findall(r"```bash\n(.*?)```", SECTION.split("\n## ", 1)[0], re.DOTALL)
     script = re.sub(r"^TEMPLATE=\S+", f"TEMPLATE={REPO}", block, flags=re.MULTILINE)
     # Without a release tag copier renders HEAD anyway; with one it would take the tag.
     return script.replace("copier copy ", "copier copy --vcs-ref HEAD ")
@@ -36,7 +37,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
     )
 
 
-def test_the_readme_section_renders_checks_and_commits_a_project(tmp_path, cli_env):
+def test_the_docs_section_renders_checks_and_commits_a_project(tmp_path, cli_env):
     env = cli_env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{cli_env['PATH']}"}
     result = _run(["bash", "-euo", "pipefail", "-c", _section_script()], tmp_path, env)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -517,7 +517,7 @@ def test_an_unreachable_engine_at_start_up_stops_the_env_in_one_line(
 ):
     if given == "flag":  # space-separated: joined (comma-separated works as it is)
         pool = ["--env.sandbox_docker_hosts", shared_engine(), DEAD]
-    else:  # the README's form
+    else:  # the form docs/how-to/sandboxes.md gives (a --config YAML list)
         config = tmp_path / "pool.yaml"
         config.write_text(f'env:\n  sandbox_docker_hosts: ["{shared_engine()}", "{DEAD}"]\n')
         pool = ["--config", str(config)]

@@ -1,8 +1,8 @@
 """An agent that answers wrong and then tries to make the verification pass anyway.
 
-Each attack runs on every backend where the README promises to stop it: local stops tagged
-background processes and ignores a planted user site; bwrap and docker also keep the check
-files out of the agent's reach and stop daemons that clear their environment.
+Each attack runs on every backend where docs/concepts/sandboxes.md promises to stop it: local
+stops tagged background processes and ignores a planted user site; bwrap and docker also keep
+the check files out of the agent's reach and stop daemons that clear their environment.
 """
 
 from __future__ import annotations

@@ -77,8 +77,8 @@ def tokenize_conversation(
     may differ, but only in masked text.
 
     Tool-call arguments are rendered as the JSON text the server returned when the template
-    prints strings as given; otherwise as objects the template serialises (see README); call
-    ids in the form the template needs (Mistral's 9 characters, Kimi's functions.NAME:IDX).
+    prints strings as given; otherwise as objects the template serialises (docs/concepts/modes.md);
+    call ids in the form the template needs (Mistral's 9 characters, Kimi's functions.NAME:IDX).
     ChatTemplateError when the template cannot render the conversation, or its rendering of
     a turn would leave out what the model generated (a tool call, the text beside a call, the
     reasoning): such a rollout is not training data.

@@ -302,7 +302,7 @@ def check_rewards(
     samples = with_prompts(env_cls, samples)  # the scripts find each task by its prompt
     tools = offers_tools(env_cls)
     # Tampering runs on bwrap where it is installed: the training backend, which keeps the
-    # promise (local cannot stop a daemon that drops its run tag; see the README).
+    # promise (local cannot stop a daemon that drops its run tag: docs/concepts/sandboxes.md).
     tamper_backend = {"sandbox_backend": "bwrap"} if shutil.which("bwrap") else {}
     kinds: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
         ("gold", gold_script(samples), {}),
