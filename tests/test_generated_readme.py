@@ -372,6 +372,8 @@ def test_the_run_block_runs_as_written_against_the_stub_and_serve_feeds_a_traine
                     command = command.replace(placeholder, value)
                 if model_port is None:  # OpenRouter: the one host this machine cannot reach
                     command += f" --openai.base_url {stubs[0].base_url}"
+                if given.get("judge_base_url") not in (None, "", "policy") and not judge_port:
+                    command += f" --env.judge_base_url {stubs[0].base_url}"  # its judge there
                 script.append(command)
             env = user_env(project, {"HF_HUB_CACHE": str(hub)})
             offline_runs = "\n".join([*exports, *[c for c in script if " serve " not in c]])
