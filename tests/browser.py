@@ -1,8 +1,9 @@
 """Headless Chromium driven over the DevTools protocol on a pipe: pages checked as people see them.
 
-One browser per test module (``Browser`` is a context manager); no port is opened: Chromium
-reads commands on fd 3 and answers on fd 4 (``--remote-debugging-pipe``), messages ending in
-a NUL byte. Needs Debian's ``chromium`` package (scripts/install-system-deps.sh).
+The one browser driver of the suite (the view page's tests and the docs site's use it). One
+browser per test module (``Browser`` is a context manager); no port is opened: Chromium reads
+commands on fd 3 and answers on fd 4 (``--remote-debugging-pipe``), messages ending in a NUL
+byte. Needs Debian's ``chromium`` package (scripts/install-system-deps.sh).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Browser:
 
     def __init__(self, timeout: float = 60.0) -> None:
         self.timeout = timeout
-        self._profile = tempfile.TemporaryDirectory(prefix="view-browser-")
+        self._profile = tempfile.TemporaryDirectory(prefix="test-browser-")
         self._next_id = 0
         self._buffer = b""
         self._events: list[dict] = []
@@ -104,12 +105,15 @@ class Browser:
 
     def call(self, method: str, session: bool = False, **params: Any) -> dict:
         """Send one command and return its result; events that arrive meanwhile are kept."""
+        return self._call(method, session, params, self.timeout)
+
+    def _call(self, method: str, session: bool, params: dict[str, Any], timeout: float) -> dict:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
         if session:
             message["sessionId"] = self.session
         os.write(self._write, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + timeout
         while True:
             reply = self._receive(deadline)
             if reply.get("id") == self._next_id:
@@ -164,18 +168,34 @@ class Browser:
         self.wait_event("Page.loadEventFired")
         return time.perf_counter() - start
 
-    def js(self, expression: str) -> Any:
-        """The value of a JavaScript expression in the page (JSON-able)."""
-        result = self.call(
-            "Runtime.evaluate",
-            session=True,
-            expression=expression,
-            returnByValue=True,
-            awaitPromise=True,
-        )
+    def js(self, expression: str, timeout: float | None = None) -> Any:
+        """The value of a JavaScript expression in the page (JSON-able; a promise is awaited)."""
+        params = {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        result = self._call("Runtime.evaluate", True, params, timeout or self.timeout)
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
+
+    def until(self, condition: str, timeout: float = 30.0) -> Any:
+        """Wait for a JavaScript expression to be truthy (checked every 100 ms); its value.
+
+        The page does the polling, so a page that changes on its own (a search index loading
+        in a worker) is watched without a round trip per check.
+        """
+        return self.js(
+            f"""new Promise((resolve, reject) => {{
+                const start = Date.now();
+                const tick = () => {{
+                    let value; try {{ value = ({condition}); }} catch (e) {{ value = null; }}
+                    if (value) return resolve(value);
+                    if (Date.now() - start > {timeout * 1000})
+                        return reject(new Error("timed out: " + {json.dumps(condition)}));
+                    setTimeout(tick, 100);
+                }};
+                tick();
+            }})""",
+            timeout=timeout + self.timeout,
+        )
 
     def screenshot(self, path: Path, full_page: bool = False) -> Path:
         params: dict[str, Any] = {"format": "png"}

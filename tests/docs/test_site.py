@@ -1,16 +1,14 @@
 """The docs site builds offline with no warning (mkdocs --strict), and works in a browser.
 
 The built site is served on 127.0.0.1 and opened in headless Chromium (Debian's ``chromium``,
-which scripts/install-system-deps.sh installs), driven over the DevTools protocol: the
-navigation lists every section, the search index loads and a query finds pages, and the
-generated reference pages render. Screenshots of the home page and a reference page are kept
-in ``$HERMES_ENVGEN_ARTIFACTS`` when it is set.
+which scripts/install-system-deps.sh installs), driven by the suite's browser driver
+(tests/browser.py): the navigation lists every section, the search index loads and a query
+finds pages, and the generated reference pages render. Screenshots of the home page and a
+reference page are kept in ``$HERMES_ENVGEN_ARTIFACTS`` when it is set.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import functools
 import http.server
 import os
@@ -22,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
+from browser import Browser, chromium_path
 
 from .markdown_blocks import REPO
 
@@ -111,96 +109,12 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.skip("chromium is not installed (Debian/Ubuntu: apt-get install -y chromium)")
-
-
-class Browser:
-    """One headless Chromium page, driven over the DevTools protocol."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws, self.calls = ws, 0
-
-    async def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.calls += 1
-        await self.ws.send_json({"id": self.calls, "method": method, "params": params})
-        while True:
-            message = await asyncio.wait_for(self.ws.receive_json(), 60)
-            if message.get("id") == self.calls:
-                assert "error" not in message, message
-                return message["result"]
-
-    async def open(self, url: str) -> None:
-        await self.call("Page.navigate", url=url)
-        await self.until("document.readyState === 'complete' && location.href === " + repr(url))
-
-    async def evaluate(self, expression: str) -> Any:
-        result = await self.call(
-            "Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True
-        )
-        assert "exceptionDetails" not in result, result
-        return result["result"].get("value")
-
-    async def until(self, condition: str, timeout: float = 30) -> Any:
-        """Wait for a JavaScript condition to be truthy; its value."""
-        return await self.evaluate(
-            f"""new Promise((resolve, reject) => {{
-                const start = Date.now();
-                const tick = () => {{
-                    let value; try {{ value = ({condition}); }} catch (e) {{ value = null; }}
-                    if (value) return resolve(value);
-                    if (Date.now() - start > {timeout * 1000})
-                        return reject(new Error("timed out: " + {condition!r}));
-                    setTimeout(tick, 100);
-                }};
-                tick();
-            }})"""
-        )
-
-    async def screenshot(self, path: Path) -> None:
-        shot = await self.call("Page.captureScreenshot", format="png")
-        path.write_bytes(base64.b64decode(shot["data"]))
-
-
-async def browse(profile: Path, check: Any) -> None:
-    process = await asyncio.create_subprocess_exec(
-        chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--remote-debugging-port=0",
-        "--remote-allow-origins=*",
-        f"--user-data-dir={profile}",
-        "--window-size=1280,900",
-        "about:blank",
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert process.stderr
-        while True:
-            line = (await asyncio.wait_for(process.stderr.readline(), 60)).decode()
-            assert line, "chromium ended before it listened"
-            found = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
-            if found:
-                break
-        async with aiohttp.ClientSession() as session:
-            targets = await (await session.get(f"http://127.0.0.1:{found.group(1)}/json")).json()
-            page = next(target for target in targets if target["type"] == "page")
-            async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-                browser = Browser(ws)
-                await browser.call("Page.enable")
-                await check(browser)
-    finally:
-        process.kill()
-        await process.wait()
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if chromium_path() is None:
+        pytest.skip("chromium is not installed (Debian/Ubuntu: apt-get install -y chromium)")
+    with Browser() as started:
+        yield started
 
 
 def keep(screenshot: Path) -> None:
@@ -211,58 +125,55 @@ def keep(screenshot: Path) -> None:
         shutil.copy(screenshot, Path(artifacts) / screenshot.name)
 
 
-def test_navigation_search_and_reference_render_in_chromium(served: str, tmp_path: Path):
-    async def check(browser: Browser) -> None:
-        # The navigation: every section, and its links lead to pages that exist.
-        await browser.open(served)
-        sections = await browser.evaluate(
-            "[...document.querySelectorAll('.md-nav--primary > .md-nav__list > .md-nav__item')]"
-            ".map(item => item.querySelector('.md-nav__link').textContent.trim())"
-        )
-        for section in (
-            "Home",
-            "Quick start",
-            "Tutorial",
-            "Concepts",
-            "How-to guides",
-            "Reference",
-        ):
-            assert section in sections, sections
-        links = await browser.evaluate(
-            "[...document.querySelectorAll('.md-nav--primary a.md-nav__link')].map(a => a.href)"
-        )
-        assert len(links) >= 25, links
-        await browser.screenshot(tmp_path / "docs-home.png")
+def test_navigation_search_and_reference_render_in_chromium(
+    served: str, tmp_path: Path, browser: Browser
+):
+    # The navigation: every section, and its links lead to pages that exist.
+    browser.open(served, height=900)
+    sections = browser.js(
+        "[...document.querySelectorAll('.md-nav--primary > .md-nav__list > .md-nav__item')]"
+        ".map(item => item.querySelector('.md-nav__link').textContent.trim())"
+    )
+    for section in (
+        "Home",
+        "Quick start",
+        "Tutorial",
+        "Concepts",
+        "How-to guides",
+        "Reference",
+    ):
+        assert section in sections, sections
+    links = browser.js(
+        "[...document.querySelectorAll('.md-nav--primary a.md-nav__link')].map(a => a.href)"
+    )
+    assert len(links) >= 25, links
+    keep(browser.screenshot(tmp_path / "docs-home.png"))
 
-        # Search: the index loads in its worker, and a query finds the sandbox pages.
-        found = await browser.until(
-            """(() => {
-                const input = document.querySelector('[data-md-component=search-query]');
-                if (input.value !== 'bubblewrap') {
-                    input.value = 'bubblewrap';
-                    input.dispatchEvent(new Event('input', {bubbles: true}));
-                    input.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true}));
-                }
-                const hits = [...document.querySelectorAll('.md-search-result__item a')];
-                return hits.length && hits.map(a => a.href);
-            })()"""
-        )
-        assert any("concepts/sandboxes/" in url for url in found), found
+    # Search: the index loads in its worker, and a query finds the sandbox pages.
+    found = browser.until(
+        """(() => {
+            const input = document.querySelector('[data-md-component=search-query]');
+            if (input.value !== 'bubblewrap') {
+                input.value = 'bubblewrap';
+                input.dispatchEvent(new Event('input', {bubbles: true}));
+                input.dispatchEvent(new KeyboardEvent('keyup', {bubbles: true}));
+            }
+            const hits = [...document.querySelectorAll('.md-search-result__item a')];
+            return hits.length && hits.map(a => a.href);
+        })()"""
+    )
+    assert any("concepts/sandboxes/" in url for url in found), found
 
-        # A reference page generated from docstrings, and one from the settings' fields.
-        await browser.open(served + "reference/runtime/")
-        headings = await browser.until(
-            "[...document.querySelectorAll('.doc-heading')].map(h => h.textContent)"
-        )
-        assert any("HermesAgentBaseEnv" in h for h in headings)
-        assert any("ToolContext" in h for h in headings)
-        await browser.screenshot(tmp_path / "docs-reference-runtime.png")
-        await browser.open(served + "reference/settings/")
-        cells = await browser.evaluate(
-            "[...document.querySelectorAll('td:first-child code')].map(c => c.textContent)"
-        )
-        assert "--env.sandbox_backend" in cells and "--openai.base_url" in cells
-
-    asyncio.run(browse(tmp_path / "profile", check))
-    keep(tmp_path / "docs-home.png")
-    keep(tmp_path / "docs-reference-runtime.png")
+    # A reference page generated from docstrings, and one from the settings' fields.
+    browser.open(served + "reference/runtime/", height=900)
+    headings = browser.until(
+        "[...document.querySelectorAll('.doc-heading')].map(h => h.textContent)"
+    )
+    assert any("HermesAgentBaseEnv" in h for h in headings)
+    assert any("ToolContext" in h for h in headings)
+    keep(browser.screenshot(tmp_path / "docs-reference-runtime.png"))
+    browser.open(served + "reference/settings/", height=900)
+    cells = browser.js(
+        "[...document.querySelectorAll('td:first-child code')].map(c => c.textContent)"
+    )
+    assert "--env.sandbox_backend" in cells and "--openai.base_url" in cells
