@@ -32,6 +32,7 @@ import os
 import shlex
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox.limits import tmpfs_size_options
@@ -165,19 +166,27 @@ def kill_cgroup_processes(directories: list[Path]) -> None:
             return
 
 
+REMOVE_WAIT = 1.0  # seconds
+
+
 def remove_cgroups(directories: list[Path]) -> None:
     """Kill the processes of these cgroups and remove them (a cgroup with processes stays)."""
     kill_cgroup_processes(directories)
     for directory in directories:
-        for _ in range(50):  # killed processes leave their cgroup when reaped
+        # Killed processes leave their cgroup when reaped, which on a busy machine takes more
+        # than a few yields: wait up to REMOVE_WAIT, or the cgroup stays until the next run.
+        deadline = time.monotonic() + REMOVE_WAIT
+        while True:
             try:
                 directory.rmdir()
                 break
             except FileNotFoundError:
                 break
             except OSError:
+                if time.monotonic() > deadline:
+                    break
                 kill_cgroup_processes([directory])
-                os.sched_yield()
+                time.sleep(0.001)
 
 
 def cgroup_parents() -> list[Path]:
