@@ -448,10 +448,14 @@ def test_an_interpreter_killed_by_the_agent_between_calls_is_replaced(tmp_path, 
             from hermes_envgen.runtime.tools.interpreter import _interpreters
 
             directory = _interpreters[ctx.sandbox].directory
-            # killed, and dead (a zombie at most: its sockets closed) when the next call comes
+            # killed, and dead when the next call comes: gone, or a zombie whose other
+            # threads (its output readers) have exited too. A zombie leader alone is not
+            # enough: the threads share its descriptors, and the socket stays open until the
+            # last of them has exited (a call sent then is one the interpreter died under).
             killed = await ctx.terminal(
-                f"pid=$(cat {directory}/pid); kill -9 $pid; while [ -e /proc/$pid ] &&"
-                " ! grep -q ') Z' /proc/$pid/stat 2>/dev/null; do sleep 0.01; done"
+                f"pid=$(cat {directory}/pid); kill -9 $pid; while [ -e /proc/$pid ] && ! {{"
+                " grep -q ') Z' /proc/$pid/stat && [ $(ls /proc/$pid/task | wc -l) -eq 1 ];"
+                " } 2>/dev/null; do sleep 0.01; done"
             )
             return killed, await call(ctx, "'kept' in globals()")
         finally:
