@@ -6,6 +6,7 @@
 # PYTHONPATH by the tests) runs in .venv-vf and reaches it over HTTP. Pinned in
 # scripts/verifiers.txt (no torch); the wheels of verifiers' chat harness
 # (scripts/verifiers-harness.txt) go to .venv-vf/wheels/ so that the tests prepare it offline.
+# Compiled to bytecode at install: verifiers imports some 1,500 modules at every start.
 # Without them: a notice, and those tests skip (CI sets HERMES_ENVGEN_REQUIRE_TORCH=1 to fail).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ trap 'rm -f "$log"; rm -rf "$partial"' EXIT
 uv=.venv/bin/uv
 command -v "$uv" >/dev/null 2>&1 || uv=uv
 if "$uv" venv --quiet --relocatable --python .venv/bin/python "$partial" >"$log" 2>&1 &&
-    "$uv" pip sync --quiet --python "$partial/bin/python" scripts/verifiers.txt >>"$log" 2>&1 &&
+    "$uv" pip sync --quiet --compile-bytecode --python "$partial/bin/python" scripts/verifiers.txt >>"$log" 2>&1 &&
     python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
         --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
         --platform manylinux_2_34_x86_64 -d "$partial/wheels" \

@@ -114,7 +114,6 @@ def evaluated(offline_tokenizer, tmp_path_factory):
                 str(VERIFIERS_VENV / "bin" / "python"),
                 "-m",
                 "hermes_envgen_verifiers",  # vf-eval hermes-envgen-verifiers, the chat harness
-                "--env.taskset.url",
                 f"http://127.0.0.1:{port}",
                 "--env.taskset.split",
                 "train",  # the example env keeps its tasks as one list

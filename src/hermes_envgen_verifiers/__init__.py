@@ -13,8 +13,9 @@ package runs in verifiers' environment and needs nothing else of hermes-envgen. 
   ``compute_reward`` scores them with the sandbox as the agent left it; the reward's named
   signals are the trace's metrics (``env/<name>``).
 
-Run it with ``vf-eval hermes-envgen-verifiers --env.taskset.url http://127.0.0.1:8765`` and
-verifiers' chat harness (``--env.agent.harness.id null``), which calls MCP tools.
+Run it with ``python -m hermes_envgen_verifiers http://127.0.0.1:8765 -m MODEL
+--client.base-url URL``: ``vf-eval hermes-envgen-verifiers`` with that ``url`` and verifiers'
+chat harness (``null``), which calls MCP tools; prime-rl takes the same taskset id and ``url``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""``python -m hermes_envgen_verifiers [vf-eval's options]``: verifiers' own evaluation entry
-point (``vf-eval``) on this taskset, with verifiers' chat harness; without verifiers, one line
-naming what to install (exit 2)."""
+"""``python -m hermes_envgen_verifiers [URL] [vf-eval's options]``: verifiers' own evaluation
+entry point (``vf-eval hermes-envgen-verifiers``) on the env served at ``URL`` (the taskset's
+``url``; by default http://127.0.0.1:8765), with verifiers' chat harness (``null``: the env's
+tools over MCP, nothing run on this host) in a subprocess runtime. Without verifiers: one line
+naming what to install, exit 2."""
 
 from __future__ import annotations
 
@@ -13,14 +15,19 @@ def main() -> None:
     require_verifiers()
     from verifiers.v1.cli.eval.main import main as vf_eval
 
+    options = sys.argv[1:]
+    url = []
+    if options and options[0].startswith(("http://", "https://")):
+        url = ["--env.taskset.url", options.pop(0)]
     sys.argv = [
         "vf-eval",
         "hermes-envgen-verifiers",
+        *url,
         "--env.agent.harness.id",
         "null",
         "--env.agent.runtime.type",
         "subprocess",
-        *sys.argv[1:],
+        *options,
     ]
     vf_eval()
 

@@ -2,7 +2,8 @@
 
 It answers ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (with ``tools``,
 ``tool_calls``, ``n`` > 1 and ``stream``: server-sent events, as OpenAI streams them) and
-``POST /v1/completions`` from a :class:`Script`, and can inject faults: HTTP 500s, latency, malformed bodies, dropped connections, hanging requests.
+``POST /v1/completions`` from a :class:`Script`, and can inject faults: HTTP 500s, latency,
+malformed bodies, dropped connections, hanging requests.
 
 It also answers token-level requests in the three forms servers take them: Atropos's vLLM API
 server's ``POST /generate`` (``{"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, ...}``),

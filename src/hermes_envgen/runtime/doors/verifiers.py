@@ -185,7 +185,7 @@ def _error(status: int, message: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m hermes_envgen.runtime.doors.verifiers package.module:EnvClass``: serve it
-    on 127.0.0.1 (``--port``, 8765) for ``vf-eval hermes-envgen-verifiers``."""
+    on 127.0.0.1 (``--port``, 8765) for the taskset ``hermes-envgen-verifiers``."""
     import argparse
     import importlib
     import sys
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"verifiers door of {class_name} on http://{args.host}:{args.port} "
-        f"(vf-eval hermes-envgen-verifiers --env.taskset.url http://{args.host}:{args.port})",
+        f"(in verifiers' environment: python -m hermes_envgen_verifiers "
+        f"http://{args.host}:{args.port} -m MODEL --client.base-url URL)",
         flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
