@@ -140,6 +140,7 @@ def evaluated(offline_tokenizer, tmp_path_factory):
             "sessions": thread_of_env.sessions,
             "sandboxes": sandboxes,
             "url": f"http://127.0.0.1:{port}",
+            "work": work,
         }
     finally:
         server.should_exit = True
@@ -164,6 +165,10 @@ def test_vf_eval_pays_the_gold_solutions_what_the_envs_loop_pays_and_a_noop_noth
     paid = {}
     for prompt, traces in by_task.items():
         assert len(traces) == 2
+        # the taskset's own harness (verifiers' chat loop), verifiers' default for it
+        assert {t["agent"]["config"]["harness"]["id"] for t in traces} == {
+            "hermes-envgen-verifiers"
+        }
         assert {t["name"] for t in traces[0]["tools"]} >= {"terminal", "write_file", "read_file"}
         rewards = {}
         for trace in traces:
@@ -201,6 +206,26 @@ def test_the_door_refuses_what_it_cannot_serve_in_one_line(evaluated):
     malformed = httpx.post(f"{url}/sessions", json={"task": 3}, timeout=30)
     assert malformed.status_code == 400 and "task" in malformed.json()["error"]
     assert httpx.get(f"{url}/tasks?split=test", timeout=30).status_code == 400
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_taskset_whose_env_is_not_served_says_so_in_one_line(evaluated):
+    port = free_port()  # nothing listens there
+    python = str(VERIFIERS_VENV / "bin" / "python")
+    output = str(evaluated["work"] / "unserved")
+    ran = subprocess.run(
+        [python, "-m", "hermes_envgen_verifiers", f"http://127.0.0.1:{port}", "-o", output],
+        env={**os.environ, "PYTHONPATH": str(REPO / "src"), "PRIME_API_KEY": "unused"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert ran.returncode == 2, ran.stdout[-2000:] + ran.stderr[-2000:]
+    (line,) = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+    assert f"127.0.0.1:{port} did not list its tasks" in line
+    assert "python -m hermes_envgen.runtime.doors.verifiers" in line
+    assert "Traceback" not in ran.stderr
 
 
 class JudgedByThePolicy(TerminalTaskEnv):

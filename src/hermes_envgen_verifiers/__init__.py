@@ -13,14 +13,17 @@ package runs in verifiers' environment and needs nothing else of hermes-envgen. 
   ``compute_reward`` scores them with the sandbox as the agent left it; the reward's named
   signals are the trace's metrics (``env/<name>``).
 
-Run it with ``python -m hermes_envgen_verifiers http://127.0.0.1:8765 -m MODEL
---client.base-url URL``: ``vf-eval hermes-envgen-verifiers`` with that ``url`` and verifiers'
-chat harness (``null``), which calls MCP tools; prime-rl takes the same taskset id and ``url``.
+Its harness is verifiers' chat loop (``HermesChatHarness``, a ``null`` harness: MCP tools, no
+code run on its host), the taskset's default. Run it with ``python -m hermes_envgen_verifiers
+http://127.0.0.1:8765 -m MODEL --client.base-url URL``: ``vf-eval hermes-envgen-verifiers`` with
+that ``url`` in a subprocess runtime (the harness must reach the env's door on 127.0.0.1);
+prime-rl takes the same taskset id and ``url``.
 """
 
 from __future__ import annotations
 
 import contextvars
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,12 +33,20 @@ vf = require_verifiers()
 
 import httpx  # noqa: E402  (verifiers is checked first: the one line that names what to do)
 
-__all__ = ["HermesTaskset"]
+__all__ = ["HermesChatHarness", "HermesTaskset"]
 
 # The MCP endpoint of the session that a rollout's setup opened, read by toolsets() right after
 # it: verifiers asks both in the rollout's own asyncio task (and shares one Task object between
 # a task's rollouts, so the object cannot hold it).
 _TOOLS_URL: contextvars.ContextVar[str | None] = contextvars.ContextVar("hermes_tools_url")
+
+
+from verifiers.v1.harnesses.null import NullHarness  # noqa: E402
+
+
+class HermesChatHarness(NullHarness):
+    """The taskset's own harness, verifiers' chat loop (``null``): the model's tool calls go
+    to the env's MCP endpoint, and nothing of the model's runs on the harness's host."""
 
 
 class HermesTasksetConfig(vf.TasksetConfig):
@@ -101,8 +112,18 @@ class HermesTaskset(vf.Taskset[HermesTask, HermesTasksetConfig]):
     def load(self) -> Iterator[HermesTask]:
         config = self.config
         url = config.url.rstrip("/")
-        response = httpx.get(f"{url}/tasks", params={"split": config.split}, timeout=60)
-        response.raise_for_status()
+        try:
+            response = httpx.get(f"{url}/tasks", params={"split": config.split}, timeout=60)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            detail = response.text if isinstance(exc, httpx.HTTPStatusError) else exc
+            print(
+                f"error: the env's verifiers door at {url} did not list its tasks ({detail}): "
+                "serve the env with python -m hermes_envgen.runtime.doors.verifiers "
+                "package.module:EnvClass, and give its URL",
+                file=sys.stderr,
+            )
+            raise SystemExit(2) from None
         listed = response.json()
         for index, row in enumerate(listed["tasks"]):
             yield HermesTask(

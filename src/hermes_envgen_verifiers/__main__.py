@@ -1,8 +1,8 @@
 """``python -m hermes_envgen_verifiers [URL] [vf-eval's options]``: verifiers' own evaluation
 entry point (``vf-eval hermes-envgen-verifiers``) on the env served at ``URL`` (the taskset's
-``url``; by default http://127.0.0.1:8765), with verifiers' chat harness (``null``: the env's
-tools over MCP, nothing run on this host) in a subprocess runtime. Without verifiers: one line
-naming what to install, exit 2."""
+``url``; by default http://127.0.0.1:8765), its harness (verifiers' chat loop: the env's tools
+over MCP, nothing run on this host) in a subprocess runtime, which reaches the door on
+127.0.0.1. Without verifiers: one line naming what to install, exit 2."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ def main() -> None:
         "vf-eval",
         "hermes-envgen-verifiers",
         *url,
-        "--env.agent.harness.id",
-        "null",
         "--env.agent.runtime.type",
         "subprocess",
         *options,
