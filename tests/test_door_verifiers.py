@@ -235,12 +235,17 @@ class JudgedByThePolicy(TerminalTaskEnv):
         return self.policy
 
 
-def test_a_reward_whose_judge_is_the_policys_server_is_refused_at_export(offline_tokenizer):
+def test_a_reward_whose_judge_is_the_policys_server_is_refused_at_export(offline_tokenizer, capsys):
     from hermes_envgen.runtime.doors import verifiers as door
 
     with pytest.raises(DoorUnavailable, match="judge on the policy's server") as refused:
         door.verifiers_app(JudgedByThePolicy, tokenizer_name=str(offline_tokenizer))
     assert "judge_base_url" in str(refused.value) and "\n" not in str(refused.value)
+    # served from the command line: that reason in one line, exit 2, nothing served
+    where = f"{__name__}:JudgedByThePolicy"
+    assert door.main([where, "--tokenizer", str(offline_tokenizer)]) == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert "judge on the policy's server" in line
 
 
 def test_without_verifiers_the_taskset_says_how_to_install_it_and_exits_2():

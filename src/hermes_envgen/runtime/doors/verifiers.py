@@ -122,7 +122,10 @@ def verifiers_app(
         except ValueError:
             return _error(400, "the task is not JSON")
         split = "train" if body.get("split") == "train" else "eval"
-        session = await thread.run_async(sessions.open(item, split=split))
+        try:
+            session = await thread.run_async(sessions.open(item, split=split))
+        except Exception as exc:  # the task's sandbox could not be prepared: the rollout fails
+            return _error(500, f"the task could not be started: {type(exc).__name__}: {exc}")
         return JSONResponse({"session": session.task_id, "messages": session.messages})
 
     async def score(request: Request) -> JSONResponse:
@@ -220,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    if not (args.host in ("localhost", "::1") or args.host.startswith("127.")):
+        print(
+            f"warning: serving on {args.host}, beyond this machine: whoever reaches it can run "
+            "the env's tools in its sandboxes; it takes no credentials",
+            file=sys.stderr,
+        )
     print(
         f"verifiers door of {class_name} on http://{args.host}:{args.port} "
         f"(in verifiers' environment: python -m hermes_envgen_verifiers "
