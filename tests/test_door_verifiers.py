@@ -215,7 +215,15 @@ def test_a_taskset_whose_env_is_not_served_says_so_in_one_line(evaluated):
     python = str(VERIFIERS_VENV / "bin" / "python")
     output = str(evaluated["work"] / "unserved")
     ran = subprocess.run(
-        [python, "-m", "hermes_envgen_verifiers", f"http://127.0.0.1:{port}", "-o", output],
+        [
+            python,
+            "-m",
+            "hermes_envgen_verifiers",
+            f"http://127.0.0.1:{port}",
+            "--no-push",
+            "-o",
+            output,
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO / "src"), "PRIME_API_KEY": "unused"},
         capture_output=True,
         text=True,
