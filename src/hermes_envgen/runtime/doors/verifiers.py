@@ -143,7 +143,9 @@ def verifiers_app(
         first_reply = next(
             (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
         )
-        transcript = [*session.messages, *messages[first_reply:]]
+        # A reply of tool calls alone comes with content null: the env's rewards read text.
+        replies = [m if m.get("content") is not None else {**m, "content": ""} for m in messages]
+        transcript = [*session.messages, *replies[first_reply:]]
         try:
             reward = await thread.run_async(session.score(transcript))
         finally:
