@@ -24,6 +24,7 @@ if [ "${1:-}" = --fast ]; then
     bash scripts/setup.sh
     bash scripts/install-torch-cpu.sh  # into .venv-torch/, once: for the GRPO trainer tests
     bash scripts/install-trainers.sh  # into .venv-trl/, once: TRL for the doors' tests
+    bash scripts/install-verifiers.sh  # into .venv-vf/, once: verifiers, in a venv of its own
     prime_index_cache
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
     .venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks
@@ -68,6 +69,7 @@ export HERMES_ENVGEN_VLLM_STATE="$vllm_state"
 bash scripts/setup.sh
 bash scripts/install-torch-cpu.sh  # for the tests of atroposlib's GRPO trainer on served groups
 bash scripts/install-trainers.sh  # TRL, for the doors' tests (a real GRPOTrainer step)
+bash scripts/install-verifiers.sh  # verifiers (its own venv: it pins mcp 2.0), for its door
 prime_index_cache
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 .venv/bin/ruff check src hooks tests examples benchmarks docs/_hooks

@@ -78,6 +78,56 @@ def test_tool_calls_follow_the_script_turn_by_turn(stub_server):
     assert body["choices"][0]["finish_reason"] == "stop"
 
 
+def test_a_streamed_chat_completion_is_server_sent_events_the_openai_client_reads(stub_server):
+    """stream: true answers text/event-stream chunks (role, content and tool-call deltas, the
+    finish reason, the usage asked for, [DONE]) that OpenAI's own client puts back together."""
+    import openai
+
+    server = stub_server(SCRIPT)
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions",
+        data=json.dumps(
+            {
+                "messages": [{"role": "user", "content": "what is the weather?"}],
+                "tools": TOOLS,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        events = [line for line in response.read().decode().split("\n\n") if line]
+    assert all(event.startswith("data: ") for event in events)
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(event.removeprefix("data: ")) for event in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
+    argument_pieces = [
+        d["tool_calls"][0]["function"]["arguments"]
+        for c in chunks[:-1]
+        for d in [c["choices"][0]["delta"]]
+        if "tool_calls" in d
+    ]
+    assert len(argument_pieces) > 2  # the arguments arrive in pieces, after the name
+
+    client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": "what is the weather?"}]
+    with client.chat.completions.stream(model="scripted", messages=messages, tools=TOOLS) as s:
+        first = s.get_final_completion().choices[0]
+    assert first.finish_reason == "tool_calls"
+    (call,) = first.message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Paris"}')
+    messages += [
+        first.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
+    with client.chat.completions.stream(model="scripted", messages=messages, tools=TOOLS) as s:
+        second = s.get_final_completion().choices[0]
+    assert (second.message.content, second.finish_reason) == ("It is sunny.", "stop")
+
+
 def test_without_tools_the_calls_come_back_as_text(stub_server):
     server = stub_server(SCRIPT)
     _, body = chat(server, [{"role": "user", "content": "weather"}])

@@ -754,8 +754,9 @@ DOOR_ROWS = ("doors: gold parity", "doors: no-op and tampering")
 
 def door_rows(report: dict | None, noop: float) -> list[CheckResult]:
     """Whether the session every door to another trainer runs (TRL's environment_factory, the
-    OpenEnv server) pays the gold solutions what the env's loop pays, and nothing for a no-op
-    or tampering (testing.door_parity); no rows from an env process that made no report."""
+    OpenEnv server, the verifiers taskset's server) pays the gold solutions what the env's loop
+    pays, and nothing for a no-op or tampering (testing.door_parity); no rows from an env
+    process that made no report."""
     if report is None:
         return []
     if "error" in report:
@@ -767,7 +768,7 @@ def door_rows(report: dict | None, noop: float) -> list[CheckResult]:
     rows = []
     for name, failures, passing in (
         (DOOR_ROWS[0], report["gold_mismatches"],
-         f"a session (TRL, OpenEnv) pays all {n} gold solutions what process pays"),
+         f"a session (TRL, OpenEnv, verifiers) pays all {n} gold solutions what process pays"),
         (DOOR_ROWS[1], report["paid_for_nothing"],
          f"through a session, a no-op and tampering earn <= {noop:g} on all {n}"),
     ):  # fmt: skip

@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible server over real HTTP on 127.0.0.1, for offline tests.
 
 It answers ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (with ``tools``,
-``tool_calls`` and ``n`` > 1) and ``POST /v1/completions`` from a :class:`Script`, and can
-inject faults: HTTP 500s, latency, malformed bodies, dropped connections, hanging requests.
+``tool_calls``, ``n`` > 1 and ``stream``: server-sent events, as OpenAI streams them) and
+``POST /v1/completions`` from a :class:`Script`, and can inject faults: HTTP 500s, latency,
+malformed bodies, dropped connections, hanging requests.
 
 It also answers token-level requests in the three forms servers take them: Atropos's vLLM API
 server's ``POST /generate`` (``{"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, ...}``),
@@ -254,16 +255,45 @@ class StubServer:
             }
             for i in range(int(body.get("n") or 1))
         ]
-        return web.json_response(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model") or self.script.model,
-                "choices": choices,
-                "usage": _usage(json.dumps(messages), choices),
-            }
+        answer = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.script.model,
+            "choices": choices,
+            "usage": _usage(json.dumps(messages), choices),
+        }
+        if body.get("stream"):
+            return await self._stream_chat(request, answer, body.get("stream_options") or {})
+        return web.json_response(answer)
+
+    async def _stream_chat(
+        self, request: web.Request, answer: dict, options: dict
+    ) -> web.StreamResponse:
+        """``answer`` as OpenAI streams a chat completion: server-sent ``chat.completion.chunk``
+        events, each message cut into deltas (role, content, each tool call's name, then its
+        arguments in pieces), a last chunk with the finish reason, the usage when
+        ``stream_options.include_usage`` asks for it, then ``[DONE]``."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
+        await response.prepare(request)
+        head = {key: answer[key] for key in ("id", "created", "model")}
+
+        async def send(choices: list[dict], **extra: Any) -> None:
+            chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        for choice in answer["choices"]:
+            index = choice["index"]
+            for delta in _deltas(choice["message"]):
+                await send([{"index": index, "delta": delta, "finish_reason": None}])
+            await send([{"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}])
+        if options.get("include_usage"):
+            await send([], usage=answer["usage"])
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body, fault = await self._receive(request)
@@ -519,6 +549,29 @@ def _offline_tokenizer() -> Any:
 
     with tempfile.TemporaryDirectory(prefix="stub-tokenizer-") as directory:
         return AutoTokenizer.from_pretrained(str(build_offline_tokenizer(directory)))
+
+
+def _pieces(text: str, size: int = 8) -> list[str]:
+    """``text`` cut into pieces of ``size`` characters, as a server streams its tokens."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _deltas(message: dict) -> list[dict]:
+    """The stream deltas of an assistant ``message``: the role, its reasoning and content in
+    pieces, then each tool call (its id and name first, its arguments after in pieces)."""
+    deltas: list[dict] = [{"role": "assistant", "content": ""}]
+    for piece in _pieces(message.get("reasoning_content") or ""):
+        deltas.append({"reasoning_content": piece})
+    for piece in _pieces(message.get("content") or ""):
+        deltas.append({"content": piece})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        opening["function"] = {"name": function["name"], "arguments": ""}
+        deltas.append({"tool_calls": [opening]})
+        for piece in _pieces(function["arguments"]):
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    return deltas
 
 
 def _conversation_marker(messages: list[dict]) -> int | None:

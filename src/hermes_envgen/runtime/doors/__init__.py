@@ -1,9 +1,10 @@
 """The doors through which trainers other than Atropos take an env, each on ``runtime.session``.
 
 One module per door: ``trl`` (TRL's ``environment_factory``, reward functions, dataset rows
-and ``rollout_func``), ``openenv`` (an OpenEnv MCP environment server) and ``verifiers`` (a
-verifiers taskset). Each imports its library only when used, and a library that is missing or
-at a version the door does not support stops with one line naming the extra to install
+and ``rollout_func``), ``openenv`` (an OpenEnv MCP environment server) and ``verifiers`` (the
+env served to a verifiers taskset, ``hermes_envgen_verifiers``, which runs in verifiers' own
+environment). Each imports its library only when used, and a library that is missing or at a
+version the door does not support stops with one line naming the extra to install
 (``DoorUnavailable``, exit 2). Atropos's own modes use none of this.
 """
 
