@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from hermes_envgen.runtime.chat_template import (
-    BUILTIN_TEMPLATES,
+from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
+from hermes_envgen.runtime.template_check import (
     ChatTemplateDropsToolCalls,
     check_tool_calls_rendered,
-    encode,
     prepare_chat_template,
-    resolve_chat_template,
 )
-from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
+from hermes_envgen.runtime.template_data import BUILTIN_TEMPLATES, resolve_chat_template
+from hermes_envgen.runtime.template_render import encode
 from hermes_envgen.runtime.trajectory import (
     MASKED,
     tokenize_conversation,

@@ -26,13 +26,13 @@ from atroposlib.envs.server_handling.vllm_server import VLLMServer
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.agent_loop import HermesAgentLoop
-from hermes_envgen.runtime.chat_template import (
-    ChatTemplateDropsToolCalls,
-    check_tool_calls_rendered,
-    set_template_kwargs,
-)
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.exact_tokens import ExactTokensBackend
+from hermes_envgen.runtime.template_check import (
+    ChatTemplateDropsToolCalls,
+    check_tool_calls_rendered,
+)
+from hermes_envgen.runtime.template_render import set_template_kwargs
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.trajectory import (
@@ -454,7 +454,8 @@ def test_a_template_that_renders_one_of_two_parallel_calls_leaves_the_rollout_ou
 def test_the_envs_template_variables_render_the_training_data(tmp_path):
     # extra_body.chat_template_kwargs goes to the server (chat mode) and, through
     # prepare_chat_template, renders the training data and token-mode prompts alike.
-    from hermes_envgen.runtime.chat_template import prepare_chat_template, template_kwargs
+    from hermes_envgen.runtime.template_check import prepare_chat_template
+    from hermes_envgen.runtime.template_render import template_kwargs
 
     family = FAMILIES["qwen3 (thinking)"]
     _, tokenizer = family_tokenizer(tmp_path, family)

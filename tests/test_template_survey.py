@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from hermes_envgen.runtime.chat_template import (
+from hermes_envgen.runtime.template_check import (
     ChatTemplateDropsToolCalls,
     check_tool_calls_rendered,
 )

@@ -431,8 +431,9 @@ def token_fidelity_check(
     """
     from transformers import AutoTokenizer
 
-    from hermes_envgen.runtime.chat_template import resolve_chat_template, set_template_kwargs
     from hermes_envgen.runtime.errors import EnvConfigError
+    from hermes_envgen.runtime.template_data import resolve_chat_template
+    from hermes_envgen.runtime.template_render import set_template_kwargs
     from hermes_envgen.runtime.trajectory import token_fidelity
 
     try:

@@ -11,9 +11,7 @@ atroposlib and transformers.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hermes_envgen._lazy import lazy_exports
 
@@ -110,45 +108,7 @@ __all__ = [
     "weighted_score",
 ]
 
-# Names this package exported before its API was cut to ``__all__`` (0.1.0 and 0.2 previews):
-# still importable from here for projects that use them, with a DeprecationWarning (once per
-# name) that gives their module path.
-_DEPRECATED = {
-    "ToolError": "agent_loop",  # ToolErrorRecord's earlier name
-    "Rollout": "records",
-    "SandboxError": "errors",
-    "ToolExecutionError": "errors",
-    "InferenceError": "errors",
-    "ModelServerError": "errors",
-    "answer_matches": "rewards",
-    "keyword_overlap": "rewards",
-    "normalize_answer": "rewards",
-    "RolloutRecord": "records",
-    "Tool": "tools",
-    "ToolRegistry": "tools",
-    "REGISTRY": "tools",
-    "SandboxManager": "sandbox",
-    "SandboxSettings": "sandbox",
-    "tokenize_conversation": "trajectory",
-}
-
-_declared_getattr, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    """A declared name, loaded on first use; or a deprecated one, with its warning."""
-    module = _DEPRECATED.get(name)
-    if module is None:
-        return _declared_getattr(name)
-    warnings.warn(
-        f"hermes_envgen.runtime.{name} is internal now and will be removed from "
-        f"hermes_envgen.runtime: import it from hermes_envgen.runtime.{module}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # warned once: later lookups find it here
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:

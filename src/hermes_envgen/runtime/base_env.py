@@ -132,11 +132,6 @@ class HermesAgentBaseEnv(
             value = TrainingBuffer(value)
         super().__setattr__(name, value)
 
-    @property
-    def model(self) -> ModelClient:
-        """``policy``'s earlier name: judge envs of earlier releases pass ``self.model``."""
-        return self.policy
-
     def __init__(
         self,
         config: HermesAgentEnvConfig,
