@@ -14,7 +14,7 @@ from hermes_envgen.generate.migrate import migrate_project, migrate_python, migr
 
 from .envgen_helpers import git
 
-OLD_ENV = '''\
+OLD_ENV = """\
 from hermes_envgen.runtime import (
     AgentResult,
     HermesAgentBaseEnv,
@@ -32,17 +32,18 @@ class OldEnv(HermesAgentBaseEnv):
     def config_init(cls):
         # terminal_timeout in a comment stays as it is
         config = OldConfig(terminal_timeout=5, terminal_backend="local")
-        flags = {"env.terminal_lifetime": 9, "--env.terminal_timeout": 1, "x": "terminal_timeouts"}
-        return config.terminal_timeout, self.config.terminal_lifetime, flags
+        flags = {"env.terminal_lifetime": 9, "--env.terminal_timeout": 1}
+        other = "terminal_timeouts"
+        return config.terminal_timeout, self.config.terminal_lifetime, flags, other
 
     def make_judge(self):
         return judge_client(self.model, "https://judge.example/v1")
 
     def errors(self, error: ToolError) -> list[ToolError]:
         return [error, keyword_overlap("a", "b"), self.model]
-'''
+"""
 
-NEW_ENV = '''\
+NEW_ENV = """\
 from hermes_envgen.runtime import (
     AgentResult,
     HermesAgentBaseEnv,
@@ -61,15 +62,16 @@ class OldEnv(HermesAgentBaseEnv):
     def config_init(cls):
         # terminal_timeout in a comment stays as it is
         config = OldConfig(sandbox_command_timeout=5, terminal_backend="local")
-        flags = {"env.sandbox_idle_lifetime": 9, "--env.sandbox_command_timeout": 1, "x": "terminal_timeouts"}
-        return config.sandbox_command_timeout, self.config.sandbox_idle_lifetime, flags
+        flags = {"env.sandbox_idle_lifetime": 9, "--env.sandbox_command_timeout": 1}
+        other = "terminal_timeouts"
+        return config.sandbox_command_timeout, self.config.sandbox_idle_lifetime, flags, other
 
     def make_judge(self):
         return judge_client(self.policy, "https://judge.example/v1")
 
     def errors(self, error: ToolErrorRecord) -> list[ToolErrorRecord]:
         return [error, keyword_overlap("a", "b"), self.model]
-'''
+"""
 
 
 def test_old_names_are_rewritten_and_the_rest_is_said_by_line():
@@ -77,8 +79,8 @@ def test_old_names_are_rewritten_and_the_rest_is_said_by_line():
     assert new == NEW_ENV
     assert [(line, note.split(" ", 1)[0]) for line, note in notes] == [
         (11, "keyword_overlap"),  # lines of the rewritten file
-        (26, "keyword_overlap"),
-        (26, "self.model"),
+        (27, "keyword_overlap"),
+        (27, "self.model"),
     ]
     assert "Reward(0.0, failure=...)" in notes[0][1]
     assert migrate_python(new) == (new, notes)  # a second run changes nothing
@@ -135,8 +137,9 @@ def test_a_project_is_rewritten_in_its_tracked_files_with_its_imports_sorted(tmp
     assert "from hermes_envgen.runtime import REGISTRY" in (project / "untracked.py").read_text()
     # ruff put the rewritten imports in order: the project's own `ruff check` passes
     assert "from hermes_envgen.runtime.tools import REGISTRY" in text
+    ruff = hooks.load("post_gen_project").find_ruff() or "ruff"
     sorted_imports = subprocess.run(
-        [hooks.load("post_gen_project").find_ruff() or "ruff", "check", "--select", "I", "--quiet", str(env_py)],
+        [ruff, "check", "--select", "I", "--quiet", str(env_py)],
         cwd=project,
         capture_output=True,
         text=True,
