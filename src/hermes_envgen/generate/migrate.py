@@ -146,7 +146,7 @@ def _sort_imports(project: Path, files: list[str]) -> None:
     if not files or ruff is None:
         return
     subprocess.run(
-        [ruff, "check", "--select", "I", "--fix", "--quiet", "--", *files],
+        [ruff, "check", "--select", "I", "--fix", "--quiet", "--no-cache", "--", *files],
         cwd=project,
         capture_output=True,
         stdin=subprocess.DEVNULL,
