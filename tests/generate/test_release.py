@@ -210,7 +210,7 @@ def test_a_checkout_renders_as_a_label_naming_its_commit_unless_it_is_the_tagged
 USERS_OWN_FILES = {
     "configs/long-commands.yaml": (
         "# Longer commands: `python -m legacy_env process --config configs/long-commands.yaml`.\n"
-        "env:\n  terminal_backend: local\n  terminal_timeout: 120\n  terminal_lifetime: 900\n"
+        "env:\n  terminal_backend: bwrap\n  terminal_timeout: 120\n  terminal_lifetime: 900\n"
     ),
     "src/legacy_env/own_helpers.py": (
         '"""Helpers of the user\'s, on the names hermes_envgen.runtime exported in 0.1.0."""\n\n'
