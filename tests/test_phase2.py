@@ -1,4 +1,4 @@
-"""Phase 2: exact token ids and logprobs from vLLM/SGLang /generate, against the stub over HTTP."""
+"""Token mode: exact token ids and logprobs from vLLM/SGLang /generate, against the stub (HTTP)."""
 
 from __future__ import annotations
 

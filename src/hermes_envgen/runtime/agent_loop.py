@@ -351,7 +351,7 @@ def _reasoning_of(message: Any) -> str | None:
 
 
 class ChatCompletionBackend:
-    """Phase 1: the server parses tool calls itself (an OpenAI-compatible chat endpoint)."""
+    """Chat mode: the server parses tool calls itself (an OpenAI-compatible chat endpoint)."""
 
     def __init__(self, server: ChatServer) -> None:
         self.server = server

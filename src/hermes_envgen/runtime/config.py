@@ -176,7 +176,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     )
     tool_call_parser: str = Field(
         default="hermes",
-        description="How tool calls are read from raw model text (token-level APIs).",
+        description="How tool calls are read from raw model text (token-mode APIs).",
     )
     inference_api: Literal["auto", "chat", "completions", "generate"] = Field(
         default="auto",
