@@ -1,4 +1,4 @@
-"""Tasks from a dataset or the built-in samples, the train/eval split (most of a small task set
+"""Tasks from a dataset or the built-in tasks, the train/eval split (most of a small task set
 is left for training) and the training order."""
 
 from __future__ import annotations
@@ -78,4 +78,4 @@ def test_a_dataset_folder_loads_as_tasks_of_its_prompt_and_answer_fields(tmp_pat
 def test_no_dataset_gives_a_copy_of_the_built_in_tasks():
     samples = [Task(prompt="What is 3 + 4?", answer="7")]
     items, source = load_items(None, "train", "prompt", "answer", samples)
-    assert items == samples and items is not samples and source == "built-in samples"
+    assert items == samples and items is not samples and source == "built-in tasks"

@@ -465,7 +465,7 @@ def check(
         typer.Option(min=1, help="Items evaluate holds out (default: the env's eval_size)."),
     ] = None,
     gold_threshold: Annotated[
-        float, typer.Option(help="Least reward a sample's gold solution must earn.")
+        float, typer.Option(help="Least reward a task's gold solution must earn.")
     ] = GOLD_THRESHOLD,
     noop_threshold: Annotated[
         float, typer.Option(help="Most reward answering at once, without tools, may earn.")

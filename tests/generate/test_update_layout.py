@@ -6,7 +6,7 @@ NEW_TAG the working tree's (the same methods, each a short body on the runtime's
 blocks). A project made from the first, edited as a user would, is updated to the second: the
 edits survive, the methods take their new bodies, and the project's tests pass on this
 runtime, before the update as after it. The project names a dataset, which offline cannot load:
-its tests run on the built-in samples either way.
+its tests run on the built-in tasks either way.
 """
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     dataset_name: str | None = Field(
         default=None,
         description="Hugging Face dataset with the tasks; None (or empty) uses the env's "
-        "built-in samples. One that cannot be loaded stops the run, unless dataset_fallback.",
+        "built-in tasks. One that cannot be loaded stops the run, unless dataset_fallback.",
     )
     dataset_split: str = Field(default="train", description="Split of the dataset to use.")
     prompt_field: str = Field(default="prompt", description="Dataset field with the task.")
@@ -294,8 +294,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     )
     dataset_fallback: bool = Field(
         default=False,
-        description="Use the built-in samples when dataset_name cannot be loaded (said at "
-        "start-up), instead of stopping: a mistyped name then trains on the samples.",
+        description="Use the built-in tasks when dataset_name cannot be loaded (said at "
+        "start-up), instead of stopping: a mistyped name then trains on the built-in tasks.",
     )
     split_seed: int = Field(
         default=0,
