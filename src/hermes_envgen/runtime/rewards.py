@@ -32,7 +32,9 @@ class Reward:
     """A score in [0, 1] plus what led to it, for metrics."""
 
     score: float
+    # Tallies, summed over every rollout of a split, failed ones too: ``judge_failures``.
     counts: dict[str, float] = field(default_factory=dict)
+    # The named parts of the score, each averaged over the measured rollouts: ``correctness``.
     signals: dict[str, float] = field(default_factory=dict)
     failure: str | None = None  # why the score is a stand-in, not a measurement (if it is)
 
