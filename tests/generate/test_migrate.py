@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from hermes_envgen.generate import hooks
+from hermes_envgen.generate import hooks, migrate
 from hermes_envgen.generate.migrate import migrate_project, migrate_python, migrate_yaml
 
 from .envgen_helpers import git
@@ -84,6 +84,35 @@ def test_old_names_are_rewritten_and_the_rest_is_said_by_line():
     ]
     assert "Reward(0.0, failure=...)" in notes[0][1]
     assert migrate_python(new) == (new, notes)  # a second run changes nothing
+
+
+def test_every_rewritten_name_is_where_the_rewrite_imports_it_and_the_old_ones_are_gone():
+    import importlib
+    import importlib.util
+
+    import hermes_envgen.runtime as runtime
+    from hermes_envgen.runtime import HermesAgentEnvConfig
+
+    for name, module in migrate.MOVED.items():
+        assert hasattr(importlib.import_module(f"{migrate.RUNTIME}.{module}"), name), name
+        assert name not in runtime.__all__
+    for module, names in migrate.CHAT_TEMPLATE_NAMES.items():
+        imported = importlib.import_module(f"{migrate.RUNTIME}.{module}")
+        assert [name for name in names if not hasattr(imported, name)] == []
+    assert importlib.util.find_spec(migrate.CHAT_TEMPLATE) is None
+    for old, new in migrate.RENAMED.items():
+        assert new in runtime.__all__ and not hasattr(runtime, old)
+        assert hasattr(importlib.import_module(f"{migrate.RUNTIME}.records"), new)
+    for old, (modules, _) in migrate.REMOVED.items():
+        for module in modules - {migrate.CHAT_TEMPLATE}:
+            assert not hasattr(importlib.import_module(module), old), (module, old)
+    for old, new in migrate.SETTINGS.items():
+        assert new in HermesAgentEnvConfig.model_fields and old not in dir(HermesAgentEnvConfig)
+
+
+def test_a_users_own_function_of_a_removed_name_is_not_said():
+    text = "def keyword_overlap(a, b):\n    return 1.0\n\n\nkeyword_overlap('a', 'b')\n"
+    assert migrate_python(text) == (text, [])
 
 
 def test_an_import_sharing_its_line_is_said_not_rewritten():

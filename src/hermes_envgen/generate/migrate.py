@@ -17,6 +17,7 @@ from hermes_envgen.generate import hooks
 from hermes_envgen.generate.git import run_git
 
 RUNTIME = "hermes_envgen.runtime"
+CHAT_TEMPLATE = f"{RUNTIME}.chat_template"
 
 # Names ``hermes_envgen.runtime`` exported before its API was cut to ``__all__`` (0.1.0): each
 # still lives in its module, from which the rewritten import takes it.
@@ -49,10 +50,14 @@ REMOVED = {
         "reference): score a failed judge Reward(0.0, failure=...) as the judge pattern's "
         "compute_reward does",
     ),
+    "EarlierTurnsRewritten": (
+        {f"{RUNTIME}.errors", f"{RUNTIME}.trajectory", CHAT_TEMPLATE},
+        "EarlierTurnsRewritten was removed: it was never raised (each turn is trained as "
+        "generated), so code that catches it can go",
+    ),
 }
 
-# The module whose names moved to three modules of their own, one job each.
-CHAT_TEMPLATE = f"{RUNTIME}.chat_template"
+# The module whose names moved to three modules of their own, one job each (below).
 CHAT_TEMPLATE_NAMES = {
     "template_check": [
         "ChatTemplateDropsToolCalls",
@@ -187,17 +192,18 @@ def _rewrite_python(text: str) -> tuple[str, list[tuple[int, str]]]:
     edits: list[_Edit] = []
     notes: list[tuple[int, str]] = []
     renamed_here: set[str] = set()  # old names imported without an alias: their uses follow
+    removed_here: dict[str, str] = {}  # names gone for good, imported here: each use is said
     uses_runtime = False
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             uses_runtime |= node.module.startswith(RUNTIME)
-            _migrate_import(node, lines, edits, notes, renamed_here)
+            _migrate_import(node, lines, edits, notes, renamed_here, removed_here)
     passed_policy: set[int] = set()  # the self.model nodes rewritten as judge_client's argument
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in renamed_here:
             edits.append(_span(lines, node, RENAMED[node.id]))
-        elif isinstance(node, ast.Name) and node.id in REMOVED:
-            notes.append((node.lineno, REMOVED[node.id][1]))
+        elif isinstance(node, ast.Name) and node.id in removed_here:
+            notes.append((node.lineno, removed_here[node.id]))
         elif isinstance(node, ast.keyword) and node.arg in SETTINGS:
             start = _column(lines, node.lineno, node.col_offset)
             edits.append(_Edit(node.lineno, start, start + len(node.arg), SETTINGS[node.arg]))
@@ -227,6 +233,7 @@ def _migrate_import(
     edits: list[_Edit],
     notes: list[tuple[int, str]],
     renamed_here: set[str],
+    removed_here: dict[str, str],
 ) -> None:
     """One ``from MODULE import ...`` statement, its old names imported from where they are."""
     module = node.module or ""
@@ -248,6 +255,7 @@ def _migrate_import(
         else:
             if name in REMOVED and module in REMOVED[name][0]:
                 notes.append((node.lineno, REMOVED[name][1]))
+                removed_here[alias.asname or name] = REMOVED[name][1]
             kept.append(name + suffix)
     if not moved:
         return
