@@ -221,10 +221,17 @@ def _rewrite_python(text: str) -> tuple[str, list[tuple[int, str]]]:
             assert isinstance(node, ast.Call)
             passed_policy.add(id(node.args[0]))
             edits.append(_span(lines, node.args[0], "self.policy"))
-    for node in ast.walk(tree):
-        if uses_runtime and isinstance(node, ast.Attribute) and _is_self_model(node):
-            if id(node) not in passed_policy:
-                notes.append((node.lineno, "self.model is now self.policy (the env's client)"))
+    said = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and _is_self_model(node)
+        and id(node) not in passed_policy
+    ]
+    if uses_runtime:
+        notes += [
+            (node.lineno, "self.model is now self.policy (the env's client)") for node in said
+        ]
     return _apply(lines, edits), sorted(set(notes))
 
 
