@@ -95,9 +95,8 @@ def test_every_declared_name_resolves(package):
 
 
 # hermes_envgen.runtime's declared API: what env authors use (the template, examples/, the
-# docs pages, the v0.1.0 project in tests/fixtures). A name added or removed changes this list on
-# purpose, in the same commit; `hermes-envgen update` rewrites a removed one in projects
-# (generate/migrate.py).
+# docs pages). A name added or removed changes this list on purpose, in the same commit; a
+# removed one goes into generate/migrate.py's tables, which `hermes-envgen update` applies.
 RUNTIME_API = [
     "EVAL",
     "TRAIN",
@@ -126,7 +125,6 @@ RUNTIME_API = [
     "correctness_gated",
     "efficiency_score",
     "judge_client",
-    "load_items",
     "metric",
     "open_env",
     "openenv_app",
@@ -275,10 +273,11 @@ def test_mypy_is_strict_over_every_module_the_runtime_api_comes_from():
     assert _strict_modules() == defining | bases
 
 
-# The deep import paths projects generated before the layered API used (template v0.1.0):
-# they keep working for one release, so that those projects pass their tests until updated.
+# The deep import paths the v0.1.0 project's files use beside the runtime's API: still there.
+# What it used of names since removed, `hermes-envgen update` rewrites (generate/migrate.py;
+# tests/generate/test_release.py updates that project and runs it).
 LEGACY_IMPORTS = {
-    "hermes_envgen.runtime.datasets": ["load_items", "split_train_eval"],
+    "hermes_envgen.runtime.datasets": ["split_train_eval"],
     "hermes_envgen.runtime.rewards": [
         "verify_in_sandbox",
         "ask_judge",
@@ -298,43 +297,6 @@ LEGACY_IMPORTS = {
 def test_import_paths_of_earlier_projects_still_work(module):
     imported = importlib.import_module(module)
     assert [name for name in LEGACY_IMPORTS[module] if not hasattr(imported, name)] == []
-
-
-LEGACY_PROJECT = REPO / "tests" / "fixtures" / "legacy-env-v0.1.0"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1500)  # its own tests (600 s) and check (900 s) have their bounds
-def test_a_project_generated_before_the_layered_api_passes_its_tests_and_check(tmp_path):
-    import shutil
-
-    from hermes_envgen.testing import offline_environment
-
-    project = tmp_path / "legacy-env"
-    shutil.copytree(LEGACY_PROJECT, project)
-    environment = offline_environment({"PYTHONPATH": str(project / "src")})
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=project,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
-    # v0.1.0 sampled the atropos provider in chat mode, whose data atroposlib's GRPO trainer
-    # cannot take (check says so: trainer-ready FAILs); the layered API is what is tested here.
-    check = subprocess.run(
-        [sys.executable, "-m", "hermes_envgen", "check", str(project), "--trainer", "none"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        stdin=subprocess.DEVNULL,
-    )
-    assert check.returncode == 0, check.stdout + check.stderr[-3000:]
-    assert "ready to train" in check.stdout and "trainer-ready" not in check.stdout
 
 
 # Exceptions that never leave the module that raises them: each is caught where it is made.

@@ -83,15 +83,6 @@ def test_the_samples_stand_in_for_a_dataset_only_when_asked(caplog):
     assert f"dataset {MISTYPED} could not be loaded" in caplog.text
 
 
-def test_projects_of_the_previous_layout_keep_their_loader_and_its_fallback(caplog):
-    # Their own setup calls load_items(..., fallback=SAMPLES); `update` moves them to load_tasks.
-    from hermes_envgen.runtime.datasets import load_items
-
-    with caplog.at_level(logging.WARNING):
-        tasks, _ = load_items(MISTYPED, "train", "prompt", "answer", fallback=SAMPLES)
-    assert tasks == SAMPLES and f"dataset {MISTYPED} could not be loaded" in caplog.text
-
-
 def test_no_dataset_and_no_samples_is_an_error():
     with pytest.raises(DatasetError, match="no dataset is configured"):
         configured_tasks(None, "train", "prompt", "answer", samples=[])

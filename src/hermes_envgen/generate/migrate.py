@@ -50,6 +50,12 @@ REMOVED = {
         "reference): score a failed judge Reward(0.0, failure=...) as the judge pattern's "
         "compute_reward does",
     ),
+    "load_items": (
+        {RUNTIME, f"{RUNTIME}.datasets"},
+        "load_items was removed: load the tasks with `tasks = self.load_tasks(SAMPLES)` (the "
+        "rows of --env.dataset_name, else SAMPLES) and split them with "
+        "`self.train_items, self.eval_items = self.split_tasks(tasks)`",
+    ),
     "EarlierTurnsRewritten": (
         {f"{RUNTIME}.errors", f"{RUNTIME}.trajectory", CHAT_TEMPLATE},
         "EarlierTurnsRewritten was removed: it was never raised (each turn is trained as "

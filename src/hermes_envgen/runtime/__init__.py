@@ -25,7 +25,6 @@ _EXPORTS = {
     "DatasetError": "errors",
     # tasks
     "Task": "tasks",
-    "load_items": "datasets",
     "split_train_eval": "datasets",
     "training_order": "datasets",
     # the agent loop, its hooks and its result
@@ -94,7 +93,6 @@ __all__ = [
     "correctness_gated",
     "efficiency_score",
     "judge_client",
-    "load_items",
     "metric",
     "open_env",
     "openenv_app",
@@ -120,7 +118,7 @@ if TYPE_CHECKING:
     )
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
     from hermes_envgen.runtime.config import APIServerConfig, HermesAgentEnvConfig
-    from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
+    from hermes_envgen.runtime.datasets import split_train_eval, training_order
     from hermes_envgen.runtime.doors.openenv import openenv_app
     from hermes_envgen.runtime.errors import DatasetError, EnvConfigError
     from hermes_envgen.runtime.inference import ModelClient, judge_client

@@ -73,28 +73,6 @@ def configured_tasks(
         return list(samples), f"built-in tasks ({name} could not be loaded)"
 
 
-def load_items(
-    name: str | None,
-    split: str,
-    prompt_field: str,
-    answer_field: str,
-    fallback: Sequence[Task],
-) -> tuple[list[Task], str]:
-    """The loader of projects made before 0.2, which call it from their own ``setup``: the
-    dataset's tasks, or ``fallback`` when there is none or it cannot be loaded (warned).
-
-    Kept falling back so that those projects (and their offline tests) keep working; the base
-    env's ``load_tasks`` stops on a dataset that cannot be loaded unless ``dataset_fallback``
-    is set, and ``hermes-envgen update`` brings a project onto it. A dataset that loads but
-    lacks the configured fields is an error either way.
-    """
-    if not name:
-        return list(fallback), "built-in tasks"
-    return configured_tasks(
-        name, split, prompt_field, answer_field, samples=fallback, fallback=True
-    )
-
-
 def split_train_eval(
     items: Sequence[Item], eval_size: int, seed: int = 0
 ) -> tuple[list[Item], list[Item]]:
