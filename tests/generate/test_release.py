@@ -227,14 +227,12 @@ USERS_OWN_FILES_UPDATED = {
     "configs/long-commands.yaml": USERS_OWN_FILES["configs/long-commands.yaml"]
     .replace("terminal_timeout", "sandbox_command_timeout")
     .replace("terminal_lifetime", "sandbox_idle_lifetime"),
-    "src/legacy_env/own_helpers.py": USERS_OWN_FILES["src/legacy_env/own_helpers.py"]
-    .replace(
+    "src/legacy_env/own_helpers.py": USERS_OWN_FILES["src/legacy_env/own_helpers.py"].replace(
         "from hermes_envgen.runtime import ToolError, answer_matches\n"
         "from hermes_envgen.runtime.rewards import keyword_overlap\n",
-        "from hermes_envgen.runtime import ToolErrorRecord\n"
+        "from hermes_envgen.runtime.agent_loop import ToolError\n"
         "from hermes_envgen.runtime.rewards import answer_matches, keyword_overlap\n",
-    )
-    .replace("list[ToolError]", "list[ToolErrorRecord]"),
+    ),
 }
 # The stub model answers at once, without a tool: the rollouts score 0, and run.
 GIVE_UP = {"conversations": [{"turns": [{"content": "I cannot tell."}]}]}

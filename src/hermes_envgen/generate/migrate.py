@@ -22,6 +22,7 @@ CHAT_TEMPLATE = f"{RUNTIME}.chat_template"
 # Names ``hermes_envgen.runtime`` exported before its API was cut to ``__all__`` (0.1.0): each
 # still lives in its module, from which the rewritten import takes it.
 MOVED = {
+    "ToolError": "agent_loop",  # the Hermes skill's name of ToolErrorRecord, kept there
     "Rollout": "records",
     "RolloutRecord": "records",
     "SandboxError": "errors",
@@ -37,10 +38,6 @@ MOVED = {
     "SandboxSettings": "sandbox",
     "tokenize_conversation": "trajectory",
 }
-
-# Renamed names, and the modules they may be imported from.
-RENAMED = {"ToolError": "ToolErrorRecord"}
-RENAMED_FROM = {RUNTIME, f"{RUNTIME}.agent_loop"}
 
 # Names gone for good, the modules they were imported from, and what to do instead.
 REMOVED = {
@@ -197,18 +194,15 @@ def _rewrite_python(text: str) -> tuple[str, list[tuple[int, str]]]:
     lines = text.splitlines(keepends=True)
     edits: list[_Edit] = []
     notes: list[tuple[int, str]] = []
-    renamed_here: set[str] = set()  # old names imported without an alias: their uses follow
     removed_here: dict[str, str] = {}  # names gone for good, imported here: each use is said
     uses_runtime = False
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             uses_runtime |= node.module.startswith(RUNTIME)
-            _migrate_import(node, lines, edits, notes, renamed_here, removed_here)
+            _migrate_import(node, lines, edits, notes, removed_here)
     passed_policy: set[int] = set()  # the self.model nodes rewritten as judge_client's argument
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in renamed_here:
-            edits.append(_span(lines, node, RENAMED[node.id]))
-        elif isinstance(node, ast.Name) and node.id in removed_here:
+        if isinstance(node, ast.Name) and node.id in removed_here:
             notes.append((node.lineno, removed_here[node.id]))
         elif isinstance(node, ast.keyword) and node.arg in SETTINGS:
             start = _column(lines, node.lineno, node.col_offset)
@@ -246,26 +240,18 @@ def _migrate_import(
     lines: list[str],
     edits: list[_Edit],
     notes: list[tuple[int, str]],
-    renamed_here: set[str],
     removed_here: dict[str, str],
 ) -> None:
     """One ``from MODULE import ...`` statement, its old names imported from where they are."""
     module = node.module or ""
     kept: list[str] = []
     moved: dict[str, list[str]] = {}
-    renamed: set[str] = set()
     for alias in node.names:
         name, suffix = alias.name, f" as {alias.asname}" if alias.asname else ""
         if module == RUNTIME and name in MOVED:
             moved.setdefault(f"{RUNTIME}.{MOVED[name]}", []).append(name + suffix)
         elif module == CHAT_TEMPLATE and name in CHAT_TEMPLATE_MODULE:
             moved.setdefault(f"{RUNTIME}.{CHAT_TEMPLATE_MODULE[name]}", []).append(name + suffix)
-        elif module in RENAMED_FROM and name in RENAMED:
-            # ToolErrorRecord: declared by hermes_envgen.runtime, defined in its records module
-            target = module if module == RUNTIME else f"{RUNTIME}.records"
-            moved.setdefault(target, []).append(RENAMED[name] + suffix)
-            if not alias.asname:
-                renamed.add(name)
         else:
             if name in REMOVED and module in REMOVED[name][0]:
                 notes.append((node.lineno, REMOVED[name][1]))
@@ -280,8 +266,6 @@ def _migrate_import(
         names = ", ".join(sorted(n for group in moved.values() for n in group))
         notes.append((first, f"import {names} from {', '.join(sorted(moved))} instead"))
         return
-    renamed_here.update(renamed)
-    kept += moved.pop(module, [])
     statements = [_import_statement(module, kept, before, first != last)] if kept else []
     statements += [_import_statement(t, moved[t], before, False) for t in sorted(moved)]
     edits.append(_Edit(first, -1, -1, "".join(statements), last))

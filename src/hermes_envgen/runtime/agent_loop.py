@@ -49,6 +49,9 @@ UNPARSED_TOOL = "(unparsed)"
 # The roles of the messages an env's env_response may add.
 ENV_ROLES = ("user", "system", "tool")
 
+# The Hermes skill's name of the record (``AgentResult.tool_errors`` holds them): kept for good.
+ToolError = ToolErrorRecord
+
 # What an env's tasks are (its dataset's items) and what it keeps per rollout (``new_state``):
 # an env names both, ``HermesAgentBaseEnv[MyTask, MyState]``; unnamed, each is Any.
 TaskT = DefaultedTypeVar("TaskT", default=Any)
