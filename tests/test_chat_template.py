@@ -166,7 +166,7 @@ def test_a_template_file_is_an_override_too(tmp_path):
     assert tokenizer.chat_template == FAMILIES["llama3.1"][0]
 
 
-def test_exact_tokens_need_only_the_tool_results(tmp_path):
+def test_token_mode_needs_only_the_tool_results(tmp_path):
     # Token mode trains the generated tokens: SmolLM2's template renders 'tool' turns, so it serves.
     tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
     check_tool_calls_rendered(tokenizer, "smollm2", token_mode=True)
@@ -421,7 +421,7 @@ def test_encode_adds_no_special_tokens_and_reads_encoding_objects(tmp_path):
         ("openai", "--openai.server_type vllm", None),
     ],
 )
-def test_the_refusal_names_the_switch_to_exact_tokens_for_the_server_in_use(
+def test_the_refusal_names_the_switch_to_token_mode_for_the_server_in_use(
     tmp_path, server_type, switch, not_said
 ):
     # A vLLM server sampled through its chat API is vllm already: the switch is the API.

@@ -106,7 +106,7 @@ def run_rollout(stub_server, tokenizer_dir, sandboxes, turns: list[str], parser:
     return asyncio.run(main())
 
 
-def test_phase2_rollout_with_harmony_completions(stub_server, harmony_tokenizer, sandboxes):
+def test_a_token_mode_rollout_with_harmony_completions(stub_server, harmony_tokenizer, sandboxes):
     result = run_rollout(
         stub_server, harmony_tokenizer, sandboxes, [CALL_TURN, ANSWER_TURN], "gpt_oss"
     )
