@@ -352,7 +352,7 @@ async def run_long_part(base_url: str, tokenizer_dir: str) -> None:
     from transformers import AutoTokenizer
 
     from hermes_envgen.runtime.agent_loop import HermesAgentLoop
-    from hermes_envgen.runtime.chat_template import render, renders_raw_arguments, with_arguments
+    from hermes_envgen.runtime.template_render import render, renders_raw_arguments, with_arguments
     from hermes_envgen.runtime.tool_context import ToolContext
     from hermes_envgen.runtime.tools import ToolRegistry, tool
     from hermes_envgen.runtime.trajectory import tokenize_conversation

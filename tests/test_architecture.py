@@ -95,8 +95,8 @@ def test_every_declared_name_resolves(package):
 
 
 # hermes_envgen.runtime's declared API: what env authors use (the template, examples/, the
-# docs pages, the v0.1.0 project in tests/fixtures). A name added or removed changes this list on
-# purpose, in the same commit, and a removed one goes to _DEPRECATED for a release.
+# docs pages). A name added or removed changes this list on purpose, in the same commit; a
+# removed one goes into generate/migrate.py's tables, which `hermes-envgen update` applies.
 RUNTIME_API = [
     "EVAL",
     "TRAIN",
@@ -125,7 +125,6 @@ RUNTIME_API = [
     "correctness_gated",
     "efficiency_score",
     "judge_client",
-    "load_items",
     "metric",
     "open_env",
     "openenv_app",
@@ -145,7 +144,6 @@ def test_the_runtime_api_is_the_pinned_list():
 
     assert sorted(runtime.__all__) == sorted(RUNTIME_API)
     assert len(set(runtime.__all__)) == len(runtime.__all__)
-    assert not set(runtime.__all__) & set(runtime._DEPRECATED)
 
 
 def _definition(name: str) -> tuple[str, ast.AST | None, str | None]:
@@ -241,31 +239,21 @@ def test_each_declared_runtime_name_is_typed(name):
         assert isinstance(node, ast.AnnAssign), f"{name} is a constant without a type"
 
 
-def test_names_removed_from_the_runtime_api_still_import_with_a_warning_once():
-    # a fresh interpreter: another test may have looked these up already
-    code = (
-        "import warnings; warnings.simplefilter('always')\n"
-        "import hermes_envgen.runtime as runtime\n"
-        "from hermes_envgen.runtime import agent_loop, tools\n"
-        "with warnings.catch_warnings(record=True) as seen:\n"
-        "    warnings.simplefilter('always')\n"
-        "    from hermes_envgen.runtime import ToolError\n"
-        "    from hermes_envgen.runtime import ToolError as again\n"
-        "    registry = runtime.REGISTRY\n"
-        "assert ToolError is again is agent_loop.ToolError\n"
-        "assert registry is tools.REGISTRY\n"
-        "print([(w.category.__name__, str(w.message)) for w in seen])\n"
-        "for name in runtime._DEPRECATED:\n"
-        "    assert getattr(runtime, name) is not None, name\n"
-        "    assert name not in runtime.__all__, name\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    seen = ast.literal_eval(out.stdout.strip().splitlines()[-1])
-    assert [category for category, _ in seen] == ["DeprecationWarning"] * 2
-    assert "hermes_envgen.runtime.agent_loop" in seen[0][1]
-    assert "hermes_envgen.runtime.tools" in seen[1][1]
+def test_the_runtime_package_forwards_no_name_outside_its_api():
+    # Names it exported before the API was cut to __all__ are gone from it: `hermes-envgen
+    # update` rewrites a project's imports of them to their modules (generate/migrate.py).
+    import hermes_envgen.runtime as runtime
+
+    assert not hasattr(runtime, "_DEPRECATED")
+    with pytest.raises(AttributeError):
+        runtime.REGISTRY  # noqa: B018  # the lookup is the test
+    with pytest.raises(ImportError):
+        exec("from hermes_envgen.runtime import ToolError", {})
+    # ToolError is the Hermes skill's name of the record, in the skill's agent_loop: kept there
+    from hermes_envgen.runtime.agent_loop import ToolError
+    from hermes_envgen.runtime.records import ToolErrorRecord
+
+    assert ToolError is ToolErrorRecord
 
 
 def _strict_modules() -> set[str]:
@@ -290,14 +278,14 @@ def test_mypy_is_strict_over_every_module_the_runtime_api_comes_from():
     assert _strict_modules() == defining | bases
 
 
-# The deep import paths projects generated before the layered API used (template v0.1.0):
-# they keep working for one release, so that those projects pass their tests until updated.
+# The deep import paths the v0.1.0 project's files use beside the runtime's API: still there.
+# What it used of names since removed, `hermes-envgen update` rewrites (generate/migrate.py;
+# tests/generate/test_release.py updates that project and runs it).
 LEGACY_IMPORTS = {
-    "hermes_envgen.runtime.datasets": ["load_items", "split_train_eval"],
+    "hermes_envgen.runtime.datasets": ["split_train_eval"],
     "hermes_envgen.runtime.rewards": [
         "verify_in_sandbox",
         "ask_judge",
-        "keyword_overlap",
         "answer_matches",
         "efficiency_score",
         "tool_usage_score",
@@ -314,43 +302,6 @@ LEGACY_IMPORTS = {
 def test_import_paths_of_earlier_projects_still_work(module):
     imported = importlib.import_module(module)
     assert [name for name in LEGACY_IMPORTS[module] if not hasattr(imported, name)] == []
-
-
-LEGACY_PROJECT = REPO / "tests" / "fixtures" / "legacy-env-v0.1.0"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1500)  # its own tests (600 s) and check (900 s) have their bounds
-def test_a_project_generated_before_the_layered_api_passes_its_tests_and_check(tmp_path):
-    import shutil
-
-    from hermes_envgen.testing import offline_environment
-
-    project = tmp_path / "legacy-env"
-    shutil.copytree(LEGACY_PROJECT, project)
-    environment = offline_environment({"PYTHONPATH": str(project / "src")})
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=project,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-3000:]
-    # v0.1.0 sampled the atropos provider in chat mode, whose data atroposlib's GRPO trainer
-    # cannot take (check says so: trainer-ready FAILs); the layered API is what is tested here.
-    check = subprocess.run(
-        [sys.executable, "-m", "hermes_envgen", "check", str(project), "--trainer", "none"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        stdin=subprocess.DEVNULL,
-    )
-    assert check.returncode == 0, check.stdout + check.stderr[-3000:]
-    assert "ready to train" in check.stdout and "trainer-ready" not in check.stdout
 
 
 # Exceptions that never leave the module that raises them: each is caught where it is made.

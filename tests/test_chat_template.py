@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from hermes_envgen.runtime.chat_template import (
-    BUILTIN_TEMPLATES,
+from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
+from hermes_envgen.runtime.template_check import (
     ChatTemplateDropsToolCalls,
     check_tool_calls_rendered,
-    encode,
     prepare_chat_template,
-    resolve_chat_template,
 )
-from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
+from hermes_envgen.runtime.template_data import BUILTIN_TEMPLATES, resolve_chat_template
+from hermes_envgen.runtime.template_render import encode
 from hermes_envgen.runtime.trajectory import (
     MASKED,
     tokenize_conversation,
@@ -118,14 +117,14 @@ def test_tool_call_turns_are_trained_or_refused_never_dropped(tmp_path, family, 
     tokenizer = family_tokenizer(tmp_path, family)
     if outcome == "refused":
         with pytest.raises(ChatTemplateDropsToolCalls, match="drops tool calls"):
-            check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
+            check_tool_calls_rendered(tokenizer, family, token_mode=False)
         # What the probe prevents: each tool-call turn would train only its end-of-turn token,
         # so such a rollout is left out, never trained.
         with pytest.raises(ChatTemplateError, match="leaves out of an assistant turn") as caught:
             tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
         assert "read_file" in str(caught.value) and "write_file" in str(caught.value)
         return
-    check_tool_calls_rendered(tokenizer, family, exact_tokens=False)
+    check_tool_calls_rendered(tokenizer, family, token_mode=False)
     data = tokenize_conversation(tokenizer, CONVERSATION, TOOLS)
     runs = trained_text(tokenizer, data.tokens, data.masks)
     assert runs == data.trained_spans and len(runs) == 3
@@ -153,7 +152,7 @@ def test_arguments_are_the_servers_text_where_the_template_prints_it(tmp_path, f
 
 def test_the_override_makes_a_plain_chatml_tokenizer_train_the_calls(tmp_path):
     tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
-    prepare_chat_template(tokenizer, "hermes", "smollm2", exact_tokens=False)
+    prepare_chat_template(tokenizer, "hermes", "smollm2", token_mode=False)
     runs = tokenize_conversation(tokenizer, CONVERSATION, TOOLS).trained_spans
     expected = '{"name": "read_file", "arguments": { "path": "notes.txt" }}'
     assert runs[0] == f"<tool_call>\n{expected}\n</tool_call><|im_end|>"
@@ -163,27 +162,27 @@ def test_a_template_file_is_an_override_too(tmp_path):
     tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
     template = tmp_path / "llama.jinja"
     template.write_text(FAMILIES["llama3.1"][0])
-    prepare_chat_template(tokenizer, str(template), "smollm2", exact_tokens=False)
+    prepare_chat_template(tokenizer, str(template), "smollm2", token_mode=False)
     assert tokenizer.chat_template == FAMILIES["llama3.1"][0]
 
 
-def test_exact_tokens_need_only_the_tool_results(tmp_path):
-    # Phase 2 trains the generated tokens: SmolLM2's template renders 'tool' turns, so it serves.
+def test_token_mode_needs_only_the_tool_results(tmp_path):
+    # Token mode trains the generated tokens: SmolLM2's template renders 'tool' turns, so it serves.
     tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
-    check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=True)
+    check_tool_calls_rendered(tokenizer, "smollm2", token_mode=True)
     tokenizer.chat_template = (
         "{% for m in messages %}{% if m['role'] in ('user', 'assistant') %}"
         "{{ m['role'] }}: {{ m['content'] }}\n{% endif %}{% endfor %}"
     )
     with pytest.raises(ChatTemplateDropsToolCalls, match="drops tool results"):
-        check_tool_calls_rendered(tokenizer, "x", exact_tokens=True)
+        check_tool_calls_rendered(tokenizer, "x", token_mode=True)
 
 
 def test_a_template_that_raises_on_a_tool_call_is_refused_in_one_line(tmp_path):
     tokenizer = family_tokenizer(tmp_path, "hermes (built-in)")
     tokenizer.chat_template = "{{ raise_exception('tools are not supported') }}"
     with pytest.raises(ChatTemplateDropsToolCalls) as caught:
-        check_tool_calls_rendered(tokenizer, "x", exact_tokens=False)
+        check_tool_calls_rendered(tokenizer, "x", token_mode=False)
     assert "tools are not supported" in str(caught.value) and "\n" not in str(caught.value)
 
 
@@ -199,7 +198,7 @@ def test_no_chat_template_at_all_is_refused(tmp_path):
     tokenizer = family_tokenizer(tmp_path, "hermes (built-in)")
     tokenizer.chat_template = None
     with pytest.raises(ChatTemplateDropsToolCalls, match="has no chat template"):
-        prepare_chat_template(tokenizer, None, "bare", exact_tokens=False)
+        prepare_chat_template(tokenizer, None, "bare", token_mode=False)
 
 
 @pytest.mark.parametrize("setting", ["no-such-template", "/no/such/file.jinja"])
@@ -241,12 +240,12 @@ def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, re
     tokenizer = family_tokenizer(tmp_path, family)
     system = "You are a careful agent."
     if not refused:
-        check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
+        check_tool_calls_rendered(tokenizer, family, token_mode=False, system_prompt=system)
         return
     refusal = "renders a finished reply otherwise than it prompts for one"
     with pytest.raises(ChatTemplateDropsToolCalls, match=refusal):
-        check_tool_calls_rendered(tokenizer, family, exact_tokens=False, system_prompt=system)
-    check_tool_calls_rendered(tokenizer, family, exact_tokens=True, system_prompt=system)
+        check_tool_calls_rendered(tokenizer, family, token_mode=False, system_prompt=system)
+    check_tool_calls_rendered(tokenizer, family, token_mode=True, system_prompt=system)
     conversation = [{"role": "system", "content": system}, *CONVERSATION]
     # What the refusal prevents: turns that are not what the model generated after its prompt.
     with pytest.raises(ChatTemplateError, match="cannot be rebuilt from the conversation"):
@@ -256,10 +255,10 @@ def test_a_system_prompt_that_the_template_moves_is_refused(tmp_path, family, re
 def test_a_template_without_tool_definitions_is_named_in_the_log(tmp_path, caplog):
     tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
     with caplog.at_level("WARNING"):
-        check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=True)
+        check_tool_calls_rendered(tokenizer, "smollm2", token_mode=True)
     assert "does not render the tool definitions" in caplog.text
     caplog.clear()
-    prepare_chat_template(tokenizer, "chatml-tools", "smollm2", exact_tokens=True)
+    prepare_chat_template(tokenizer, "chatml-tools", "smollm2", token_mode=True)
     assert "tool definitions" not in caplog.text
 
 
@@ -300,7 +299,7 @@ def test_a_template_that_drops_old_reasoning_trains_each_turn_as_generated(tmp_p
     # was generated, so each is trained with its reasoning, calls and all; the prompts between
     # them (masked) render earlier turns without it, as the model saw them.
     tokenizer = family_tokenizer(tmp_path, "reasoning on the last turn")
-    check_tool_calls_rendered(tokenizer, "r1-style", exact_tokens=False)
+    check_tool_calls_rendered(tokenizer, "r1-style", token_mode=False)
     conversation = with_reasoning(CONVERSATION)
     data = tokenize_conversation(tokenizer, conversation, TOOLS)
     runs = trained_text(tokenizer, data.tokens, data.masks)
@@ -319,7 +318,7 @@ def test_a_template_that_renders_no_reasoning_leaves_reasoning_rollouts_out(tmp_
     # trained without it, so that rollout is left out (and the start-up probe says so).
     tokenizer = family_tokenizer(tmp_path, "llama3.1")
     with caplog.at_level("WARNING"):
-        check_tool_calls_rendered(tokenizer, "llama", exact_tokens=False)
+        check_tool_calls_rendered(tokenizer, "llama", token_mode=False)
     assert "cannot render replies with reasoning as generated" in caplog.text
     with pytest.raises(ChatTemplateError, match=r"the reasoning 'Thinking about step 1\.'"):
         tokenize_conversation(tokenizer, with_reasoning(CONVERSATION), TOOLS)
@@ -340,7 +339,7 @@ def test_mistral_trains_the_calls_of_a_server_that_gives_long_call_ids(tmp_path,
     # Mistral's template refuses any id but 9 characters; servers often give call_ + 24 hex.
     tokenizer = family_tokenizer(tmp_path, "mistral v0.3")
     with caplog.at_level("INFO"):
-        check_tool_calls_rendered(tokenizer, "mistral", exact_tokens=False)
+        check_tool_calls_rendered(tokenizer, "mistral", token_mode=False)
     assert "takes only 9-character call ids" in caplog.text
     conversation = with_server_ids(CONVERSATION)
     data = tokenize_conversation(tokenizer, conversation, TOOLS)
@@ -363,7 +362,7 @@ def test_templates_that_take_any_call_id_render_the_servers_ids(tmp_path, caplog
         "'<tool_call>\\n", "'<tool_call id=' + call['id'] + '>\\n"
     )
     with caplog.at_level("INFO"):
-        check_tool_calls_rendered(tokenizer, "ids", exact_tokens=False)
+        check_tool_calls_rendered(tokenizer, "ids", token_mode=False)
     assert "call ids" not in caplog.text
     data = tokenize_conversation(tokenizer, with_server_ids(CONVERSATION), TOOLS)
     assert data.trained_spans[0].startswith(f"<tool_call id=call_{1:024x}>")
@@ -374,7 +373,7 @@ def test_kimi_k2_gets_the_call_ids_that_carry_the_names(tmp_path, caplog):
     # vLLM's Kimi parser gives it); other servers' ids would leave the name out.
     tokenizer = family_tokenizer(tmp_path, "kimi k2")
     with caplog.at_level("INFO"):
-        check_tool_calls_rendered(tokenizer, "kimi", exact_tokens=False)
+        check_tool_calls_rendered(tokenizer, "kimi", token_mode=False)
     assert "prints the call id where the call's name belongs" in caplog.text
     rendered = tokenizer.decode(
         tokenize_conversation(tokenizer, with_server_ids(CONVERSATION), TOOLS).tokens
@@ -422,13 +421,13 @@ def test_encode_adds_no_special_tokens_and_reads_encoding_objects(tmp_path):
         ("openai", "--openai.server_type vllm", None),
     ],
 )
-def test_the_refusal_names_the_switch_to_exact_tokens_for_the_server_in_use(
+def test_the_refusal_names_the_switch_to_token_mode_for_the_server_in_use(
     tmp_path, server_type, switch, not_said
 ):
     # A vLLM server sampled through its chat API is vllm already: the switch is the API.
     tokenizer = family_tokenizer(tmp_path, "smollm2 (plain ChatML)")
     with pytest.raises(ChatTemplateDropsToolCalls) as caught:
-        check_tool_calls_rendered(tokenizer, "smollm2", exact_tokens=False, server_type=server_type)
+        check_tool_calls_rendered(tokenizer, "smollm2", token_mode=False, server_type=server_type)
     message = str(caught.value)
     assert "drops tool calls" in message and switch in message
     assert "\n" not in message

@@ -4,8 +4,8 @@ Each family's template is the published one (tests/chat_templates/README.md name
 and revision). A rollout of two parallel calls, a sequential call and an answer (with reasoning
 where the family reasons) goes through the start-up check and both token paths:
 
-- chat mode (Phase 1): the training data rebuilt from the parsed conversation with the template;
-- token mode (Phase 2): the agent loop against the stub's ``/generate``, which generates the
+- chat mode: the training data rebuilt from the parsed conversation with the template;
+- token mode: the agent loop against the stub's ``/generate``, which generates the
   family's own text; the trained spans are the generated tokens, and re-tokenizing the
   conversation with the template (the ``check`` fidelity gate) gives the same ids.
 
@@ -26,13 +26,13 @@ from atroposlib.envs.server_handling.vllm_server import VLLMServer
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.agent_loop import HermesAgentLoop
-from hermes_envgen.runtime.chat_template import (
-    ChatTemplateDropsToolCalls,
-    check_tool_calls_rendered,
-    set_template_kwargs,
-)
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.exact_tokens import ExactTokensBackend
+from hermes_envgen.runtime.template_check import (
+    ChatTemplateDropsToolCalls,
+    check_tool_calls_rendered,
+)
+from hermes_envgen.runtime.template_render import set_template_kwargs
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.trajectory import (
@@ -317,12 +317,12 @@ def test_chat_mode_trains_each_turn_as_the_model_generated_it(tmp_path, name):
     expected = [family.generated(turn) for turn in family.turns]
     if family.chat_mode != "exact":
         with pytest.raises(ChatTemplateDropsToolCalls, match=family.chat_mode) as refused:
-            check_tool_calls_rendered(tokenizer, name, exact_tokens=False)
+            check_tool_calls_rendered(tokenizer, name, token_mode=False)
         assert len(str(refused.value).splitlines()) == 1
         with pytest.raises(ChatTemplateError, match="cannot be rebuilt"):
             tokenize_conversation(tokenizer, messages, SCHEMAS)
         return
-    check_tool_calls_rendered(tokenizer, name, exact_tokens=False)
+    check_tool_calls_rendered(tokenizer, name, token_mode=False)
     data = tokenize_conversation(tokenizer, messages, SCHEMAS)
     spans = [tokenizer.decode(run) for run in trained_runs(data.tokens, data.masks)]
     assert spans == data.trained_spans == expected
@@ -354,7 +354,7 @@ def test_token_mode_trains_what_was_generated_and_the_template_gives_the_same_id
     if not family.parser:
         pytest.skip("no parser reads this family's calls from raw text")
     directory, tokenizer = family_tokenizer(tmp_path, family)
-    check_tool_calls_rendered(tokenizer, name, exact_tokens=True)
+    check_tool_calls_rendered(tokenizer, name, token_mode=True)
     expected = [family.generated(turn) for turn in family.turns]
     calls = [
         [{"name": "terminal", "arguments": {"command": c}} for c in t.commands]
@@ -420,14 +420,14 @@ def test_a_template_whose_prompt_opens_the_reasoning_is_refused_with_token_mode_
     # template override of another format fixes that, so the one fix named is token mode.
     _, tokenizer = family_tokenizer(tmp_path, FAMILIES[name])
     with pytest.raises(ChatTemplateDropsToolCalls) as refused:
-        check_tool_calls_rendered(tokenizer, name, exact_tokens=False, server_type=server_type)
+        check_tool_calls_rendered(tokenizer, name, token_mode=False, server_type=server_type)
     message = str(refused.value)
     assert "<think>" in message and "renders no reply's reasoning" in message
     assert "Fix: token mode" in message and fix in message
     assert "--env.chat_template" not in message
     # A template that renders the reasoning of the last reply (Qwen3's) is not refused so.
     _, qwen = family_tokenizer(tmp_path / "qwen3", FAMILIES["qwen3 (thinking)"])
-    check_tool_calls_rendered(qwen, "qwen3", exact_tokens=False, server_type=server_type)
+    check_tool_calls_rendered(qwen, "qwen3", token_mode=False, server_type=server_type)
 
 
 @pytest.mark.parametrize(
@@ -441,7 +441,7 @@ def test_a_template_that_renders_one_of_two_parallel_calls_leaves_the_rollout_ou
     family = FAMILIES[name]
     _, tokenizer = family_tokenizer(tmp_path, family)
     with caplog.at_level("WARNING"):
-        check_tool_calls_rendered(tokenizer, name, exact_tokens=False)
+        check_tool_calls_rendered(tokenizer, name, token_mode=False)
     assert "cannot render replies with two tool calls in one turn" in caplog.text
     messages = conversation([Turn(("echo a", "echo b")), Turn(content="Done.")])
     with pytest.raises(ChatTemplateError) as caught:
@@ -454,14 +454,15 @@ def test_a_template_that_renders_one_of_two_parallel_calls_leaves_the_rollout_ou
 def test_the_envs_template_variables_render_the_training_data(tmp_path):
     # extra_body.chat_template_kwargs goes to the server (chat mode) and, through
     # prepare_chat_template, renders the training data and token-mode prompts alike.
-    from hermes_envgen.runtime.chat_template import prepare_chat_template, template_kwargs
+    from hermes_envgen.runtime.template_check import prepare_chat_template
+    from hermes_envgen.runtime.template_render import template_kwargs
 
     family = FAMILIES["qwen3 (thinking)"]
     _, tokenizer = family_tokenizer(tmp_path, family)
     messages = conversation(plain(PARALLEL))
     thinking = tokenize_conversation(tokenizer, messages, SCHEMAS)
     prepare_chat_template(
-        tokenizer, None, "qwen3", exact_tokens=False, template_variables={"enable_thinking": False}
+        tokenizer, None, "qwen3", token_mode=False, template_variables={"enable_thinking": False}
     )
     assert template_kwargs(tokenizer) == {"enable_thinking": False}
     off = tokenize_conversation(tokenizer, messages, SCHEMAS)

@@ -1,4 +1,6 @@
-"""The env settings' renamed names: the old ones still work for a release, with one warning."""
+"""The env settings' other names: the Hermes skill's work for good, without a warning; the
+names this project gave some before renaming them are refused at start-up with the new name
+(``hermes-envgen update`` rewrites them in a project)."""
 
 from __future__ import annotations
 
@@ -9,34 +11,27 @@ import sys
 import pytest
 import yaml
 from conftest import EXAMPLES
+from pydantic import ValidationError
 
-from hermes_envgen.runtime import HermesAgentEnvConfig
+from hermes_envgen.runtime import EnvConfigError, HermesAgentEnvConfig
 from hermes_envgen.runtime import config as config_module
 from hermes_envgen.testing.runner import offline_environment
 
 
-@pytest.fixture(autouse=True)
-def warn_afresh(monkeypatch):
-    monkeypatch.setattr(config_module, "_warned", set())
-
-
-def test_old_names_set_the_new_settings_with_one_warning_each_but_the_skills(caplog):
-    # terminal_backend is the Hermes skill's name: it works for good, without a warning.
+def test_the_skills_name_sets_the_setting_without_a_warning(caplog):
     with caplog.at_level(logging.WARNING):
-        config = HermesAgentEnvConfig(
-            terminal_backend="bwrap", terminal_timeout=5, terminal_lifetime=9
-        )
-        HermesAgentEnvConfig(terminal_backend="bwrap")  # said once per process
-    assert (config.sandbox_backend, config.sandbox_command_timeout) == ("bwrap", 5)
-    assert config.sandbox_idle_lifetime == 9 and config.terminal_timeout == 5
-    assert config.sandbox_settings().command_timeout == 5
-    assert caplog.messages == [
-        f"warning: {old} is deprecated, use {new} (the old name goes in the next release)"
-        for old, new in config_module.RENAMED_SETTINGS.items()
-        if old != "terminal_backend"
-    ]
-    assert config.terminal_backend == "bwrap"
+        config = HermesAgentEnvConfig(terminal_backend="bwrap")
+    assert config.sandbox_backend == config.terminal_backend == "bwrap"
+    assert caplog.messages == []
     assert "terminal_backend" not in config.model_dump()
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(config_module.RENAMED_SETTINGS.items()))
+def test_a_renamed_settings_old_name_is_refused_with_its_new_one(old, new):
+    with pytest.raises(ValidationError, match=f"{old} is now called {new}: rename it"):
+        HermesAgentEnvConfig(**{old: 5})
+    with pytest.raises(EnvConfigError, match=f"--env.{old} is now called {new}"):
+        config_module.skill_flags(["process", f"--env.{old}=5"])
 
 
 def test_a_new_name_set_on_purpose_beats_an_old_one_in_the_same_merge():
@@ -48,13 +43,13 @@ def test_a_new_name_set_on_purpose_beats_an_old_one_in_the_same_merge():
     assert HermesAgentEnvConfig(**defaults | flag_over_file).sandbox_backend == "docker"
 
 
-def test_renamed_flags_keep_their_values():
-    args = ["process", "--env.terminal_backend", "bwrap", "--env.terminal_timeout=5", "--x"]
-    assert config_module.renamed_flags(args) == [
+def test_the_skills_flag_keeps_its_value():
+    args = ["process", "--env.terminal_backend", "bwrap", "--env.terminal_backend=local", "--x"]
+    assert config_module.skill_flags(args) == [
         "process",
         "--env.sandbox_backend",
         "bwrap",
-        "--env.sandbox_command_timeout=5",
+        "--env.sandbox_backend=local",
         "--x",
     ]
 
@@ -113,3 +108,19 @@ def test_a_new_flag_beats_an_old_name_in_the_config_file(offline_tokenizer, tmp_
     )
     assert completed.returncode == 2, completed.stderr[-3000:]
     assert "error: unknown sandbox_backend 'vm2'" in completed.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["flag", "config file"])
+def test_a_renamed_setting_stops_the_env_in_one_line(offline_tokenizer, tmp_path, source):
+    args = ["--env.tokenizer_name", str(offline_tokenizer)]
+    if source == "flag":
+        args += ["--env.terminal_timeout", "5"]
+    else:
+        (tmp_path / "old.yaml").write_text(yaml.safe_dump({"env": {"terminal_timeout": 5}}))
+        args += ["--config", str(tmp_path / "old.yaml")]
+    completed = run_example(*args, "--openai.base_url", "http://127.0.0.1:9/v1", cwd=tmp_path)
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    last = completed.stderr.strip().splitlines()[-1]
+    assert "terminal_timeout is now called sandbox_command_timeout: rename it" in last, last
+    assert "Traceback" not in completed.stderr

@@ -1,4 +1,4 @@
-"""Tasks from a dataset or the built-in samples, the train/eval split (most of a small task set
+"""Tasks from a dataset or the built-in tasks, the train/eval split (most of a small task set
 is left for training) and the training order."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
+from hermes_envgen.runtime.datasets import configured_tasks, split_train_eval, training_order
 from hermes_envgen.runtime.tasks import Task
 
 
@@ -54,8 +54,9 @@ def test_a_dataset_folder_loads_as_tasks_of_its_prompt_and_answer_fields(tmp_pat
     (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     code = (
         "import json, sys\n"
-        "from hermes_envgen.runtime.datasets import load_items\n"
-        "items, source = load_items(sys.argv[1], 'train', 'question', 'solution', [])\n"
+        "from hermes_envgen.runtime.datasets import configured_tasks\n"
+        "items, source = configured_tasks(sys.argv[1], 'train', 'question', 'solution', "
+        "samples=[])\n"
         "print(json.dumps([items, source]))\n"
     )
     out = subprocess.run(
@@ -77,5 +78,5 @@ def test_a_dataset_folder_loads_as_tasks_of_its_prompt_and_answer_fields(tmp_pat
 
 def test_no_dataset_gives_a_copy_of_the_built_in_tasks():
     samples = [Task(prompt="What is 3 + 4?", answer="7")]
-    items, source = load_items(None, "train", "prompt", "answer", samples)
-    assert items == samples and items is not samples and source == "built-in samples"
+    items, source = configured_tasks(None, "train", "prompt", "answer", samples=samples)
+    assert items == samples and items is not samples and source == "built-in tasks"

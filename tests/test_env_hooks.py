@@ -9,7 +9,7 @@ import json
 import pytest
 from guess_number_env import MAX_GUESSES, GuessNumberEnv
 
-from hermes_envgen.runtime import AgentResult, HermesAgentLoop, ModelClient, RolloutState
+from hermes_envgen.runtime import AgentResult, HermesAgentLoop, RolloutState
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.records import Metric, metric
 from hermes_envgen.testing.envs import build_env
@@ -167,12 +167,6 @@ def test_evaluation_counts_a_broken_hook_at_the_failure_score(
     said = capfd.readouterr().err
     assert "warning: 1 of 2 rollouts failed (eval/failure_rate 0.50), each counted at " in said
     assert "failure_score 0.25; the first: env_response failed" in said
-
-
-def test_the_policy_client_keeps_its_old_name(stub_server, offline_tokenizer, tmp_path):
-    env = build_env(GuessNumberEnv, stub_server(HALVING).base_url, offline_tokenizer, tmp_path)
-    assert isinstance(env.policy, ModelClient)
-    assert env.model is env.policy  # judge envs of earlier releases pass self.model
 
 
 class HalvingPlayer(GuessNumberEnv):

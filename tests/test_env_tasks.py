@@ -1,4 +1,4 @@
-"""Where an env's tasks come from (EnvTasks): its dataset, or its built-in samples.
+"""Where an env's tasks come from (EnvTasks): its dataset, or its built-in tasks.
 
 A configured dataset that cannot be loaded stops the run with one line naming it and the cause
 (exit 2): a mistyped or private name must not train on the samples unnoticed. The samples stand
@@ -61,7 +61,7 @@ SAMPLES = [{"prompt": "Say yes.", "answer": "yes"}, {"prompt": "Say no.", "answe
 
 def test_no_dataset_means_the_built_in_samples():
     tasks, source = configured_tasks(None, "train", "prompt", "answer", samples=SAMPLES)
-    assert tasks == SAMPLES and source == "built-in samples"
+    assert tasks == SAMPLES and source == "built-in tasks"
 
 
 def test_a_dataset_that_cannot_be_loaded_is_an_error_naming_it_and_the_cause():
@@ -81,15 +81,6 @@ def test_the_samples_stand_in_for_a_dataset_only_when_asked(caplog):
         )
     assert tasks == SAMPLES and MISTYPED in source
     assert f"dataset {MISTYPED} could not be loaded" in caplog.text
-
-
-def test_projects_of_the_previous_layout_keep_their_loader_and_its_fallback(caplog):
-    # Their own setup calls load_items(..., fallback=SAMPLES); `update` moves them to load_tasks.
-    from hermes_envgen.runtime.datasets import load_items
-
-    with caplog.at_level(logging.WARNING):
-        tasks, _ = load_items(MISTYPED, "train", "prompt", "answer", fallback=SAMPLES)
-    assert tasks == SAMPLES and f"dataset {MISTYPED} could not be loaded" in caplog.text
 
 
 def test_no_dataset_and_no_samples_is_an_error():
@@ -116,7 +107,7 @@ def test_setup_splits_the_tasks_and_get_next_item_cycles_them(
     assert len(env.train_items) == 1 and len(env.eval_items) == 1
     drawn = [asyncio.run(env.get_next_item()) for _ in range(3)]
     assert drawn == env.train_items * 3
-    assert env.task_source == "built-in samples"
+    assert env.task_source == "built-in tasks"
     # A dataset asked for in the test kit is loaded for real: offline, that stops setup.
     env = build_env(
         DatasetEnv, server.base_url, offline_tokenizer, tmp_path / "ds", dataset_name=MISTYPED
@@ -179,5 +170,5 @@ def test_the_fallback_asked_for_is_said_and_trains_on_the_samples(
     assert result.returncode == 0, output[-4000:]
     assert f"dataset_fallback is on: if {MISTYPED} cannot be loaded" in output
     assert f"dataset {MISTYPED} could not be loaded" in output
-    assert "1 training and 1 evaluation tasks from built-in samples" in output
+    assert "1 training and 1 evaluation tasks from built-in tasks" in output
     assert (tmp_path / "groups.jsonl").read_text().count("\n") == 1

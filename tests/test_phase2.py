@@ -1,4 +1,4 @@
-"""Phase 2: exact token ids and logprobs from vLLM/SGLang /generate, against the stub over HTTP."""
+"""Token mode: exact token ids and logprobs from vLLM/SGLang /generate, against the stub (HTTP)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from terminal_env import TASKS, TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.agent_loop import UNPARSED_TOOL, HermesAgentLoop
-from hermes_envgen.runtime.chat_template import with_arguments
 from hermes_envgen.runtime.exact_tokens import (
     MASKED_LOGPROB,
     ExactTokensBackend,
@@ -27,6 +26,7 @@ from hermes_envgen.runtime.exact_tokens import (
     split_reasoning,
 )
 from hermes_envgen.runtime.parsers import get_parser
+from hermes_envgen.runtime.template_render import with_arguments
 from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.trajectory import MASKED, trained_runs

@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from hermes_envgen.runtime.agent_loop import AgentResult, ToolError
+from hermes_envgen.runtime.agent_loop import AgentResult
 from hermes_envgen.runtime.inference import Endpoint, ModelClient
+from hermes_envgen.runtime.records import ToolErrorRecord
 from hermes_envgen.runtime.rewards import (
     JUDGE_SYSTEM_PROMPT,
     answer_is,
@@ -18,7 +19,6 @@ from hermes_envgen.runtime.rewards import (
     correctness_gated,
     efficiency_score,
     judge_messages,
-    keyword_overlap,
     parse_judge_score,
     read_answer_file,
     tool_usage_score,
@@ -225,15 +225,6 @@ WRONG_WITH_THE_REFERENCE_INSIDE = [
 @pytest.mark.parametrize(("response", "reference"), WRONG_WITH_THE_REFERENCE_INSIDE)
 def test_a_wrong_answer_holding_the_reference_earns_nothing(response, reference):
     assert not answer_matches(response, reference)
-    with pytest.deprecated_call():
-        assert keyword_overlap(response, reference) == 0.0
-
-
-def test_keyword_overlap_is_deprecated_and_strict():
-    with pytest.deprecated_call():
-        assert keyword_overlap("there are 6 lines", "6") == 1.0
-    with pytest.deprecated_call():
-        assert keyword_overlap("hello there", "HELLO WORLD") == 0.0  # half a phrase is wrong
 
 
 def result(turns: int, tools: list[str], errors: int = 0, natural: bool = True) -> AgentResult:
@@ -245,7 +236,7 @@ def result(turns: int, tools: list[str], errors: int = 0, natural: bool = True) 
             {"role": "tool", "tool_call_id": "c", "content": "ok"},
         ]
     messages.append({"role": "assistant", "content": "answer"})
-    tool_errors = [ToolError(1, "terminal", "{}", "boom", "Error: boom")] * errors
+    tool_errors = [ToolErrorRecord(1, "terminal", "{}", "boom", "Error: boom")] * errors
     return AgentResult(messages, turns, natural, tool_errors)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from hermes_envgen.runtime.chat_template import (
+from hermes_envgen.runtime.template_check import (
     ChatTemplateDropsToolCalls,
     check_tool_calls_rendered,
 )
@@ -129,9 +129,9 @@ def templates_folder() -> Path | None:
 FOLDER = templates_folder()
 
 
-def verdict(tokenizer, name: str, exact_tokens: bool) -> str:
+def verdict(tokenizer, name: str, token_mode: bool) -> str:
     try:
-        check_tool_calls_rendered(tokenizer, name, exact_tokens=exact_tokens)
+        check_tool_calls_rendered(tokenizer, name, token_mode=token_mode)
     except ChatTemplateDropsToolCalls as exc:
         return next((v for k, v in REASONS.items() if k in str(exc)), str(exc))
     return "accepted"

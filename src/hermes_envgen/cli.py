@@ -376,7 +376,8 @@ def update(
     ] = False,
     data: DataOption = None,
 ) -> None:
-    """Bring template improvements into a generated project with a three-way merge."""
+    """Bring template improvements into a generated project (a three-way merge), and rewrite
+    the names of earlier releases it still uses."""
     with without_cycle_collection():
         from hermes_envgen.generate import parse_data_pairs, update_project
 
@@ -387,10 +388,16 @@ def update(
             defaults=defaults,
             conflict=conflict.value,
         )
-    if not result.changed:
+    migration = result.migration
+    if migration.rewritten:
+        typer.echo(f"Rewrote earlier releases' names in {', '.join(migration.rewritten)}.")
+    for line in migration.to_change:
+        typer.secho(f"change by hand: {line}", err=True, fg=typer.colors.YELLOW)
+    if not result.changed and not migration.rewritten:
         typer.echo(f"Already at template {result.to_version}; nothing to do.")
         return
-    typer.echo(f"Updated from template {result.from_version} to {result.to_version}.")
+    if result.changed:
+        typer.echo(f"Updated from template {result.from_version} to {result.to_version}.")
     typer.echo("Review the changes with `git diff`, then commit them.")
 
 
@@ -458,7 +465,7 @@ def check(
         typer.Option(min=1, help="Items evaluate holds out (default: the env's eval_size)."),
     ] = None,
     gold_threshold: Annotated[
-        float, typer.Option(help="Least reward a sample's gold solution must earn.")
+        float, typer.Option(help="Least reward a task's gold solution must earn.")
     ] = GOLD_THRESHOLD,
     noop_threshold: Annotated[
         float, typer.Option(help="Most reward answering at once, without tools, may earn.")

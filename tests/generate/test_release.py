@@ -19,6 +19,7 @@ import pytest
 from hermes_envgen.errors import TemplateSourceError
 from hermes_envgen.generate.bundle import build_bundle, bundle_tags, check_full_history
 from hermes_envgen.generate.source import package_version, template_refs
+from hermes_envgen.testing import run_env_mode, validate_groups
 
 from .envgen_helpers import NOT_SOURCE, REPO, RunCli, answers_of, git
 
@@ -205,6 +206,38 @@ def test_a_checkout_renders_as_a_label_naming_its_commit_unless_it_is_the_tagged
     assert head_tag("no-git.bundle").startswith("v0.7.0+tree."), dirty
 
 
+# Files a user of v0.1.0 added to the project: its names of settings and of the runtime.
+USERS_OWN_FILES = {
+    "configs/long-commands.yaml": (
+        "# Longer commands: `python -m legacy_env process --config configs/long-commands.yaml`.\n"
+        "env:\n  terminal_backend: bwrap\n  terminal_timeout: 120\n  terminal_lifetime: 900\n"
+    ),
+    "src/legacy_env/own_helpers.py": (
+        '"""Helpers of the user\'s, on the names hermes_envgen.runtime exported in 0.1.0."""\n\n'
+        "from hermes_envgen.runtime import ToolError, answer_matches\n"
+        "from hermes_envgen.runtime.rewards import keyword_overlap\n\n\n"
+        "def failed_tools(errors: list[ToolError]) -> list[str]:\n"
+        "    return [error.tool_name for error in errors]\n\n\n"
+        "def lenient(answer: str, reference: str) -> float:\n"
+        "    return max(float(answer_matches(answer, reference)), "
+        "keyword_overlap(answer, reference))\n"
+    ),
+}
+USERS_OWN_FILES_UPDATED = {
+    "configs/long-commands.yaml": USERS_OWN_FILES["configs/long-commands.yaml"]
+    .replace("terminal_timeout", "sandbox_command_timeout")
+    .replace("terminal_lifetime", "sandbox_idle_lifetime"),
+    "src/legacy_env/own_helpers.py": USERS_OWN_FILES["src/legacy_env/own_helpers.py"].replace(
+        "from hermes_envgen.runtime import ToolError, answer_matches\n"
+        "from hermes_envgen.runtime.rewards import keyword_overlap\n",
+        "from hermes_envgen.runtime.agent_loop import ToolError\n"
+        "from hermes_envgen.runtime.rewards import answer_matches, keyword_overlap\n",
+    ),
+}
+# The stub model answers at once, without a tool: the rollouts score 0, and run.
+GIVE_UP = {"conversations": [{"turns": [{"content": "I cannot tell."}]}]}
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     """The files under ``root`` (outside .git) and their bytes."""
     return {
@@ -215,8 +248,8 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_the_v0_1_0_project_updates_from_the_commit_that_made_it(
-    tmp_path: Path, run_cli: RunCli, cli_env: dict[str, str]
+def test_the_v0_1_0_project_updates_from_the_commit_that_made_it_and_runs(
+    tmp_path: Path, run_cli: RunCli, cli_env: dict[str, str], stub_server, offline_tokenizer
 ):
     # With v0.1.0 tagged there, updating the kept v0.1.0 project gives exactly a fresh project of
     # the same answers: no line of it differs from what that commit rendered.
@@ -230,11 +263,22 @@ def test_the_v0_1_0_project_updates_from_the_commit_that_made_it(
 
     project = tmp_path / "legacy-env"
     shutil.copytree(LEGACY_PROJECT, project, ignore=NOT_SOURCE)
+    # The user's own files, written against v0.1.0's names: the update rewrites them.
+    for relpath, text in USERS_OWN_FILES.items():
+        (project / relpath).write_text(text)
     git(project, "init", "--quiet", env=cli_env)
     git(project, "add", "--all", env=cli_env)
     git(project, "commit", "--quiet", "-m", "Made by v0.1.0", env=cli_env)
     updated = run_cli("update", str(project), "--defaults", env=from_clone)
     assert updated.returncode == 0, updated.stderr
+    rewritten = "configs/long-commands.yaml, src/legacy_env/own_helpers.py"
+    assert f"Rewrote earlier releases' names in {rewritten}." in updated.stdout
+    # keyword_overlap has no successor to rewrite it to: the update names the line.
+    assert "change by hand: src/legacy_env/own_helpers.py:12: keyword_overlap was removed" in (
+        updated.stderr
+    )
+    for relpath, text in USERS_OWN_FILES_UPDATED.items():
+        assert (project / relpath).read_text() == text
 
     answers = answers_of(project)
     data = [
@@ -246,5 +290,28 @@ def test_the_v0_1_0_project_updates_from_the_commit_that_made_it(
     fresh = run_cli("new", "legacy-env", "-o", "fresh", "--defaults", *pairs, env=from_clone)
     assert fresh.returncode == 0, fresh.stderr
     made, merged = _tree(tmp_path / "fresh" / "legacy-env"), _tree(project)
+    for relpath in USERS_OWN_FILES:
+        del merged[relpath]
     assert merged.keys() == made.keys() - {".github/workflows/tests.yml"}  # removed in the fixture
     assert [name for name in merged if merged[name] != made[name]] == []
+
+    # The updated env runs, with the user's config file of v0.1.0's setting names.
+    groups = tmp_path / "groups.jsonl"
+    run_env_mode(
+        "legacy_env",
+        "process",
+        "--config",
+        "configs/long-commands.yaml",
+        flags={
+            "openai.base_url": stub_server(GIVE_UP).base_url,
+            "env.tokenizer_name": offline_tokenizer,
+            "env.total_steps": 1,
+            "env.group_size": 2,
+            "env.data_path_to_save_groups": groups,
+            "env.sandbox_root": tmp_path / "sandboxes",
+        },
+        cwd=project,
+        timeout=180,
+        extra_env={"PYTHONPATH": str(project / "src")},
+    )
+    validate_groups(groups, group_size=2)

@@ -145,6 +145,25 @@ def test_update_without_a_newer_template_does_nothing(run_cli: RunCli, project: 
     assert git(project, "status", "--porcelain") == ""
 
 
+def test_update_with_nothing_to_merge_still_rewrites_earlier_releases_names(
+    run_cli: RunCli, project: Path
+):
+    # After a conflicted update is resolved and committed, the next update has nothing to
+    # merge: it still rewrites the old names (generate/migrate.py) and names what is left.
+    (project / "legacy.yaml").write_text("env:\n  terminal_timeout: 120\n")
+    (project / "legacy.py").write_text(
+        "from hermes_envgen.runtime.rewards import keyword_overlap\n"
+    )
+    _commit_all(project, "Files on 0.1.0's names")
+    result = run_cli("update", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert "Rewrote earlier releases' names in legacy.yaml." in result.stdout
+    assert "Already at" not in result.stdout and "git diff" in result.stdout
+    assert "change by hand: legacy.py:1: keyword_overlap was removed" in result.stderr
+    assert (project / "legacy.yaml").read_text() == "env:\n  sandbox_command_timeout: 120\n"
+    assert git(project, "status", "--porcelain") == " M legacy.yaml\n"
+
+
 def _edit_the_changed_spot(project: Path, release: TemplateRelease) -> None:
     """Append to the doc exactly where NEW_TAG of the template appends its own line."""
     doc = project / release.doc

@@ -4,9 +4,10 @@ The template repository is built here: VERSION_TAG holds the template of PREVIOU
 env that wrote its own dataset settings, setup, get_next_item, evaluate and wandb_log in full),
 NEW_TAG the working tree's (the same methods, each a short body on the runtime's building
 blocks). A project made from the first, edited as a user would, is updated to the second: the
-edits survive, the methods take their new bodies, and the project's tests pass on this
-runtime, before the update as after it. The project names a dataset, which offline cannot load:
-its tests run on the built-in samples either way.
+edits survive, the methods take their new bodies, and the project's tests pass on this runtime
+(before the update they could not: its setup called load_items, which the runtime no longer
+keeps for it). The project names a dataset, which offline cannot load:
+its tests run on the built-in tasks either way.
 """
 
 from __future__ import annotations
@@ -100,8 +101,7 @@ def test_update_brings_the_slim_env_and_keeps_the_users_edits(run_cli: RunCli, t
     assert made.returncode == 0, made.stderr
     project = tmp_path / "demo-env"
     env_py = project / "src" / "demo_env" / "env.py"
-    assert "async def setup(self)" in env_py.read_text()  # the old layout
-    _assert_own_tests_pass(project)  # on this runtime
+    assert "load_items(" in env_py.read_text()  # the old layout
     # The user's edits: one more line in prepare_sandbox, one more built-in task.
     text = env_py.read_text()
     anchor = "            await ctx.write_file(path, content)\n"

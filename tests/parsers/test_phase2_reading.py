@@ -1,7 +1,7 @@
-"""Phase 2 rollouts read by the parsers, over real HTTP: harmony text, quoted markup.
+"""Token-mode rollouts read by the parsers, over real HTTP: harmony text, quoted markup.
 
 The stub server returns the scripted harmony completions as token ids of a byte-level
-tokenizer that knows harmony's special tokens; the Phase 2 backend decodes them and the
+tokenizer that knows harmony's special tokens; token mode's backend decodes them and the
 ``gpt_oss`` parser reads them: the call runs, the analysis channel is the turn's reasoning,
 the final channel its answer, and no harmony markup reaches the answer.
 """
@@ -69,7 +69,7 @@ def test_a_harmony_completion_reads_into_content_reasoning_and_calls() -> None:
 
 
 def run_rollout(stub_server, tokenizer_dir, sandboxes, turns: list[str], parser: str):
-    """One Phase 2 rollout against the stub, which generates ``turns``; returns the result."""
+    """One token-mode rollout against the stub, which generates ``turns``; returns the result."""
     stub = stub_server(
         {"conversations": [{"turns": [{"content": t} for t in turns]}]}, tokenizer=tokenizer_dir
     )
@@ -106,7 +106,7 @@ def run_rollout(stub_server, tokenizer_dir, sandboxes, turns: list[str], parser:
     return asyncio.run(main())
 
 
-def test_phase2_rollout_with_harmony_completions(stub_server, harmony_tokenizer, sandboxes):
+def test_a_token_mode_rollout_with_harmony_completions(stub_server, harmony_tokenizer, sandboxes):
     result = run_rollout(
         stub_server, harmony_tokenizer, sandboxes, [CALL_TURN, ANSWER_TURN], "gpt_oss"
     )

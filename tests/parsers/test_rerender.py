@@ -37,8 +37,8 @@ from markup import (
 )
 from transformers import AutoTokenizer
 
-from hermes_envgen.runtime.chat_template import renders_raw_arguments
 from hermes_envgen.runtime.parsers import get_parser
+from hermes_envgen.runtime.template_render import renders_raw_arguments
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 

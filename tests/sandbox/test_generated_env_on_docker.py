@@ -88,7 +88,7 @@ def left_of(created: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def generated_env(tmp_path_factory):
-    """A rendered project (atropos provider, binary reward) and its built-in samples."""
+    """A rendered project (atropos provider, binary reward) and its built-in tasks."""
     project = render_template(
         tmp_path_factory.mktemp("generated") / PROJECT,
         {

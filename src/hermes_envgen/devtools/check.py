@@ -31,7 +31,7 @@ _KEY_PATTERN = re.compile(
 )
 _SCANNED_SUFFIXES = {".py", ".yaml", ".yml", ".toml", ".json", ".md", ".cfg", ".ini", ".txt"}
 
-# A policy for envs without built-in samples: look around once, then answer.
+# A policy for envs without built-in tasks: look around once, then answer.
 GENERIC_POLICY = {
     "default": {
         "turns": [
@@ -292,7 +292,7 @@ def run_checks(
         # The replays need neither mode's output: they run beside them, in an env process of
         # their own (on 2 cores a check took 38 s one after another, 20 s of it replays).
         progress(
-            "replaying each sample's gold solution, a no-op, a tool touch, a shotgun answer, two "
+            "replaying each task's gold solution, a no-op, a tool touch, a shotgun answer, two "
             "shots and asking the judge to grade an injection answer, beside process and evaluate"
         )
         replay.start(judge_url, model)
@@ -378,7 +378,7 @@ def trainer_ready_check(groups: list[dict]) -> CheckResult:
 
 def stub_flags(info: dict, base_url: str) -> dict[str, str]:
     """``env.*`` flags that make the stub at ``base_url`` the judge of an env with its own and,
-    for an env with a dataset, keep it on the built-in samples, which the stub solves."""
+    for an env with a dataset, keep it on the built-in tasks, which the stub solves."""
     flags = {"judge_base_url": base_url} if info.get("judge_base_url") else {}
     if info.get("dataset_name") and info.get("samples"):
         flags["dataset_name"] = ""  # offline: no hub, and the stub knows only the samples
@@ -431,8 +431,9 @@ def token_fidelity_check(
     """
     from transformers import AutoTokenizer
 
-    from hermes_envgen.runtime.chat_template import resolve_chat_template, set_template_kwargs
     from hermes_envgen.runtime.errors import EnvConfigError
+    from hermes_envgen.runtime.template_data import resolve_chat_template
+    from hermes_envgen.runtime.template_render import set_template_kwargs
     from hermes_envgen.runtime.trajectory import token_fidelity
 
     try:

@@ -59,7 +59,7 @@ def find_class(target: str) -> type[Any] | str:
 
 
 def replayable_samples(env_cls: type[Any]) -> list | None:
-    """The built-in samples, each with the prompt the env makes of it (a game's tasks carry
+    """The built-in tasks, each with the prompt the env makes of it (a game's tasks carry
     none): what the stub's scripts find each task's conversation by."""
     from hermes_envgen.testing.envs import with_prompts
 
@@ -109,7 +109,7 @@ def reward_report(env_cls: type[Any], tokenizer: str, workdir: str, gold: str, n
 
     samples = builtin_samples(env_cls)
     if not samples or not all(has_gold(s) for s in replayable_samples(env_cls) or []):
-        return {"skipped": "the env has no built-in samples with gold solutions or players"}
+        return {"skipped": "the env has no built-in tasks with gold solutions or players"}
     report = check_rewards(
         env_cls,
         samples,

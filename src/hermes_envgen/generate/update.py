@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,6 +14,7 @@ from hermes_envgen.generate import origin, source
 from hermes_envgen.generate.answers import check_answers, check_recorded_answers
 from hermes_envgen.generate.copier_session import copier_session, stdin_is_terminal
 from hermes_envgen.generate.git import check_git, one_line, run_git
+from hermes_envgen.generate.migrate import Migration, migrate_project
 
 ANSWERS_FILE = ".copier-answers.yml"
 INSTALL_SOURCE = "hermes_envgen_source"  # the question whose answer the README installs from
@@ -29,6 +30,7 @@ class UpdateResult:
     from_version: str
     to_version: str
     changed: bool
+    migration: Migration = field(default_factory=Migration)  # earlier releases' names rewritten
 
 
 def read_answers(project: Path) -> dict[str, Any]:
@@ -103,6 +105,8 @@ def update_project(
     """Three-way merge a generated project up to template ``vcs_ref`` (default ``v{version}``).
 
     Only questions the project has no answer for are asked (or defaulted with ``defaults``).
+    Then the names of earlier releases the project still uses are rewritten (``migrate``), at
+    the template version too: after a merge with conflicts, once they are resolved.
     Raises UpdateConflictError, after applying the update, when files need a manual merge.
     """
     from copier import run_update
@@ -118,7 +122,7 @@ def update_project(
         template = source.template_source(base=old)
         target = vcs_ref or source.default_ref(template)
         if old == target and not changes:
-            return UpdateResult(project, old, target, changed=False)
+            return UpdateResult(project, old, target, False, migrate_project(project))
         source.check_versions(template, project=old, target=target)
         # copier renders the project's own version again from these answers first
         questions = source.template_questions(template, old)
@@ -130,7 +134,7 @@ def update_project(
     else:
         target = vcs_ref or source.release_tag()
         if old == target and not changes:
-            return UpdateResult(project, old, target, changed=False)
+            return UpdateResult(project, old, target, False, migrate_project(project))
     if interactive is None:
         interactive = stdin_is_terminal()
     try:
@@ -156,7 +160,8 @@ def update_project(
         )
         raise UpdateConflictError(
             f"updated {project.name} from {old} to {target} with conflicts in "
-            f"{', '.join(files)}: {how}, then commit",
+            f"{', '.join(files)}: {how}, then commit (and run update once more: it "
+            "rewrites what the project still uses of earlier releases' names)",
             files,
         )
-    return UpdateResult(project, old, target, changed=True)
+    return UpdateResult(project, old, target, True, migrate_project(project))

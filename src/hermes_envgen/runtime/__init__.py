@@ -11,9 +11,7 @@ atroposlib and transformers.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hermes_envgen._lazy import lazy_exports
 
@@ -27,7 +25,6 @@ _EXPORTS = {
     "DatasetError": "errors",
     # tasks
     "Task": "tasks",
-    "load_items": "datasets",
     "split_train_eval": "datasets",
     "training_order": "datasets",
     # the agent loop, its hooks and its result
@@ -96,7 +93,6 @@ __all__ = [
     "correctness_gated",
     "efficiency_score",
     "judge_client",
-    "load_items",
     "metric",
     "open_env",
     "openenv_app",
@@ -110,45 +106,7 @@ __all__ = [
     "weighted_score",
 ]
 
-# Names this package exported before its API was cut to ``__all__`` (0.1.0 and 0.2 previews):
-# still importable from here for projects that use them, with a DeprecationWarning (once per
-# name) that gives their module path.
-_DEPRECATED = {
-    "ToolError": "agent_loop",  # ToolErrorRecord's earlier name
-    "Rollout": "records",
-    "SandboxError": "errors",
-    "ToolExecutionError": "errors",
-    "InferenceError": "errors",
-    "ModelServerError": "errors",
-    "answer_matches": "rewards",
-    "keyword_overlap": "rewards",
-    "normalize_answer": "rewards",
-    "RolloutRecord": "records",
-    "Tool": "tools",
-    "ToolRegistry": "tools",
-    "REGISTRY": "tools",
-    "SandboxManager": "sandbox",
-    "SandboxSettings": "sandbox",
-    "tokenize_conversation": "trajectory",
-}
-
-_declared_getattr, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    """A declared name, loaded on first use; or a deprecated one, with its warning."""
-    module = _DEPRECATED.get(name)
-    if module is None:
-        return _declared_getattr(name)
-    warnings.warn(
-        f"hermes_envgen.runtime.{name} is internal now and will be removed from "
-        f"hermes_envgen.runtime: import it from hermes_envgen.runtime.{module}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # warned once: later lookups find it here
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
@@ -160,7 +118,7 @@ if TYPE_CHECKING:
     )
     from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
     from hermes_envgen.runtime.config import APIServerConfig, HermesAgentEnvConfig
-    from hermes_envgen.runtime.datasets import load_items, split_train_eval, training_order
+    from hermes_envgen.runtime.datasets import split_train_eval, training_order
     from hermes_envgen.runtime.doors.openenv import openenv_app
     from hermes_envgen.runtime.errors import DatasetError, EnvConfigError
     from hermes_envgen.runtime.inference import ModelClient, judge_client

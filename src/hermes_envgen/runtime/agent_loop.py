@@ -49,7 +49,7 @@ UNPARSED_TOOL = "(unparsed)"
 # The roles of the messages an env's env_response may add.
 ENV_ROLES = ("user", "system", "tool")
 
-# The record's earlier name (it is no exception); projects of earlier releases may import it.
+# The Hermes skill's name of the record (``AgentResult.tool_errors`` holds them): kept for good.
 ToolError = ToolErrorRecord
 
 # What an env's tasks are (its dataset's items) and what it keeps per rollout (``new_state``):
@@ -354,7 +354,7 @@ def _reasoning_of(message: Any) -> str | None:
 
 
 class ChatCompletionBackend:
-    """Phase 1: the server parses tool calls itself (an OpenAI-compatible chat endpoint)."""
+    """Chat mode: the server parses tool calls itself (an OpenAI-compatible chat endpoint)."""
 
     def __init__(self, server: ChatServer) -> None:
         self.server = server

@@ -132,11 +132,6 @@ class HermesAgentBaseEnv(
             value = TrainingBuffer(value)
         super().__setattr__(name, value)
 
-    @property
-    def model(self) -> ModelClient:
-        """``policy``'s earlier name: judge envs of earlier releases pass ``self.model``."""
-        return self.policy
-
     def __init__(
         self,
         config: HermesAgentEnvConfig,
@@ -202,9 +197,9 @@ class HermesAgentBaseEnv(
             api=config.inference_api,
             retries=config.request_retries,
         )
-        self._token_server = self.policy.token_level  # Phase 2: exact tokens and logprobs
+        self._token_mode = self.policy.token_mode  # the exact tokens and their logprobs
         try:  # a setting that cannot work stops the env here, in one line, with no output
-            if self._token_server:
+            if self._token_mode:
                 try:
                     get_parser(config.tool_call_parser)
                 except UnknownParserError as exc:
@@ -214,7 +209,7 @@ class HermesAgentBaseEnv(
                 self.tokenizer,
                 config.chat_template,
                 config.tokenizer_name,
-                exact_tokens=self._token_server,
+                token_mode=self._token_mode,
                 system_prompt=config.system_prompt,
                 template_variables=(config.extra_body or {}).get("chat_template_kwargs"),
                 server_type=self.policy.endpoints[0].server_type,
@@ -282,7 +277,7 @@ class HermesAgentBaseEnv(
             rollout_server_url=self.config.rollout_server_url,
         )
         judge = self.judge
-        if judge is self.policy and self.policy.token_level:
+        if judge is self.policy and self.policy.token_mode:
             # The judge asks the policy's server for chat completions, which Atropos's
             # /generate-only server does not serve: ask it one.
             judge = ModelClient(self.policy.endpoints, api="chat", retries=0)
@@ -291,7 +286,7 @@ class HermesAgentBaseEnv(
 
     def _announce_training_data(self) -> None:
         """Say at start-up that chat-mode groups lack what atroposlib's GRPO trainer needs."""
-        if not self._token_server:
+        if not self._token_mode:
             logger.warning(CHAT_MODE_DATA)
 
     def _stop_run(self, error: ModelServerError) -> ModelServerError:
@@ -357,11 +352,11 @@ class HermesAgentBaseEnv(
         return messages
 
     def _max_tokens_per_request(self) -> int | None:
-        """The token limit each model request carries: the per-turn one, else for token-level
+        """The token limit each model request carries: the per-turn one, else for token-mode
         requests the context's (ExactTokensBackend's default); None: the server's own."""
         if self.config.max_tokens_per_turn is not None:
             return self.config.max_tokens_per_turn
-        return self.config.max_token_length if self._token_server else None
+        return self.config.max_token_length if self._token_mode else None
 
     def make_loop(
         self,
@@ -379,7 +374,7 @@ class HermesAgentBaseEnv(
         (``new_state``, ``turn_reward``, ``should_stop``, ``env_response``), its task ``item``.
         """
         backend = None
-        if self._token_server:  # vllm/sglang: token ids in and out, tool calls parsed here
+        if self._token_mode:  # vllm/sglang: token ids in and out, tool calls parsed here
             backend = ExactTokensBackend(
                 self.policy,
                 self.tokenizer,
@@ -533,7 +528,7 @@ class HermesAgentBaseEnv(
                     continue
                 tokens, masks = trace.tokens, trace.masks
                 logprobs.append(trace.logprobs)
-            else:  # Phase 1: rebuilt from the conversation with the chat template
+            else:  # chat mode: rebuilt from the conversation with the chat template
                 try:
                     sequence = tokenize_conversation(
                         self.tokenizer, rollout.result.messages, tools[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, Literal
 
 from atroposlib.envs.base import BaseEnvConfig
@@ -12,45 +11,44 @@ from atroposlib.envs.server_handling.server_baseline import (
 )
 from pydantic import Field, Json, field_validator, model_validator
 
+from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxSettings
 from hermes_envgen.runtime.sandbox.docker_pool import SCHEMES as DOCKER_HOST_SCHEMES
 from hermes_envgen.runtime.sandbox.manager import DEFAULT_IDLE_LIFETIME
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings
 
-logger = logging.getLogger(__name__)
-
-# Settings renamed after 0.1 (they configure the sandbox, not a terminal): the old names keep
-# working, in config files, config_init and --env. flags; those of this project's own with a
-# warning for one release, the Hermes skill's (SKILL_NAMES) for good, without one.
+# The Hermes skill's name of a setting this runtime calls otherwise: it works for good, in
+# config files, config_init and --env. flags, without a warning.
+SKILL_SETTINGS = {"terminal_backend": "sandbox_backend"}
+# Names of 0.1 that this project renamed: refused at start-up with the new name (``hermes-envgen
+# update`` rewrites them in a project's config files and code).
 RENAMED_SETTINGS = {
-    "terminal_backend": "sandbox_backend",
     "terminal_timeout": "sandbox_command_timeout",
     "terminal_lifetime": "sandbox_idle_lifetime",
 }
-SKILL_NAMES = frozenset({"terminal_backend"})
-_warned: set[str] = set()
 
 
-def warn_renamed(old: str) -> None:
-    """Say once per process that a setting's old name is deprecated, and its new name."""
-    if old not in _warned and old not in SKILL_NAMES:
-        _warned.add(old)
-        logger.warning(
-            "warning: %s is deprecated, use %s (the old name goes in the next release)",
-            old,
-            RENAMED_SETTINGS[old],
-        )
+def renamed_setting(old: str) -> str:
+    """The one line that refuses a renamed setting's old name."""
+    return (
+        f"{old} is now called {RENAMED_SETTINGS[old]}: rename it (`hermes-envgen update` "
+        "rewrites it in the project's config files and code)"
+    )
 
 
-def renamed_flags(args: list[str]) -> list[str]:
-    """The command line with the old ``--env.`` names of renamed settings given their new ones."""
+def skill_flags(args: list[str]) -> list[str]:
+    """The command line with the skill's ``--env.`` names given this runtime's.
+
+    Raises EnvConfigError for a renamed setting's old name.
+    """
     renamed = []
     for arg in args:
         flag, sep, value = arg.partition("=")
-        old = flag.removeprefix("--env.")
-        if flag.startswith("--env.") and old in RENAMED_SETTINGS:
-            warn_renamed(old)
-            arg = f"--env.{RENAMED_SETTINGS[old]}{sep}{value}"
+        name = flag.removeprefix("--env.")
+        if flag.startswith("--env.") and name in RENAMED_SETTINGS:
+            raise EnvConfigError(f"--env.{renamed_setting(name)}")
+        if flag.startswith("--env.") and name in SKILL_SETTINGS:
+            arg = f"--env.{SKILL_SETTINGS[name]}{sep}{value}"
         renamed.append(arg)
     return renamed
 
@@ -178,7 +176,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     )
     tool_call_parser: str = Field(
         default="hermes",
-        description="How tool calls are read from raw model text (token-level APIs).",
+        description="How tool calls are read from raw model text (token-mode APIs).",
     )
     inference_api: Literal["auto", "chat", "completions", "generate"] = Field(
         default="auto",
@@ -287,7 +285,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     dataset_name: str | None = Field(
         default=None,
         description="Hugging Face dataset with the tasks; None (or empty) uses the env's "
-        "built-in samples. One that cannot be loaded stops the run, unless dataset_fallback.",
+        "built-in tasks. One that cannot be loaded stops the run, unless dataset_fallback.",
     )
     dataset_split: str = Field(default="train", description="Split of the dataset to use.")
     prompt_field: str = Field(default="prompt", description="Dataset field with the task.")
@@ -296,8 +294,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     )
     dataset_fallback: bool = Field(
         default=False,
-        description="Use the built-in samples when dataset_name cannot be loaded (said at "
-        "start-up), instead of stopping: a mistyped name then trains on the samples.",
+        description="Use the built-in tasks when dataset_name cannot be loaded (said at "
+        "start-up), instead of stopping: a mistyped name then trains on the built-in tasks.",
     )
     split_seed: int = Field(
         default=0,
@@ -378,39 +376,31 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
 
     @model_validator(mode="before")
     @classmethod
-    def _accept_renamed_settings(cls, data: Any) -> Any:
-        """Take a renamed setting's old name (a config file, config_init) as its new one."""
-        if not isinstance(data, dict) or not RENAMED_SETTINGS.keys() & data.keys():
+    def _accept_skill_names(cls, data: Any) -> Any:
+        """Take the skill's name of a setting (a config file, config_init) as this runtime's."""
+        if not isinstance(data, dict):
+            return data
+        for old in RENAMED_SETTINGS.keys() & data.keys():
+            raise ValueError(renamed_setting(old))
+        if not SKILL_SETTINGS.keys() & data.keys():
             return data
         data = dict(data)
-        for old, new in RENAMED_SETTINGS.items():
+        for old, new in SKILL_SETTINGS.items():
             if old not in data:
                 continue
             value = data.pop(old)
-            warn_renamed(old)
             # atroposlib merges defaults < config file < flags into one dict: a new name off
-            # its default was set on purpose, by a flag over an old config file.
+            # its default was set on purpose, by a flag over a config file of the old name.
             if value is not None and data.get(new, cls.model_fields[new].default) == (
                 cls.model_fields[new].default
             ):
                 data[new] = value
         return data
 
-    # The old names, readable (code of earlier projects, and the Hermes skill's, reads them).
     @property
     def terminal_backend(self) -> str:
         """sandbox_backend, by the Hermes skill's name for it."""
         return self.sandbox_backend
-
-    @property
-    def terminal_timeout(self) -> float:
-        """Old sandbox_command_timeout."""
-        return self.sandbox_command_timeout
-
-    @property
-    def terminal_lifetime(self) -> float:
-        """Old sandbox_idle_lifetime."""
-        return self.sandbox_idle_lifetime
 
     def tool_services(self, tools: set[str] | None = None) -> dict[str, Any]:
         """The toolsets' settings and shared objects, by toolset name (see ToolContext).

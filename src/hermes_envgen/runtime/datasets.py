@@ -1,4 +1,4 @@
-"""Task data for envs: a Hugging Face dataset or the env's built-in samples, and their splits."""
+"""Task data for envs: a Hugging Face dataset or the env's built-in tasks, and their splits."""
 
 from __future__ import annotations
 
@@ -43,16 +43,16 @@ def configured_tasks(
     named, else the built-in ``samples``.
 
     A named dataset that cannot be loaded is a ``DatasetError`` naming it and the cause: a
-    mistyped or private name must not train on the samples unnoticed. Only with ``fallback``
-    (``dataset_fallback``, asked for by the user) do the samples stand in, with a warning.
+    mistyped or private name must not train on the built-in tasks unnoticed. Only with ``fallback``
+    (``dataset_fallback``, asked for by the user) do the built-in tasks stand in, with a warning.
     """
     if not name:
         if not samples:
             raise DatasetError(
                 "no tasks: no dataset is configured (--env.dataset_name) and the env has no "
-                "built-in samples"
+                "built-in tasks"
             )
-        return list(samples), "built-in samples"
+        return list(samples), "built-in tasks"
     try:
         return load_hub_items(name, split, prompt_field, answer_field), f"{name}[{split}]"
     except DatasetError:
@@ -65,34 +65,12 @@ def configured_tasks(
             raise DatasetError(
                 f"dataset {name} (split {split}) could not be loaded: {cause}; check "
                 "--env.dataset_name, or pass --env.dataset_fallback true to use the built-in "
-                "samples instead"
+                "tasks instead"
             ) from None
         logger.warning(
-            "warning: dataset %s could not be loaded (%s); using the built-in samples", name, cause
+            "warning: dataset %s could not be loaded (%s); using the built-in tasks", name, cause
         )
-        return list(samples), f"built-in samples ({name} could not be loaded)"
-
-
-def load_items(
-    name: str | None,
-    split: str,
-    prompt_field: str,
-    answer_field: str,
-    fallback: Sequence[Task],
-) -> tuple[list[Task], str]:
-    """The loader of projects made before 0.2, which call it from their own ``setup``: the
-    dataset's tasks, or ``fallback`` when there is none or it cannot be loaded (warned).
-
-    Kept falling back so that those projects (and their offline tests) keep working; the base
-    env's ``load_tasks`` stops on a dataset that cannot be loaded unless ``dataset_fallback``
-    is set, and ``hermes-envgen update`` brings a project onto it. A dataset that loads but
-    lacks the configured fields is an error either way.
-    """
-    if not name:
-        return list(fallback), "built-in samples"
-    return configured_tasks(
-        name, split, prompt_field, answer_field, samples=fallback, fallback=True
-    )
+        return list(samples), f"built-in tasks ({name} could not be loaded)"
 
 
 def split_train_eval(

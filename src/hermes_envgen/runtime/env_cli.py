@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.errors import HermesEnvgenError, report
-from hermes_envgen.runtime.config import renamed_flags
+from hermes_envgen.runtime.config import skill_flags
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox.runs import exit_on_termination
 from hermes_envgen.runtime.urls import is_local, same_server
@@ -23,8 +23,8 @@ def run_env_cli(atropos_cli: Callable[[], None]) -> None:
 
     from pydantic import ValidationError
 
-    sys.argv[1:] = joined_list_flags(renamed_flags(sys.argv[1:]))
     try:
+        sys.argv[1:] = joined_list_flags(skill_flags(sys.argv[1:]))
         atropos_cli()
     except HermesEnvgenError as exc:  # configuration mistakes exit 2, the model server's too
         sys.exit(report(exc))

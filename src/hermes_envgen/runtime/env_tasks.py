@@ -50,7 +50,7 @@ class EnvTasks:
         if config.dataset_name and config.dataset_fallback:
             logger.warning(
                 "warning: dataset_fallback is on: if %s cannot be loaded, the run uses the "
-                "built-in samples instead",
+                "built-in tasks instead",
                 config.dataset_name,
             )
         tasks, self.task_source = configured_tasks(

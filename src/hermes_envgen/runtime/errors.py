@@ -59,10 +59,6 @@ class ChatTemplateError(HermesEnvgenError):
     """The tokenizer's chat template cannot render the conversation as training data needs."""
 
 
-class EarlierTurnsRewritten(ChatTemplateError):
-    """No longer raised (each turn is trained as generated); kept for earlier imports."""
-
-
 class GenerationPromptNotContinued(ChatTemplateError):
     """The template renders a finished reply that does not continue its generation prompt."""
 

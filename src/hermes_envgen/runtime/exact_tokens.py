@@ -1,6 +1,6 @@
-"""Phase 2 inference: exact token ids and logprobs from vLLM or SGLang, tool calls parsed here.
+"""Token mode: exact token ids and logprobs from vLLM or SGLang, tool calls parsed here.
 
-With a token-level ``inference_api`` (see :mod:`hermes_envgen.runtime.inference`) the agent
+With a token-mode ``inference_api`` (see :mod:`hermes_envgen.runtime.inference`) the agent
 loop talks to the server token-in, token-out: ``ExactTokensBackend`` keeps one ``TokenTrace``
 per rollout (token ids, masks, logprobs), sends the whole trace as the prompt of every turn
 through ``tokens_and_logprobs_completion`` (stock vLLM's ``/v1/completions`` with a token-id
@@ -83,7 +83,7 @@ def split_reasoning(text: str) -> tuple[str | None, str]:
 
 
 class ExactTokensBackend:
-    """Phase 2 backend of ``HermesAgentLoop``: one rollout's exact tokens, tool calls parsed here.
+    """Token mode's backend of ``HermesAgentLoop``: a rollout's exact tokens, its calls parsed here.
 
     Use one instance per rollout; ``trace`` holds its tokens, masks and logprobs.
     """

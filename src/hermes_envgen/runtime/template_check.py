@@ -49,25 +49,25 @@ _FIX = (
 )
 
 
-def _exact_tokens(server_type: str) -> str:
-    """Exact tokens (token mode), named by the setting that switches to them.
+def _token_mode(server_type: str) -> str:
+    """Token mode, named by the setting that switches to it.
 
     It is the inference API that decides, not the server type: a vLLM server sampled through
     its chat API trains on the rendered conversation too.
     """
     if server_type == "vllm":
-        return "exact tokens: --env.inference_api completions (stock vLLM's /v1/completions)"
+        return "token mode: --env.inference_api completions (stock vLLM's /v1/completions)"
     if server_type == "sglang":
-        return "exact tokens: --env.inference_api generate (SGLang's /generate)"
+        return "token mode: --env.inference_api generate (SGLang's /generate)"
     return (
-        "exact tokens from a self-hosted vLLM or SGLang server (--openai.server_type vllm "
+        "token mode, on a self-hosted vLLM or SGLang server (--openai.server_type vllm "
         "with --env.inference_api completions, or sglang with generate)"
     )
 
 
-def _or_exact_tokens(server_type: str) -> str:
+def _or_token_mode(server_type: str) -> str:
     """The other way out, after the chat_template fix."""
-    return ", or " + _exact_tokens(server_type)
+    return ", or " + _token_mode(server_type)
 
 
 class ChatTemplateDropsToolCalls(EnvConfigError):
@@ -82,7 +82,7 @@ def check_tool_calls_rendered(
     tokenizer: Any,
     name: str,
     *,
-    exact_tokens: bool,
+    token_mode: bool,
     system_prompt: str | None = None,
     server_type: str = "openai",
 ) -> None:
@@ -94,7 +94,7 @@ def check_tool_calls_rendered(
     training data is the template's rendering) when the trained turns would lack the calls or
     could not be rebuilt as generated. Conversations some templates cannot render (two calls
     in one turn, text beside a call, reasoning) are logged: such rollouts are left out of the
-    training data with the reason, never trained wrong. With ``exact_tokens`` (Phase 2) the
+    training data with the reason, never trained wrong. In ``token_mode`` the
     trained tokens are the model's own: the template must render the tool results after them.
     """
     where = f"the chat template of {name!r}"
@@ -131,10 +131,10 @@ def check_tool_calls_rendered(
             "ids not of the form functions.NAME:IDX in that form",
             where,
         )
-    if exact_tokens:
+    if token_mode:
         _check_continuation(tokenizer, where, probe)
         return
-    or_exact_tokens = _or_exact_tokens(server_type)
+    or_token_mode = _or_token_mode(server_type)
     try:
         tokenize_conversation(tokenizer, probe, PROBE_TOOLS)
     except GenerationPromptNotContinued as exc:
@@ -147,20 +147,20 @@ def check_tool_calls_rendered(
                 f"{where} opens each reply in its generation prompt ({opening!r}), which its "
                 "rendered replies do not start with, and renders no reply's reasoning: chat "
                 "mode cannot rebuild the text the model generated after that prompt. Fix: "
-                f"token mode, {_exact_tokens(server_type)}"
+                f"{_token_mode(server_type)}"
             ) from None
-        raise ChatTemplateDropsToolCalls(f"{where}: {exc}. {_FIX}{or_exact_tokens}") from None
+        raise ChatTemplateDropsToolCalls(f"{where}: {exc}. {_FIX}{or_token_mode}") from None
     except ChatTemplateError as exc:
         replies = [m for m in probe if m["role"] == "assistant"]
         turns = _rendered_turns(tokenizer, probe)
         if turns is not None and untrained_tool_calls(replies, turns):
             raise ChatTemplateDropsToolCalls(
                 f"{where} drops tool calls: tool-call turns would train as empty turns, "
-                f"teaching the model to stop calling tools. {_FIX}{or_exact_tokens}"
+                f"teaching the model to stop calling tools. {_FIX}{or_token_mode}"
             ) from None
         raise ChatTemplateDropsToolCalls(
             f"{where} cannot give tool-call turns as generated ({_first_line(exc)}). "
-            f"{_FIX}{or_exact_tokens}"
+            f"{_FIX}{or_token_mode}"
         ) from None
     for what, conversation in (
         ("two tool calls in one turn", PARALLEL),
@@ -177,7 +177,7 @@ def check_tool_calls_rendered(
                 what,
                 _first_line(exc),
                 _FIX,
-                or_exact_tokens,
+                or_token_mode,
             )
 
 
@@ -224,7 +224,7 @@ def _rendered_turns(tokenizer: Any, messages: list[dict]) -> list[str] | None:
 
 
 def _check_continuation(tokenizer: Any, where: str, probe: list[dict]) -> None:
-    """Refuse a template that cannot render tool results after a turn (Phase 2 prompts)."""
+    """Refuse a template that cannot render tool results after a turn (token mode's prompts)."""
     shaped = for_template(tokenizer, probe)
     at = next(i for i, m in enumerate(shaped) if m["role"] == "assistant")
     try:
@@ -257,7 +257,7 @@ def prepare_chat_template(
     setting: str | None,
     name: str,
     *,
-    exact_tokens: bool,
+    token_mode: bool,
     system_prompt: str | None = None,
     template_variables: dict[str, Any] | None = None,
     server_type: str = "openai",
@@ -279,7 +279,7 @@ def prepare_chat_template(
     check_tool_calls_rendered(
         tokenizer,
         name,
-        exact_tokens=exact_tokens,
+        token_mode=token_mode,
         system_prompt=system_prompt,
         server_type=server_type,
     )

@@ -4,7 +4,7 @@ One place renders (``render``, with the template variables the server renders it
 with), encodes (``encode``), finds where a rendered turn ends (``end_marker``,
 ``text_after_turn``), and gives messages the form the template takes (``for_template``: tool-call
 arguments as text or objects, call ids as the template needs them, reasoning in the field it
-reads). Training data (``trajectory``), exact-token prompts (``exact_tokens``) and the start-up
+reads). Training data (``trajectory``), token mode's prompts (``exact_tokens``) and the start-up
 check (``template_check``) all render through here.
 """
 

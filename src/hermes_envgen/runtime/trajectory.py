@@ -330,7 +330,7 @@ def token_fidelity(
 ) -> list[str]:
     """Where the chat template's tokens of the conversation differ from the sampled ones.
 
-    For a Phase 2 rollout: the conversation is re-tokenized as Phase 1 would (the template's
+    For a token-mode rollout: the conversation is re-tokenized as chat mode would (the template's
     rendering of each assistant turn) and each trained run is compared with the tokens the
     model generated. An empty list when every assistant turn gives the same ids; otherwise a
     line per differing turn that says where (the first differing token, decoded both ways).

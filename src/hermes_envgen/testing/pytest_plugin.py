@@ -51,9 +51,9 @@ def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def reward_checks(offline_tokenizer: Path, tmp_path: Path) -> Callable:
     """Gold and no-op replays: ``reward_checks(EnvClass, SAMPLES)`` -> a RewardCheckReport.
 
-    Each sample's gold solution and an immediate answer without tools go through the env's
+    Each built-in task's gold solution and an immediate answer without tools go through the env's
     real agent loop and sandbox against a scripted stub; the report's ``gold_failures`` and
-    ``noop_failures`` name the samples whose reward does not pay for the task alone.
+    ``noop_failures`` name the tasks whose reward does not pay for the task alone.
     """
     from hermes_envgen.testing.reward_checks import check_rewards
 

@@ -173,7 +173,7 @@ class RewardCheckReport:
         ]
 
     def _failures(self, kind: str, breaks: Callable[[float], bool]) -> list[str]:
-        """The samples whose ``kind`` replay earned a reward that ``breaks`` the check."""
+        """The tasks whose ``kind`` replay earned a reward that ``breaks`` the check."""
         return [
             _failure(o, REPLAYS[kind], getattr(o, kind), getattr(o, f"{kind}_error"))
             for o in self.outcomes

@@ -15,7 +15,7 @@ A script in YAML or JSON::
 
 A turn has ``content`` and/or ``tool_calls`` (each ``name`` plus ``arguments`` as an object, or
 as a string sent as it is, valid JSON or not), and optionally ``reasoning``,
-``finish_reason`` and ``text``: what token-level endpoints generate for the turn, its end-of-turn
+``finish_reason`` and ``text``: what token-mode endpoints generate for the turn, its end-of-turn
 token included, in the model's own format (by default the Hermes ``<tool_call>`` form, then the
 tokenizer's end-of-sequence token). A conversation that runs past its last turn repeats the
 last turn. When several conversations match a prompt, new conversations get them in turn. A
@@ -48,7 +48,7 @@ class ScriptedTurn:
     tool_calls: list[ScriptedCall] = field(default_factory=list)
     reasoning: str | None = None
     finish_reason: str | None = None
-    text: str | None = None  # the raw generation of token-level endpoints, end token included
+    text: str | None = None  # the raw generation of token-mode endpoints, end token included
 
 
 @dataclass

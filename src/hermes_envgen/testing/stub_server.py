@@ -5,7 +5,7 @@ It answers ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (w
 ``POST /v1/completions`` from a :class:`Script`, and can inject faults: HTTP 500s, latency,
 malformed bodies, dropped connections, hanging requests.
 
-It also answers token-level requests in the three forms servers take them: Atropos's vLLM API
+It also answers token-mode requests in the three forms servers take them: Atropos's vLLM API
 server's ``POST /generate`` (``{"prompt": {"prompt_token_ids": [...]}, "logprobs": 0, ...}``),
 SGLang's (``{"input_ids": [...], "sampling_params": {...}, "return_logprob": true}``), and
 stock ``vllm serve``'s ``POST /v1/completions`` with a token-id prompt (``"prompt": [ids]``,
@@ -14,7 +14,7 @@ it has no ``/generate``, like stock ``vllm serve``; with ``openai_api=False`` it
 ``/health`` and ``/generate``, like Atropos's vLLM API server. It decodes the
 prompt to match the script, and encodes the scripted turn (:func:`generated_text`, then the
 end-of-turn token) with a fixed fake logprob per token. A request that extends a sequence the
-stub generated continues that conversation, so Phase 2 rollouts follow their script. The
+stub generated continues that conversation, so token-mode rollouts follow their script. The
 tokenizer must be the env's: ``tokenizer=DIR`` (``--tokenizer DIR``), by default the offline
 tokenizer of :mod:`hermes_envgen.testing.tokenizer` (the ``offline_tokenizer`` fixture's).
 

@@ -4,5 +4,5 @@ as defaults, and importing them must not import the runtime.
 
 from __future__ import annotations
 
-GOLD_THRESHOLD = 0.9  # the least reward a sample's gold solution must earn
+GOLD_THRESHOLD = 0.9  # the least reward a task's gold solution must earn
 NOOP_THRESHOLD = 0.1  # the most reward answering at once, without tools, may earn

@@ -1,5 +1,6 @@
-"""The progress bar of a run's rollouts (``evaluate``'s and ``process``'s), fed from rollouts
-and from the records an interrupted evaluation saved.
+"""What feeds the progress bar (:mod:`hermes_envgen.runtime.progress`) of a run's rollouts
+(``evaluate``'s and ``process``'s): finished rollouts, and the records an interrupted
+evaluation saved.
 """
 
 from __future__ import annotations

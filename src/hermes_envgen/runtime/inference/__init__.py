@@ -4,7 +4,7 @@ One module per job:
 
 - ``endpoint``: where a server is, which API (``inference_api``) the policy is sampled through.
 - ``client``: ``ModelClient``, every request an env makes, retried by the kind of its failure.
-- ``wire``: the token-level wire formats (stock vLLM's completions, Atropos's ``/generate``,
+- ``wire``: the token-mode wire formats (stock vLLM's completions, Atropos's ``/generate``,
   SGLang's), request bodies and reply readers.
 - ``failures``: the typed ``InferenceError`` of an HTTP error reply or a transport failure.
 - ``startup``: ``check_model_server``, the start-up check.

@@ -1,6 +1,6 @@
 """``ModelClient``: every request an env makes to its model, with one retry policy.
 
-Chat turns, token-level turns and judge calls go through it. Faults that may pass (connection
+Chat turns, token-mode turns and judge calls go through it. Faults that may pass (connection
 lost or refused, a timeout, HTTP 408, 429 and 5xx, a malformed reply) are retried with
 backoff; a request that cannot succeed (any other 4xx) is not. What failed comes back as the
 ``InferenceError`` subclass of its kind (see ``failures``), whose message says what happened:
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 
 class ModelClient:
-    """Sends chat and token-level requests to the model server(s), retrying what may pass.
+    """Sends chat and token-mode requests to the model server(s), retrying what may pass.
 
     Several endpoints (the ``openai:`` list of several servers) are used in turn, as
     atroposlib's ServerManager spreads requests over its servers. One that fails in a way that
@@ -79,7 +79,7 @@ class ModelClient:
         return cls([Endpoint.of(c) for c in server_configs], **kwargs)
 
     @property
-    def token_level(self) -> bool:
+    def token_mode(self) -> bool:
         """True when the policy is sampled token-in, token-out (token mode)."""
         return self.api != "chat"
 
@@ -237,7 +237,7 @@ class ModelClient:
         async with self._detect_lock:
             if self.api == "auto":
                 self.api = await detect_token_api(endpoint)
-                logger.info("%s: token-level requests go to %s", endpoint.root, self.api)
+                logger.info("%s: token-mode requests go to %s", endpoint.root, self.api)
         return self.api
 
 

@@ -147,7 +147,7 @@ async def _startup_request(
         endpoint.base_url, endpoint.model, endpoint.api_key, timeout, endpoint.server_type
     )
     asker = ModelClient([once], api=client.api, retries=0)
-    if asker.token_level:
+    if asker.token_mode:
         api = await asker._token_api(asker.endpoints[0])
         client.api = api if client.api == "auto" else client.api
         await asker.tokens_and_logprobs_completion(input_ids=[0], max_tokens=1, temperature=0.0)

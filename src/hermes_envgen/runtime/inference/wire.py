@@ -1,4 +1,4 @@
-"""The three token-level wire formats: the request each server takes, the reply it gives.
+"""The three token-mode wire formats: the request each server takes, the reply it gives.
 
 - ``completions``: stock vLLM's ``/v1/completions`` with a token-id prompt.
 - ``generate``: Atropos's vLLM server's ``/generate``.
@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from hermes_envgen.runtime.errors import MalformedReply
 from hermes_envgen.runtime.inference.endpoint import Endpoint
 
-# What a token-level request gives: ([output ids], [logprobs], [finish reason]), one completion.
+# What a token-mode request gives: ([output ids], [logprobs], [finish reason]), one completion.
 TokenReply = tuple[list[list[int]], list[list[float]], list[Any]]
 ReplyReader = Callable[[Any, str], TokenReply]
 
