@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hermes_envgen.errors import exit_code
 from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.doors import shared_sessions
 from hermes_envgen.runtime.errors import DoorUnavailable, EnvConfigError
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         app = verifiers_app(env_cls, idle_timeout=args.idle_timeout, **settings)
     except EnvConfigError as exc:  # DoorUnavailable among them: the reason, in one line
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
     import uvicorn
 
     if not (args.host in ("localhost", "::1") or args.host.startswith("127.")):
