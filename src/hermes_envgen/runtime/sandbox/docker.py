@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import posixpath
@@ -52,6 +53,7 @@ from hermes_envgen.runtime.sandbox.base import (
     DEFAULT_DOCKER_IMAGE,
     MAX_HOST_READ_BYTES,
     RUN_TAG_VARIABLE,
+    TIMEOUT_EXIT_CODE,
     CommandResult,
     PathOutsideWorkspace,
     Sandbox,
@@ -62,8 +64,16 @@ from hermes_envgen.runtime.sandbox.base import (
     command_environment,
 )
 from hermes_envgen.runtime.sandbox.command_output import finish_command
+from hermes_envgen.runtime.sandbox.docker_channel import (
+    MARKER,
+    ChannelGone,
+    ChannelProcess,
+    DockerChannel,
+    boot_command,
+)
 from hermes_envgen.runtime.sandbox.docker_engine import (
     ENGINE_GONE,
+    FILE_TIMEOUT,
     LABEL,
     RUN_LABEL,
     kill_container_processes,
@@ -190,6 +200,13 @@ class DockerSandbox(Sandbox):
         # HOME of verification commands: made by stop_agent_processes, once the agent is gone.
         self._verification_home = f"/tmp/.home-{uuid.uuid4().hex}"
         self._verification_home_made = False
+        # The kept channel (docker_channel): every command and file script goes through it
+        # when it runs; else (an image without python3 3.9+) each is a docker exec.
+        self.kept_channel = True
+        self._channel: DockerChannel | None = None
+        self._channel_lock = asyncio.Lock()
+        self._channel_marker = ""  # the current agent's, to kill it if it stopped answering
+        self.channels_started = 0
 
     @property
     def workdir(self) -> str:
@@ -259,6 +276,8 @@ class DockerSandbox(Sandbox):
                 self._start_error = str(exc)
                 raise
             self._started = True
+        # Before the agent's first command: no process of its is there to watch it start.
+        await self._kept()
 
     async def _start_on_an_engine(self) -> None:
         """Start the container: on DOCKER_HOST's engine, or on the pool's, the next if one fails."""
@@ -308,11 +327,83 @@ class DockerSandbox(Sandbox):
         if self.closed:
             return
         self.closed = True
+        await self._drop_channel()
         async with self._start_lock:
             if self._started:
                 await _docker([*self.cli(), "rm", "--force", "--volumes", self.container], 60)
                 if self.pool is not None and self.host is not None:
                     self.pool.release(self.host)
+
+    # -- the kept channel ------------------------------------------------------------------
+
+    def channel_argv(self, marker: str) -> list[str]:
+        """The ``docker exec`` argv of the channel's agent (``docker_channel_server``)."""
+        args = [*self.cli(), "exec", "--interactive", "--workdir", WORKDIR, "--user", AGENT_USER]
+        return [*args, "--env", f"{MARKER}={marker}", self.container, *boot_command()]
+
+    async def _kept(self) -> DockerChannel | None:
+        """The container's kept channel, started if need be; None where there can be none
+        (then every command is a ``docker exec``, as it was before the channel)."""
+        if not self.kept_channel or self.closed or not self._started:
+            return None
+        channel = self._channel
+        if channel is not None and channel.alive():
+            return channel
+        async with self._channel_lock:
+            if self._channel is not None and self._channel.alive():
+                return self._channel
+            if self._channel is not None:  # killed or stopped by the sandbox's processes
+                await self._drop_channel()
+            marker = uuid.uuid4().hex
+            try:
+                self._channel = await DockerChannel.start(
+                    self.channel_argv(marker), dict(os.environ)
+                )
+            except ChannelGone as exc:
+                if "python" in str(exc).lower() or "executable file not found" in str(exc):
+                    self.kept_channel = False  # said once: the image cannot have one
+                    logger.warning(
+                        "docker backend: %s; every command of %s is a docker exec (slower)",
+                        exc, self.image,
+                    )  # fmt: skip
+                return None  # a container out of processes, say: this command by exec
+            self._channel_marker = marker
+            self.channels_started += 1
+            return self._channel
+
+    async def _drop_channel(self) -> None:
+        """Close the kept channel; an agent that stopped answering is killed in the container."""
+        channel, self._channel = self._channel, None
+        if channel is None:
+            return
+        stuck = not channel.alive() and channel.process.returncode is not None
+        await channel.close()
+        if stuck and not self.closed:
+            kill = self.exec_argv("bash", "-c", KILL_SCRIPT, "bash",
+                                  f"{MARKER}={self._channel_marker}")  # fmt: skip
+            await _docker(kill, timeout=30)
+
+    def _command_environment(self, tag: str) -> dict[str, str]:
+        """What a command gets besides the container's environment (as ``exec_argv``)."""
+        environment = {RUN_TAG_VARIABLE: tag}
+        if self.verifying:
+            environment |= {"HOME": self._verification_home, "PYTHONNOUSERSITE": "1"}
+        return environment
+
+    def _next_tag(self) -> str:
+        self._commands_started += 1
+        return f"{self._tag_prefix}{self._commands_started}"
+
+    async def _kill_on_channel(
+        self, channel: DockerChannel, process: ChannelProcess, tag: str
+    ) -> None:
+        """Kill a command started on the channel: from the host when the engine runs here
+        (see ``_kill``), and by the agent; by ``docker exec`` if the channel is gone."""
+        kill_processes(None, tag)
+        try:
+            await channel.kill(process, f"{RUN_TAG_VARIABLE}={tag}")
+        except ChannelGone:
+            await self._kill(None, tag)
 
     # -- commands --------------------------------------------------------------------------
 
@@ -321,12 +412,14 @@ class DockerSandbox(Sandbox):
 
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout
-        self._commands_started += 1
-        tag = f"{self._tag_prefix}{self._commands_started}"
+        tag = self._next_tag()
         # The command starts on line 2, as on the other backends (same line numbers in errors).
         # docker exec carries stdout and stderr as two streams whose order the client loses:
         # joining them inside keeps the order the command wrote them in.
         script = f"exec 2>&1; cd -- {WORKDIR} || exit 1\n{command}"
+        channel = await self._kept()
+        if channel is not None:
+            return await self._run_on_channel(channel, script, tag, timeout)
         argv = self.exec_argv("bash", "-c", script, tag=tag)
         process = await spawn(argv, dict(os.environ))  # the client needs DOCKER_TLS_* & co.
 
@@ -339,7 +432,26 @@ class DockerSandbox(Sandbox):
             raise self._engine_lost(result.output)
         return explain_start_failure(result)
 
+    async def _run_on_channel(
+        self, channel: DockerChannel, script: str, tag: str, timeout: float
+    ) -> CommandResult:
+        """Run a command's script through the kept channel (``_run``)."""
+        try:
+            process = await channel.spawn(["bash", "-c", script],
+                                          self._command_environment(tag))  # fmt: skip
+        except OSError as exc:
+            return could_not_start(exc)
+
+        async def kill() -> None:
+            await self._kill_on_channel(channel, process, tag)
+
+        try:
+            return await finish_command(process, self.settings.max_output_bytes, timeout, kill)
+        finally:
+            channel.forget(process)
+
     async def _kill_everything(self) -> None:
+        await self._drop_channel()  # the agent's processes may have touched it: a new one
         if not self._started:
             return
         # From the host first, as _kill does: a fork bomb may leave no slot for docker exec.
@@ -442,11 +554,51 @@ class DockerSandbox(Sandbox):
     ) -> tuple[int, bytes, str]:
         """Run a file script in the container: its exit code, stdout and stderr."""
         arguments = ["sh", WORKDIR, escaped_path(target), *args]
+        channel = await self._kept()
+        if channel is not None:
+            return await self._script_on_channel(channel, ["sh", "-c", script, *arguments], data)
         argv = self.exec_argv("sh", "-c", script, *arguments, stdin=data is not None)
         code, out, err = await _exec(argv, data)
         if code != 0 and err.startswith(CLIENT_FAILED):  # the client's words, not the script's
             raise self._engine_lost(err)
         return code, out, err
+
+    async def _script_on_channel(
+        self, channel: DockerChannel, argv: list[str], data: bytes | None
+    ) -> tuple[int, bytes, str]:
+        """A file script through the kept channel; killed after ``FILE_TIMEOUT`` (a FIFO
+        swapped in for a file blocks it), as ``docker_exec`` kills its client."""
+        tag = self._next_tag()
+        try:
+            process = await channel.spawn(argv, self._command_environment(tag), stdin=data)
+        except OSError as exc:
+            return CANNOT_START, b"", could_not_start(exc).output
+        outputs = asyncio.gather(process.stdout.read(), process.stderr.read(), process.wait())
+        try:
+            out, err, code = await asyncio.wait_for(outputs, FILE_TIMEOUT)
+        except asyncio.TimeoutError:
+            await self._kill_on_channel(channel, process, tag)
+            message = f"the file operation timed out after {FILE_TIMEOUT:g} s"
+            return TIMEOUT_EXIT_CODE, b"", message
+        except BaseException:
+            with contextlib.suppress(SandboxError):
+                await asyncio.shield(self._kill_on_channel(channel, process, tag))
+            raise
+        finally:
+            channel.forget(process)
+        return code, out, err.decode(errors="replace")
+
+    async def connect_socket(
+        self, directory: str, limit: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection, through the kept channel, to ``directory/socket`` in the container."""
+        channel = await self._kept()
+        if channel is None:
+            return None
+        try:
+            return await channel.connect(directory, limit)
+        except (OSError, SandboxError):
+            return None
 
     @staticmethod
     def _raise_for(code: int, path: str, err: str) -> None:
@@ -466,6 +618,15 @@ class DockerSandbox(Sandbox):
         if code == DENIED:
             raise SandboxError(f"{path}: permission denied")
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
+
+
+def could_not_start(exc: OSError) -> CommandResult:
+    """The result of a command the channel's agent could not start (``posix_spawn`` failed)."""
+    if exc.errno in (errno.EAGAIN, errno.ENOMEM):  # a fork bomb holds every slot
+        why = "the sandbox is out of processes or memory"
+    else:
+        why = exc.strerror or str(exc)
+    return CommandResult(CANNOT_START, f"the command could not start: {why} ({exc})\n")
 
 
 def explain_start_failure(result: CommandResult) -> CommandResult:

@@ -24,7 +24,7 @@ async def connect_below(sandbox: Sandbox, directory: str, limit: int) -> Stream 
     reach it; opened without following a link, as the agent may have put one there."""
     root = sandbox.host_root()
     if root is None:
-        return None
+        return await sandbox.connect_socket(directory, limit)
     try:
         fd = socket_below(root, directory)
     except OSError:
