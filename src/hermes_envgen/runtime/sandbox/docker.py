@@ -360,6 +360,8 @@ class DockerSandbox(Sandbox):
                     self.channel_argv(marker), dict(os.environ)
                 )
             except ChannelGone as exc:
+                if any(words in str(exc) for words in CLIENT_FAILED):
+                    raise self._engine_lost(str(exc)) from None
                 if "python" in str(exc).lower() or "executable file not found" in str(exc):
                     self.kept_channel = False  # said once: the image cannot have one
                     logger.warning(
@@ -376,9 +378,8 @@ class DockerSandbox(Sandbox):
         channel, self._channel = self._channel, None
         if channel is None:
             return
-        stuck = not channel.alive() and channel.process.returncode is not None
         await channel.close()
-        if stuck and not self.closed:
+        if channel.stuck and not self.closed:
             kill = self.exec_argv("bash", "-c", KILL_SCRIPT, "bash",
                                   f"{MARKER}={self._channel_marker}")  # fmt: skip
             await _docker(kill, timeout=30)
@@ -437,18 +438,24 @@ class DockerSandbox(Sandbox):
     ) -> CommandResult:
         """Run a command's script through the kept channel (``_run``)."""
         try:
-            process = await channel.spawn(["bash", "-c", script],
-                                          self._command_environment(tag))  # fmt: skip
-        except OSError as exc:
-            return could_not_start(exc)
+            try:
+                process = await channel.spawn(["bash", "-c", script],
+                                              self._command_environment(tag))  # fmt: skip
+            except OSError as exc:
+                return could_not_start(exc)
 
-        async def kill() -> None:
-            await self._kill_on_channel(channel, process, tag)
+            async def kill() -> None:
+                await self._kill_on_channel(channel, process, tag)
 
-        try:
-            return await finish_command(process, self.settings.max_output_bytes, timeout, kill)
-        finally:
-            channel.forget(process)
+            try:
+                limit = self.settings.max_output_bytes
+                return await finish_command(process, limit, timeout, kill)
+            finally:
+                channel.forget(process)
+        except ChannelGone:
+            # Killed by the sandbox's processes, or the engine went: the next channel says.
+            await self._kept()  # SandboxUnavailable if no engine answers any more
+            raise
 
     async def _kill_everything(self) -> None:
         await self._drop_channel()  # the agent's processes may have touched it: a new one
@@ -556,7 +563,13 @@ class DockerSandbox(Sandbox):
         arguments = ["sh", WORKDIR, escaped_path(target), *args]
         channel = await self._kept()
         if channel is not None:
-            return await self._script_on_channel(channel, ["sh", "-c", script, *arguments], data)
+            try:
+                return await self._script_on_channel(
+                    channel, ["sh", "-c", script, *arguments], data
+                )
+            except ChannelGone:
+                await self._kept()  # SandboxUnavailable if no engine answers any more
+                raise
         argv = self.exec_argv("sh", "-c", script, *arguments, stdin=data is not None)
         code, out, err = await _exec(argv, data)
         if code != 0 and err.startswith(CLIENT_FAILED):  # the client's words, not the script's

@@ -101,6 +101,7 @@ class DockerChannel:
         self._streams: dict[int, _Stream] = {}
         self._next = 1
         self._gone: str | None = None  # why, once it ended
+        self.stuck = False  # it stopped answering (stopped, not ended): its agent may live on
         self._write_lock = asyncio.Lock()
         self._reader: asyncio.Task | None = None
         self._on_gone = on_gone
@@ -246,6 +247,7 @@ class DockerChannel:
             async with self._write_lock:
                 await asyncio.wait_for(stdin.drain(), ANSWER_TIMEOUT)
         except (OSError, asyncio.TimeoutError):
+            self.stuck = True
             await self._lost("the agent stopped reading")
             raise ChannelGone(GONE) from None
 
@@ -257,6 +259,7 @@ class DockerChannel:
         try:
             await asyncio.wait_for(asyncio.shield(future), ANSWER_TIMEOUT)
         except asyncio.TimeoutError:
+            self.stuck = True
             await self._lost("the agent stopped answering")
             raise ChannelGone(GONE) from None
 
