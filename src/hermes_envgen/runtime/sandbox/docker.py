@@ -65,7 +65,7 @@ from hermes_envgen.runtime.sandbox.base import (
 )
 from hermes_envgen.runtime.sandbox.command_output import finish_command
 from hermes_envgen.runtime.sandbox.docker_channel import (
-    MARKER,
+    ANSWER_TIMEOUT,
     ChannelGone,
     ChannelProcess,
     DockerChannel,
@@ -94,6 +94,7 @@ from hermes_envgen.runtime.sandbox.docker_shell import (
     DIRECTORY,
     HEAD_SCRIPT,
     INSTALL_SCRIPT,
+    KILL_AGENT_SCRIPT,
     KILL_ALL_SCRIPT,
     KILL_SCRIPT,
     LIST_SCRIPT,
@@ -203,9 +204,9 @@ class DockerSandbox(Sandbox):
         # The kept channel (docker_channel): every command and file script goes through it
         # when it runs; else (an image without python3 3.9+) each is a docker exec.
         self.kept_channel = True
+        self.channel_answer_timeout = ANSWER_TIMEOUT  # then a silent agent is replaced
         self._channel: DockerChannel | None = None
         self._channel_lock = asyncio.Lock()
-        self._channel_marker = ""  # the current agent's, to kill it if it stopped answering
         self.channels_started = 0
 
     @property
@@ -336,10 +337,10 @@ class DockerSandbox(Sandbox):
 
     # -- the kept channel ------------------------------------------------------------------
 
-    def channel_argv(self, marker: str) -> list[str]:
+    def channel_argv(self) -> list[str]:
         """The ``docker exec`` argv of the channel's agent (``docker_channel_server``)."""
         args = [*self.cli(), "exec", "--interactive", "--workdir", WORKDIR, "--user", AGENT_USER]
-        return [*args, "--env", f"{MARKER}={marker}", self.container, *boot_command()]
+        return [*args, self.container, *boot_command()]
 
     async def _kept(self) -> DockerChannel | None:
         """The container's kept channel, started if need be; None where there can be none
@@ -354,10 +355,9 @@ class DockerSandbox(Sandbox):
                 return self._channel
             if self._channel is not None:  # killed or stopped by the sandbox's processes
                 await self._drop_channel()
-            marker = uuid.uuid4().hex
             try:
                 self._channel = await DockerChannel.start(
-                    self.channel_argv(marker), dict(os.environ)
+                    self.channel_argv(), dict(os.environ), self.channel_answer_timeout
                 )
             except ChannelGone as exc:
                 if any(words in str(exc) for words in CLIENT_FAILED):
@@ -369,7 +369,6 @@ class DockerSandbox(Sandbox):
                         exc, self.image,
                     )  # fmt: skip
                 return None  # a container out of processes, say: this command by exec
-            self._channel_marker = marker
             self.channels_started += 1
             return self._channel
 
@@ -379,9 +378,10 @@ class DockerSandbox(Sandbox):
         if channel is None:
             return
         await channel.close()
-        if channel.stuck and not self.closed:
-            kill = self.exec_argv("bash", "-c", KILL_SCRIPT, "bash",
-                                  f"{MARKER}={self._channel_marker}")  # fmt: skip
+        if channel.stuck and not self.closed and channel.agent_pid is not None:
+            # Stopped (SIGSTOP), it would never read the end of its stdin. By its pid: being
+            # non-dumpable, it shows no environment, so no run tag, to the agent's user.
+            kill = self.exec_argv("sh", "-c", KILL_AGENT_SCRIPT, "sh", str(channel.agent_pid))
             await _docker(kill, timeout=30)
 
     def _command_environment(self, tag: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 
 from hermes_envgen.runtime.errors import SandboxError
@@ -34,7 +34,6 @@ MAX_PAYLOAD = 1 << 20
 CHUNK = 1 << 16
 START_TIMEOUT = 30.0  # for the agent to greet (python3's start in a busy container)
 ANSWER_TIMEOUT = 20.0  # for the agent to say a command started, or a kill is done
-MARKER = "HERMES_CHANNEL"  # in the agent's environment only: what kills it from outside
 # The agent's program comes on stdin (its length in argv): a short command line in ``ps``.
 BOOT = (
     "import os,sys\nb=b''\nn=int(sys.argv[1])\nwhile len(b)<n:\n c=os.read(0,n-len(b))\n"
@@ -94,9 +93,10 @@ class DockerChannel:
     """One container's kept channel: its ``docker exec`` client and the streams on it."""
 
     def __init__(
-        self, process: asyncio.subprocess.Process, on_gone: Callable[[], None] | None = None
+        self, process: asyncio.subprocess.Process, answer_timeout: float = ANSWER_TIMEOUT
     ) -> None:
         self.process = process
+        self.answer_timeout = answer_timeout
         self.agent_pid: int | None = None  # in the container
         self._streams: dict[int, _Stream] = {}
         self._next = 1
@@ -104,7 +104,6 @@ class DockerChannel:
         self.stuck = False  # it stopped answering (stopped, not ended): its agent may live on
         self._write_lock = asyncio.Lock()
         self._reader: asyncio.Task | None = None
-        self._on_gone = on_gone
         self._tasks: set[asyncio.Task] = set()  # writers of stdin and connections
 
     def _keep(self, work: Coroutine[object, object, None]) -> None:
@@ -114,14 +113,16 @@ class DockerChannel:
         task.add_done_callback(self._tasks.discard)
 
     @classmethod
-    async def start(cls, argv: list[str], env: dict[str, str]) -> DockerChannel:
+    async def start(
+        cls, argv: list[str], env: dict[str, str], answer_timeout: float = ANSWER_TIMEOUT
+    ) -> DockerChannel:
         """Run ``argv`` (a ``docker exec -i`` of ``boot_command``) and wait for the greeting."""
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env, limit=4 * MAX_PAYLOAD,
             start_new_session=True,
         )  # fmt: skip
-        channel = cls(process)
+        channel = cls(process, answer_timeout)
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write(server_source())
@@ -245,7 +246,7 @@ class DockerChannel:
         try:
             stdin.write(frame(ident, kind, payload))
             async with self._write_lock:
-                await asyncio.wait_for(stdin.drain(), ANSWER_TIMEOUT)
+                await asyncio.wait_for(stdin.drain(), self.answer_timeout)
         except (OSError, asyncio.TimeoutError):
             self.stuck = True
             await self._lost("the agent stopped reading")
@@ -257,7 +258,7 @@ class DockerChannel:
     async def _answer(self, future: asyncio.Future) -> None:
         """Wait for the agent's answer; a channel that gives none in time is replaced."""
         try:
-            await asyncio.wait_for(asyncio.shield(future), ANSWER_TIMEOUT)
+            await asyncio.wait_for(asyncio.shield(future), self.answer_timeout)
         except asyncio.TimeoutError:
             self.stuck = True
             await self._lost("the agent stopped answering")
@@ -343,8 +344,6 @@ class DockerChannel:
             if stream.peer is not None:
                 stream.peer.close()
         self._streams.clear()
-        if self._on_gone is not None:
-            self._on_gone()
 
     async def _kill_client(self) -> None:
         if self.process.returncode is None:

@@ -45,7 +45,6 @@ KILL_ROUNDS = 10
 DEFAULT_SIGNALS = tuple(
     n for n in _signal.valid_signals() if n not in (_signal.SIGKILL, _signal.SIGSTOP)
 )
-MARKER = "HERMES_CHANNEL"  # in the agent's own environment (the host kills it by it), no child's
 
 
 def libc(name, *arguments):
@@ -389,7 +388,7 @@ class Agent:
 def main():
     libc("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0)
     libc("prctl", PR_SET_NAME, b"sandbox-channel", 0, 0, 0)
-    environment = {k: v for k, v in os.environ.items() if k != MARKER}
+    environment = dict(os.environ)
     os.closerange(3, 1 << 16)
     Agent(environment).serve()
 
