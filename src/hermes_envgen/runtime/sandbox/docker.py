@@ -1,4 +1,4 @@
-"""The docker backend: one container per task, commands through ``docker exec``.
+"""The docker backend: one container per task, commands through its kept channel.
 
 The container (``settings.docker_image``, default ``DEFAULT_DOCKER_IMAGE``; it needs bash)
 starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
@@ -10,14 +10,23 @@ file-size limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A
 that cannot start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what
 is missing.
 
-Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment, stderr
-joined to stdout inside. A timeout kills every process with the command's tag (from the host
-when the engine runs here and we may, and inside the container) and the ``docker exec``
-client: killing the client alone would leave the command running. Files: read (no further
-than the caller asks: ``read_head``), written and listed by small ``sh`` scripts run with
-``docker exec``, byte for byte through stdin/stdout; each first resolves the path with
-``realpath`` inside the container (symlinks as the container sees them) and refuses anything
-outside ``/workspace``.
+The kept channel (``docker_channel``): once the container runs, one ``docker exec -i`` of a
+small python3 agent, as the agent's user, carries every command, file script and socket
+connection (the ``python`` tool's, the MCP relay's), a few milliseconds each instead of a
+``docker exec`` (~60 ms). The sandbox's processes may kill or stop that agent: the call under
+way is then a tool error, and the next call starts another; ``stop_agent_processes`` closes
+it, so verification runs through one started after the agent's processes were gone. An image
+whose python3 is missing or older than 3.9 has no channel (said once, as a warning): every
+command is then a ``docker exec`` as below.
+
+Commands: ``bash -c``, each carrying a run tag in its environment, stderr joined to stdout
+inside. A timeout kills every process with the command's tag (from the host when the engine
+runs here and we may, and inside the container: by the channel's agent, else by a ``docker
+exec`` of a kill script, which also kills a ``docker exec`` client: killing the client alone
+would leave the command running). Files: read (no further than the caller asks:
+``read_head``), written and listed by small ``sh`` scripts, byte for byte through
+stdin/stdout; each first resolves the path with ``realpath`` inside the container (symlinks
+as the container sees them) and refuses anything outside ``/workspace``.
 
 Verification: ``stop_agent_processes`` kills every process but docker's init and the
 ``sleep``, empties ``/tmp`` and makes the verification's ``HOME`` there; ``install_checks``

@@ -215,6 +215,11 @@ class DockerChannel:
         try:
             while chunk := await reader.read(CHUNK):
                 await self._send(ident, b"D", chunk)
+            # The host dropped the connection (it never half-closes one): whatever the
+            # container's side still sends is for no one.
+            stream = self._streams.pop(ident, None)
+            if stream is not None and stream.peer is not None:
+                stream.peer.close()
             await self._send(ident, b"d")
         except (ChannelGone, OSError):
             pass

@@ -12,16 +12,21 @@ Framing, both ways: a payload's length (4 bytes, big-endian), a stream id (4 byt
 ``argc``, the argv and ``NAME=value`` pairs added to the agent's environment, NUL-separated),
 ``I`` stdin bytes, ``i`` end of stdin, ``K`` kill (the payload: the ``NAME=value`` run tag
 whose processes to kill), ``C`` connect (the payload: the directory whose ``socket`` to
-reach), ``D`` bytes for a connection, ``d`` its end. Agent to host: ``R`` ready (its pid),
-``s`` started (the pid), ``F`` failed (``errno:message``), ``o``/``e`` stdout/stderr bytes,
-``O``/``E`` their end, ``x`` exited (a shell's exit code), ``k`` kill done, ``D``/``d`` a
-connection's bytes and end.
+reach), ``D`` bytes for a connection, ``d`` its end (the host dropped it: closed whole).
+Agent to host: ``R`` ready (its pid), ``s`` started (the pid), ``F`` failed
+(``errno:message``), ``o``/``e`` stdout/stderr bytes, ``O``/``E`` their end, ``x`` exited (a
+shell's exit code), ``k`` kill done, ``D``/``d`` a connection's bytes and end.
 
 The agent makes itself non-dumpable before it reads a request: the sandbox's processes,
 though of its user, can neither ptrace it nor open its descriptors through /proc (so not
 write to the host's channel). They can kill or stop it: the host then sees the channel end
-(or stop answering) and starts another one. Ends at the end of its stdin. Written for any
-python3 from 3.9, standard library only; the host sends its text on stdin at the start.
+(or stop answering) and starts another one. One started while the agent's processes run
+(after such a kill) is open to them for the ~20 ms python3 takes to reach the prctl: that
+one carries only the rollout's own calls, whose results the agent controls anyway;
+verification's channel starts after every process of the agent's was killed.
+
+Ends at the end of its stdin. Written for any python3 from 3.9, standard library only; the
+host sends its text on stdin at the start.
 """
 
 import os
@@ -135,12 +140,11 @@ class Agent:
             out_read, out_write = os.pipe()
             err_read, err_write = os.pipe()
             opened += [out_read, out_write, err_read, err_write]
+            stdin: tuple = (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
             if piped:
                 in_read, in_write = os.pipe()
                 opened += [in_read, in_write]
                 stdin = (os.POSIX_SPAWN_DUP2, in_read, 0)
-            else:
-                stdin = (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)
             pid = os.posix_spawnp(
                 argv[0], argv, env,
                 file_actions=[stdin, (os.POSIX_SPAWN_DUP2, out_write, 1),
@@ -207,6 +211,10 @@ class Agent:
         outlet = self.outlets.get(fd) if fd is not None else None
         if outlet is None:
             return  # gone already: what it was sent is lost with it
+        if data is None and fd in self.sockets:  # the host dropped the connection: all of it
+            self.readers.pop(fd, None)
+            self.drop_socket(fd)
+            return
         if data is None:
             outlet.closing = True
         else:

@@ -1,0 +1,126 @@
+"""The docker backend's kept channel against a ``docker exec`` per command, side by side.
+
+Two sandboxes of the same image on the same engine, one with the kept channel (the default:
+every command, file script and socket connection through one long-lived ``docker exec -i``
+per container) and one without (``kept_channel = False``: a ``docker exec`` per command and
+file operation, and a command per ``python`` call: the code before the channel). The rounds
+alternate them; each prints the median wall time per operation, old / new, and the host's
+CPU per operation (this process and the docker clients it started):
+
+- ``true``: a trivial command (``Sandbox.run``);
+- ``python``: a ``python`` tool call (``x += 1``) on a warm interpreter;
+- ``file``: a small file written then read back (``write_bytes`` + ``read_bytes``).
+
+    DOCKER_HOST=... .venv/bin/python benchmarks/bench_docker_channel.py \
+        [--image IMAGE] [--rounds 5] [--calls 20]
+
+Needs an engine (``scripts/docker-engine.sh up``) and an image with bash and python3 (the
+test image of ``scripts/docker-test-image.sh``, or python:3.11-slim).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
+from hermes_envgen.runtime.sandbox.docker import DockerSandbox
+from hermes_envgen.runtime.tools.interpreter import PythonSettings, _interpreters, run_python
+
+VARIANTS = ("old", "new")  # docker exec per command; the kept channel
+
+
+def cpu_seconds() -> float:
+    """This process's CPU and that of its reaped children (the docker clients)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+async def timed(calls: int, operation: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """Median wall seconds per call, and CPU seconds per call, of ``calls`` calls."""
+    walls = []
+    cpu = cpu_seconds()
+    for _ in range(calls):
+        start = time.perf_counter()
+        await operation()
+        walls.append(time.perf_counter() - start)
+    return statistics.median(walls), (cpu_seconds() - cpu) / calls
+
+
+async def main(image: str, rounds: int, calls: int) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        manager = SandboxManager(
+            SandboxSettings(backend="docker", root=str(Path(root)), docker_image=image)
+        )
+        sandboxes: dict[str, DockerSandbox] = {}
+        for variant in VARIANTS:
+            sandbox = manager.get(variant)
+            assert isinstance(sandbox, DockerSandbox)
+            sandbox.kept_channel = variant == "new"
+            await sandbox.start()
+            sandboxes[variant] = sandbox
+        python = PythonSettings(timeout=30)
+
+        def operations(sandbox: DockerSandbox) -> dict[str, Callable[[], Awaitable[object]]]:
+            async def true() -> None:
+                result = await sandbox.run("true")
+                assert result.exit_code == 0, result
+
+            async def python_call() -> None:
+                reply = await run_python(sandbox, "x += 1", python)
+                assert "error" not in reply, reply
+
+            async def file() -> None:
+                await sandbox.write_bytes("bench.txt", b"x" * 1000)
+                assert len(await sandbox.read_bytes("bench.txt")) == 1000
+
+            return {"true": true, "python": python_call, "file": file}
+
+        try:
+            for sandbox in sandboxes.values():
+                await run_python(sandbox, "x = 0", python)  # the interpreter, started
+            figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
+            for _ in range(rounds):
+                for variant in VARIANTS:
+                    for name, operation in operations(sandboxes[variant]).items():
+                        figure = await timed(calls, operation)
+                        figures.setdefault((name, variant), []).append(figure)
+            channels = sandboxes["new"].channels_started
+        finally:
+            for sandbox in sandboxes.values():
+                if sandbox in _interpreters:
+                    _interpreters[sandbox].drop()
+            await manager.close_all()
+
+    print(f"image {image}, engine {os.environ.get('DOCKER_HOST', 'default')}, "
+          f"{rounds} rounds of {calls} calls; channels started: {channels}")  # fmt: skip
+    print(f"{'operation':<8} {'old ms':>8} {'new ms':>8} {'old/new':>8}"
+          f" {'old CPU ms':>11} {'new CPU ms':>11} {'old/new':>8}")  # fmt: skip
+    for name in ("true", "python", "file"):
+        old = figures[(name, "old")]
+        new = figures[(name, "new")]
+        wall_old = statistics.median(wall for wall, _ in old) * 1000
+        wall_new = statistics.median(wall for wall, _ in new) * 1000
+        cpu_old = statistics.median(cpu for _, cpu in old) * 1000
+        cpu_new = statistics.median(cpu for _, cpu in new) * 1000
+        print(f"{name:<8} {wall_old:8.1f} {wall_new:8.1f} {wall_old / wall_new:8.1f}"
+              f" {cpu_old:11.1f} {cpu_new:11.1f} {cpu_old / cpu_new:8.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image", default=os.environ.get("HERMES_ENVGEN_TEST_DOCKER_IMAGE"))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20)
+    arguments = parser.parse_args()
+    if not arguments.image:
+        parser.error("--image (or HERMES_ENVGEN_TEST_DOCKER_IMAGE) names the image to run in")
+    asyncio.run(main(arguments.image, arguments.rounds, arguments.calls))
