@@ -608,6 +608,12 @@ def test_the_kill_all_script_alone_keeps_only_init_and_anchor(docker_manager):
         before = len(namespace_members(namespace))
         code, out = await _docker(sandbox.exec_argv("bash", "-c", KILL_ALL_SCRIPT), 30)
         left = namespace_members(namespace)
+        # The script killed the kept channel's agent too: once the host saw its channel end,
+        # the next command goes through a new one.
+        for _ in range(1000):
+            if not sandbox._channel.alive():
+                break
+            await asyncio.sleep(0.01)
         still_up = await sandbox.run("echo up")
         await docker_manager.close_all()
         return before, code, out, left, still_up

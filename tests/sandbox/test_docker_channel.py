@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import os
+import subprocess
+from collections.abc import Iterator
 
 import pytest
-from sandbox_helpers import make_manager, needs_docker
+from sandbox_helpers import docker_test_image, make_manager, needs_docker
 
 from hermes_envgen.runtime.errors import SandboxError
 from hermes_envgen.runtime.sandbox.docker_channel import ChannelGone
@@ -156,3 +160,43 @@ def test_the_sandboxs_processes_cannot_reach_the_channels_descriptors(tmp_path):
 
     result = asyncio.run(main())
     assert result.output == "1\n", result  # the agent is there, and nothing of it opens
+
+
+@pytest.fixture(scope="module")
+def image_without_python() -> Iterator[str]:
+    """The test image with python3 deleted (bash and the rest still there)."""
+    name = f"hermes-envgen-nopython-{os.getpid()}"
+    image = f"hermes-envgen-test-nopython:{os.getpid()}"
+    docker = functools.partial(subprocess.run, capture_output=True, timeout=120, check=True)
+    docker(["docker", "run", "--name", name, "--user", "0", "--entrypoint", "sh",
+            docker_test_image(), "-c", "rm -f /usr/bin/python3*"])  # fmt: skip
+    try:
+        docker(["docker", "commit", name, image])
+    finally:
+        docker(["docker", "rm", "--force", name])
+    yield image
+    subprocess.run(["docker", "rmi", image], capture_output=True, timeout=60, check=False)
+
+
+def test_an_image_without_python_runs_every_command_by_docker_exec(
+    tmp_path, image_without_python, caplog
+):
+    manager = make_manager(tmp_path, "docker", docker_image=image_without_python)
+
+    async def main():
+        sandbox = manager.get("no-python")
+        try:
+            ran = await sandbox.run("echo by exec; command -v python3 || echo no python3")
+            await sandbox.write_bytes("f.txt", b"data")
+            read = await sandbox.read_bytes("f.txt")
+            again = await sandbox.run("echo again")
+            return ran, read, again, sandbox.channels_started
+        finally:
+            await manager.close_all()
+
+    with caplog.at_level(logging.WARNING):
+        ran, read, again, started = asyncio.run(main())
+    assert ran.output == "by exec\nno python3\n" and read == b"data"
+    assert again.output == "again\n" and started == 0
+    said = [r.getMessage() for r in caplog.records if "docker exec (slower)" in r.getMessage()]
+    assert len(said) == 1 and "python3" in said[0], said  # said once, with the reason

@@ -78,6 +78,7 @@ from hermes_envgen.runtime.sandbox.docker_channel import (
     ChannelGone,
     ChannelProcess,
     DockerChannel,
+    NotSent,
     boot_command,
 )
 from hermes_envgen.runtime.sandbox.docker_engine import (
@@ -286,8 +287,6 @@ class DockerSandbox(Sandbox):
                 self._start_error = str(exc)
                 raise
             self._started = True
-        # Before the agent's first command: no process of its is there to watch it start.
-        await self._kept()
 
     async def _start_on_an_engine(self) -> None:
         """Start the container: on DOCKER_HOST's engine, or on the pool's, the next if one fails."""
@@ -320,12 +319,32 @@ class DockerSandbox(Sandbox):
         """``docker run`` this sandbox's container on its engine; the exit code and output."""
         code, out = await _docker(self.run_argv(), timeout=START_TIMEOUT)
         if code == 0:
-            # Every command runs with bash: an image without it fails here, at the start.
-            code, out = await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
+            code, out = await self._check_bash()
         if code != 0:
+            await self._drop_channel()
             # A container may have been created before it failed to start: remove it.
             await _docker([*self.cli(), "rm", "--force", "--volumes", self.container], 60)
         return code, out
+
+    async def _check_bash(self) -> tuple[int, str]:
+        """Every command runs with bash: an image without it fails here, at the start.
+
+        Through the kept channel, started now: before any command of the agent's, so that
+        no process of the agent's is there to watch it start.
+        """
+        channel = await self._kept(starting=True)
+        if channel is None:
+            return await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
+        try:
+            process = await channel.spawn(["bash", "-c", "exit 0"], {})
+        except OSError as exc:  # in docker exec's words, which start_failure knows
+            return 127, f'exec: "bash": executable file not found in $PATH ({exc.strerror})'
+        except ChannelGone:
+            return await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
+        try:
+            return await process.wait(), ""
+        finally:
+            channel.forget(process)
 
     def _engine_lost(self, output: str) -> SandboxUnavailable:
         """The engine stopped under a running sandbox: out of the pool, and the error to raise."""
@@ -351,10 +370,13 @@ class DockerSandbox(Sandbox):
         args = [*self.cli(), "exec", "--interactive", "--workdir", WORKDIR, "--user", AGENT_USER]
         return [*args, self.container, *boot_command()]
 
-    async def _kept(self) -> DockerChannel | None:
+    async def _kept(self, starting: bool = False) -> DockerChannel | None:
         """The container's kept channel, started if need be; None where there can be none
-        (then every command is a ``docker exec``, as it was before the channel)."""
-        if not self.kept_channel or self.closed or not self._started:
+        (then every command is a ``docker exec``, as it was before the channel).
+
+        ``starting``: the container is starting (``_started`` is not yet set).
+        """
+        if not self.kept_channel or self.closed or not (self._started or starting):
             return None
         channel = self._channel
         if channel is not None and channel.alive():
@@ -377,6 +399,7 @@ class DockerSandbox(Sandbox):
                         "docker backend: %s; every command of %s is a docker exec (slower)",
                         exc, self.image,
                     )  # fmt: skip
+                logger.debug("docker channel did not start: %s", exc)
                 return None  # a container out of processes, say: this command by exec
             self.channels_started += 1
             return self._channel
@@ -429,7 +452,12 @@ class DockerSandbox(Sandbox):
         script = f"exec 2>&1; cd -- {WORKDIR} || exit 1\n{command}"
         channel = await self._kept()
         if channel is not None:
-            return await self._run_on_channel(channel, script, tag, timeout)
+            try:
+                return await self._run_on_channel(channel, script, tag, timeout)
+            except NotSent:  # it had ended since the last call, unnoticed: a new one
+                channel = await self._kept()
+                if channel is not None:
+                    return await self._run_on_channel(channel, script, tag, timeout)
         argv = self.exec_argv("bash", "-c", script, tag=tag)
         process = await spawn(argv, dict(os.environ))  # the client needs DOCKER_TLS_* & co.
 

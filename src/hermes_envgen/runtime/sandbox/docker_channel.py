@@ -49,6 +49,10 @@ class ChannelGone(SandboxError):
     """The channel ended or stopped answering: what ran through it has no result."""
 
 
+class NotSent(ChannelGone):
+    """The channel had ended before a request left the host: nothing of it ran."""
+
+
 @functools.cache
 def server_source() -> bytes:
     """The agent's program."""
@@ -127,17 +131,15 @@ class DockerChannel:
         try:
             process.stdin.write(server_source())
             await process.stdin.drain()
-            greeting = await asyncio.wait_for(channel._frame(), START_TIMEOUT)
-            if greeting is None or greeting[1] != b"R" or not greeting[2].isdigit():
-                raise ChannelGone("no greeting")
-        except (asyncio.TimeoutError, OSError, ChannelGone) as exc:
+            greeting = await asyncio.wait_for(channel._greeting(), START_TIMEOUT)
+        except (asyncio.TimeoutError, OSError, ChannelGone, asyncio.IncompleteReadError) as exc:
             why = await channel._stderr_text()
             await channel._kill_client()
             raise ChannelGone(f"the channel's agent did not start: {why or exc}") from None
         except BaseException:
             await channel._kill_client()
             raise
-        channel.agent_pid = int(greeting[2])
+        channel.agent_pid = greeting
         channel._reader = asyncio.ensure_future(channel._read_frames())
         return channel
 
@@ -239,7 +241,7 @@ class DockerChannel:
 
     def _open(self) -> tuple[int, _Stream]:
         if not self.alive():
-            raise ChannelGone(GONE)
+            raise NotSent(GONE)
         ident, self._next = self._next, self._next + 1
         stream = self._streams[ident] = _Stream(asyncio.get_running_loop())
         return ident, stream
@@ -247,9 +249,13 @@ class DockerChannel:
     async def _send(self, ident: int, kind: bytes, payload: bytes = b"") -> None:
         stdin = self.process.stdin
         if not self.alive() or stdin is None:
-            raise ChannelGone(GONE)
+            raise NotSent(GONE)
         try:
             stdin.write(frame(ident, kind, payload))
+        except OSError:  # the client had exited: the request went nowhere
+            await self._lost("the channel ended")
+            raise NotSent(GONE) from None
+        try:
             async with self._write_lock:
                 await asyncio.wait_for(stdin.drain(), self.answer_timeout)
         except (OSError, asyncio.TimeoutError):
@@ -268,6 +274,27 @@ class DockerChannel:
             self.stuck = True
             await self._lost("the agent stopped answering")
             raise ChannelGone(GONE) from None
+
+    async def _greeting(self) -> int:
+        """The agent's pid, from its first frame; else ``ChannelGone`` with what came instead
+        (the docker client prints why the exec failed on stdout: no python3, say)."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            header = await stdout.readexactly(HEADER)
+        except asyncio.IncompleteReadError as exc:
+            header = exc.partial
+        size = int.from_bytes(header[:4], "big") if len(header) == HEADER else -1
+        if 0 < size <= 32 and header[8:9] == b"R":
+            payload = await stdout.readexactly(size)
+            if payload.isdigit():
+                return int(payload)
+        try:
+            rest = await asyncio.wait_for(stdout.read(4096), 1.0)
+        except asyncio.TimeoutError:
+            rest = b""
+        said = " ".join((header + rest).decode(errors="replace").split())[:500]
+        raise ChannelGone(said or "no greeting")
 
     async def _frame(self) -> tuple[int, bytes, bytes] | None:
         stdout = self.process.stdout
