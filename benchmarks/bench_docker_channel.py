@@ -4,8 +4,10 @@ Two sandboxes of the same image on the same engine, one with the kept channel (t
 every command, file script and socket connection through one long-lived ``docker exec -i``
 per container) and one without (``kept_channel = False``: a ``docker exec`` per command and
 file operation, and a command per ``python`` call: the code before the channel). The rounds
-alternate them; each prints the median wall time per operation, old / new, and the host's
-CPU per operation (this process and the docker clients it started):
+alternate them; each prints the median wall time per operation, old / new, the host's CPU
+per operation (this process and the docker clients it started) and, when the engine is the
+one ``scripts/docker-engine.sh`` started here, the engine's (dockerd and containerd; not the
+containers' shims nor what runs in them):
 
 - ``true``: a trivial command (``Sandbox.run``);
 - ``python``: a ``python`` tool call (``x += 1``) on a warm interpreter;
@@ -44,15 +46,49 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-async def timed(calls: int, operation: Callable[[], Awaitable[object]]) -> tuple[float, float]:
-    """Median wall seconds per call, and CPU seconds per call, of ``calls`` calls."""
+def engine_pids() -> list[int]:
+    """dockerd (of scripts/docker-engine.sh's state) and its children (containerd); none if
+    the engine is not one started here."""
+    state = os.environ.get("HERMES_ENVGEN_DOCKER_STATE")
+    try:
+        dockerd = int(Path(state or "/nonexistent", "dockerd.pid").read_text())
+    except (OSError, ValueError):
+        return []
+    found = [dockerd]
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == dockerd:
+            found.append(int(name))
+    return found
+
+
+def engine_seconds(pids: list[int]) -> float:
+    """The CPU the engine's processes have used."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+async def timed(
+    calls: int, operation: Callable[[], Awaitable[object]], engine: list[int]
+) -> tuple[float, float, float]:
+    """Median wall seconds per call, and host and engine CPU seconds per call."""
     walls = []
-    cpu = cpu_seconds()
+    cpu, engine_cpu = cpu_seconds(), engine_seconds(engine)
     for _ in range(calls):
         start = time.perf_counter()
         await operation()
         walls.append(time.perf_counter() - start)
-    return statistics.median(walls), (cpu_seconds() - cpu) / calls
+    host = (cpu_seconds() - cpu) / calls
+    return statistics.median(walls), host, (engine_seconds(engine) - engine_cpu) / calls
 
 
 async def main(image: str, rounds: int, calls: int) -> None:
@@ -87,11 +123,12 @@ async def main(image: str, rounds: int, calls: int) -> None:
         try:
             for sandbox in sandboxes.values():
                 await run_python(sandbox, "x = 0", python)  # the interpreter, started
-            figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
+            engine = engine_pids()
+            figures: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
             for _ in range(rounds):
                 for variant in VARIANTS:
                     for name, operation in operations(sandboxes[variant]).items():
-                        figure = await timed(calls, operation)
+                        figure = await timed(calls, operation, engine)
                         figures.setdefault((name, variant), []).append(figure)
             channels = sandboxes["new"].channels_started
         finally:
@@ -102,17 +139,19 @@ async def main(image: str, rounds: int, calls: int) -> None:
 
     print(f"image {image}, engine {os.environ.get('DOCKER_HOST', 'default')}, "
           f"{rounds} rounds of {calls} calls; channels started: {channels}")  # fmt: skip
-    print(f"{'operation':<8} {'old ms':>8} {'new ms':>8} {'old/new':>8}"
-          f" {'old CPU ms':>11} {'new CPU ms':>11} {'old/new':>8}")  # fmt: skip
+    print("per operation, medians over the rounds (old: docker exec; new: the kept channel)")
+    print(f"{'':<8} {'wall ms':^26} {'host CPU ms':^26} {'engine CPU ms':^26}")
+    print(f"{'':<8}" + f" {'old':>8} {'new':>8} {'old/new':>8}" * 3)
     for name in ("true", "python", "file"):
-        old = figures[(name, "old")]
-        new = figures[(name, "new")]
-        wall_old = statistics.median(wall for wall, _ in old) * 1000
-        wall_new = statistics.median(wall for wall, _ in new) * 1000
-        cpu_old = statistics.median(cpu for _, cpu in old) * 1000
-        cpu_new = statistics.median(cpu for _, cpu in new) * 1000
-        print(f"{name:<8} {wall_old:8.1f} {wall_new:8.1f} {wall_old / wall_new:8.1f}"
-              f" {cpu_old:11.1f} {cpu_new:11.1f} {cpu_old / cpu_new:8.1f}")  # fmt: skip
+        row = f"{name:<8}"
+        for column in range(3):
+            old = statistics.median(f[column] for f in figures[(name, "old")]) * 1000
+            new = statistics.median(f[column] for f in figures[(name, "new")]) * 1000
+            ratio = f"{old / new:8.1f}" if new > 0 else f"{'-':>8}"
+            row += f" {old:8.1f} {new:8.1f} {ratio}"
+        print(row)
+    if not engine:
+        print("(engine CPU: not measured, the engine is not one scripts/docker-engine.sh started)")
 
 
 if __name__ == "__main__":
