@@ -11,10 +11,12 @@ containers' shims nor what runs in them):
 
 - ``true``: a trivial command (``Sandbox.run``);
 - ``python``: a ``python`` tool call (``x += 1``) on a warm interpreter;
-- ``file``: a small file written then read back (``write_bytes`` + ``read_bytes``).
+- ``file``: a small file written then read back (``write_bytes`` + ``read_bytes``);
+- ``start``: a sandbox started (``docker run``, the check that it has bash, and with the
+  channel its start) and closed (``docker rm``), ``--starts`` times a round.
 
     DOCKER_HOST=... .venv/bin/python benchmarks/bench_docker_channel.py \
-        [--image IMAGE] [--rounds 5] [--calls 20]
+        [--image IMAGE] [--rounds 5] [--calls 20] [--starts 3]
 
 Needs an engine (``scripts/docker-engine.sh up``) and an image with bash and python3 (the
 test image of ``scripts/docker-test-image.sh``, or python:3.11-slim).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import resource
 import statistics
@@ -91,7 +94,18 @@ async def timed(
     return statistics.median(walls), host, (engine_seconds(engine) - engine_cpu) / calls
 
 
-async def main(image: str, rounds: int, calls: int) -> None:
+async def start_and_close(manager: SandboxManager, variant: str) -> None:
+    """One sandbox started and closed (its first command is ``true``, as a rollout's)."""
+    sandbox = manager.get(f"start-{variant}")
+    assert isinstance(sandbox, DockerSandbox)
+    sandbox.kept_channel = variant == "new"
+    try:
+        await sandbox.start()
+    finally:
+        await manager.release(sandbox.task_id)
+
+
+async def main(image: str, rounds: int, calls: int, starts: int) -> None:
     with tempfile.TemporaryDirectory() as root:
         manager = SandboxManager(
             SandboxSettings(backend="docker", root=str(Path(root)), docker_image=image)
@@ -130,6 +144,10 @@ async def main(image: str, rounds: int, calls: int) -> None:
                     for name, operation in operations(sandboxes[variant]).items():
                         figure = await timed(calls, operation, engine)
                         figures.setdefault((name, variant), []).append(figure)
+                    if starts:
+                        start = functools.partial(start_and_close, manager, variant)
+                        figure = await timed(starts, start, engine)
+                        figures.setdefault(("start", variant), []).append(figure)
             channels = sandboxes["new"].channels_started
         finally:
             for sandbox in sandboxes.values():
@@ -142,7 +160,7 @@ async def main(image: str, rounds: int, calls: int) -> None:
     print("per operation, medians over the rounds (old: docker exec; new: the kept channel)")
     print(f"{'':<8} {'wall ms':^26} {'host CPU ms':^26} {'engine CPU ms':^26}")
     print(f"{'':<8}" + f" {'old':>8} {'new':>8} {'old/new':>8}" * 3)
-    for name in ("true", "python", "file"):
+    for name in ("true", "python", "file", "start")[: 4 if starts else 3]:
         row = f"{name:<8}"
         for column in range(3):
             old = statistics.median(f[column] for f in figures[(name, "old")]) * 1000
@@ -159,7 +177,8 @@ if __name__ == "__main__":
     parser.add_argument("--image", default=os.environ.get("HERMES_ENVGEN_TEST_DOCKER_IMAGE"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--starts", type=int, default=3, help="sandbox starts a round (0: none)")
     arguments = parser.parse_args()
     if not arguments.image:
         parser.error("--image (or HERMES_ENVGEN_TEST_DOCKER_IMAGE) names the image to run in")
-    asyncio.run(main(arguments.image, arguments.rounds, arguments.calls))
+    asyncio.run(main(arguments.image, arguments.rounds, arguments.calls, arguments.starts))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -154,10 +155,13 @@ class DockerChannel:
     ) -> ChannelProcess:
         """Start ``argv`` in the container (``env`` added to the container's environment),
         ``stdin`` written to it (else /dev/null); raises ``OSError`` if it could not start."""
-        ident, stream = self._open()
         fields = [str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
         flags = b"\x01" if stdin is not None else b"\x00"
-        await self._send(ident, b"S", flags + "\0".join(fields).encode("utf-8", "surrogateescape"))
+        request = flags + "\0".join(fields).encode("utf-8", "surrogateescape")
+        if len(request) > MAX_PAYLOAD:  # as exec would refuse it (far less, per argument)
+            raise OSError(errno.E2BIG, os.strerror(errno.E2BIG))
+        ident, stream = self._open()
+        await self._send(ident, b"S", request)
         if stdin is not None:
             # Written by a task of its own: a file larger than what the pipes hold must not
             # hold the caller, who reads the script's output meanwhile.
@@ -177,12 +181,16 @@ class DockerChannel:
         """Kill a command (its process group) and every process with ``tag`` (``NAME=value``)
         in its environment; raises ``ChannelGone`` if the agent does not do it in time."""
         stream = self._streams.get(process.ident)
+        forgotten = stream is None  # the command was done with: kept only for the answer
         if stream is None:
-            stream = _Stream(asyncio.get_running_loop())
-            self._streams[process.ident] = stream
+            stream = self._streams[process.ident] = _Stream(asyncio.get_running_loop())
         stream.killed = asyncio.get_running_loop().create_future()
-        await self._send(process.ident, b"K", tag.encode("utf-8", "surrogateescape"))
-        await self._answer(stream.killed)
+        try:
+            await self._send(process.ident, b"K", tag.encode("utf-8", "surrogateescape"))
+            await self._answer(stream.killed)
+        finally:
+            if forgotten:
+                self._streams.pop(process.ident, None)
 
     def forget(self, process: ChannelProcess) -> None:
         """The caller is done with a command: what else it sends is dropped."""
