@@ -264,7 +264,7 @@ def test_an_env_with_mcp_servers_offers_their_tools_and_stops_when_one_cannot_st
         )
 
 
-@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_a_stdio_server_sees_none_of_the_hosts_secrets(tmp_path, backend, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")
     monkeypatch.setenv("TAVILY_API_KEY", "tvly-host-secret")
@@ -302,7 +302,7 @@ def kill_relay(ctx: ToolContext) -> str:
     )
 
 
-@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_calls_go_over_the_kept_relay_and_a_killed_relay_is_restarted(tmp_path, backend):
     sandbox_settings = settings(tmp_path, backend)
     registry = mcp_registry(REGISTRY, [server()], sandbox_settings)
@@ -441,7 +441,7 @@ while True:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_a_reward_reads_the_servers_own_answers_whatever_the_agent_left(tmp_path, backend):
     # The agent kills the relay and the server and answers on the relay's socket itself.
     # During the rollout that is the agent's word (a hook must not take it for a verdict);

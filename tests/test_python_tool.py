@@ -407,7 +407,7 @@ CHANNEL_ATTACKS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_an_agent_that_floods_or_closes_the_channel_gets_a_fresh_interpreter(tmp_path, backend):
     # Calls after the first go over the host's kept connection to the interpreter.
     own_fds = len(os.listdir("/proc/self/fd"))
@@ -438,7 +438,7 @@ def test_an_agent_that_floods_or_closes_the_channel_gets_a_fresh_interpreter(tmp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [LOCAL, BWRAP])
+@pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_an_interpreter_killed_by_the_agent_between_calls_is_replaced(tmp_path, backend):
     async def scenario():
         ctx = context(tmp_path, backend)

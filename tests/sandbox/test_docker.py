@@ -602,16 +602,23 @@ def test_the_kill_all_script_alone_keeps_only_init_and_anchor(docker_manager):
             " (nohup sleep 7303 >/dev/null 2>&1 &); sleep 7304 >/dev/null 2>&1 &"
         )
         namespace = container_pid_namespace(sandbox.container)
-        # init, the anchor and the three sleeps (the exec's own bash may still be exiting)
-        eventually(lambda: len(namespace_members(namespace)) == 5)
+        # init, the anchor, the kept channel's agent and the three sleeps (the command's own
+        # bash may still be exiting)
+        eventually(lambda: len(namespace_members(namespace)) == 6)
         before = len(namespace_members(namespace))
         code, out = await _docker(sandbox.exec_argv("bash", "-c", KILL_ALL_SCRIPT), 30)
         left = namespace_members(namespace)
+        # The script killed the kept channel's agent too: once the host saw its channel end,
+        # the next command goes through a new one.
+        for _ in range(1000):
+            if not sandbox._channel.alive():
+                break
+            await asyncio.sleep(0.01)
         still_up = await sandbox.run("echo up")
         await docker_manager.close_all()
         return before, code, out, left, still_up
 
     before, code, out, left, still_up = asyncio.run(main())
-    assert before == 5 and code == 0, (before, out)
+    assert before == 6 and code == 0, (before, out)
     assert len(left) == 2, left
-    assert still_up.output == "up\n"
+    assert still_up.output == "up\n"  # through a new channel: the script killed the agent

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -138,6 +139,8 @@ def test_an_engine_gone_under_a_running_sandbox_is_an_error_not_a_command_result
         try:
             first = await sandbox.run("echo up")
             talk_to(stopped_engine)  # from here on the sandbox's engine does not answer
+            # and the stream of the container's kept channel ends, as the engine's would
+            os.kill(sandbox._channel.process.pid, signal.SIGKILL)
             with pytest.raises(SandboxUnavailable) as caught:
                 await sandbox.run("echo still there?")
         finally:

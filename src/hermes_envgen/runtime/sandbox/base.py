@@ -6,6 +6,7 @@ with ``command_output``; what escaped a command is killed by ``reaping``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
@@ -130,6 +131,14 @@ class Sandbox(ABC):
 
         The agent can change what lies there: open below it without following links.
         """
+        return None
+
+    async def connect_socket(
+        self, directory: str, limit: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A kept connection to the Unix socket ``directory/socket`` of the sandbox, for a
+        backend whose sockets the host cannot reach below ``host_root`` (docker: through its
+        kept channel); None where there is none."""
         return None
 
     async def run(self, command: str, timeout: float | None = None) -> CommandResult:

@@ -1,4 +1,4 @@
-"""The docker backend: one container per task, commands through ``docker exec``.
+"""The docker backend: one container per task, commands through its kept channel.
 
 The container (``settings.docker_image``, default ``DEFAULT_DOCKER_IMAGE``; it needs bash)
 starts with its rollout and runs ``sleep infinity`` under docker's init. It has no network
@@ -10,14 +10,23 @@ file-size limits (see ``limits``). ``close`` removes it with ``docker rm -f``. A
 that cannot start (no engine, no image, no bash in it) is a ``SandboxUnavailable`` naming what
 is missing.
 
-Commands: ``docker exec`` of ``bash -c``, each carrying a run tag in its environment, stderr
-joined to stdout inside. A timeout kills every process with the command's tag (from the host
-when the engine runs here and we may, and inside the container) and the ``docker exec``
-client: killing the client alone would leave the command running. Files: read (no further
-than the caller asks: ``read_head``), written and listed by small ``sh`` scripts run with
-``docker exec``, byte for byte through stdin/stdout; each first resolves the path with
-``realpath`` inside the container (symlinks as the container sees them) and refuses anything
-outside ``/workspace``.
+The kept channel (``docker_channel``): once the container runs, one ``docker exec -i`` of a
+small python3 agent, as the agent's user, carries every command, file script and socket
+connection (the ``python`` tool's, the MCP relay's), a few milliseconds each instead of a
+``docker exec`` (~60 ms). The sandbox's processes may kill or stop that agent: the call under
+way is then a tool error, and the next call starts another; ``stop_agent_processes`` closes
+it, so verification runs through one started after the agent's processes were gone. An image
+whose python3 is missing or older than 3.9 has no channel (said once, as a warning): every
+command is then a ``docker exec`` as below.
+
+Commands: ``bash -c``, each carrying a run tag in its environment, stderr joined to stdout
+inside. A timeout kills every process with the command's tag (from the host when the engine
+runs here and we may, and inside the container: by the channel's agent, else by a ``docker
+exec`` of a kill script, which also kills a ``docker exec`` client: killing the client alone
+would leave the command running). Files: read (no further than the caller asks:
+``read_head``), written and listed by small ``sh`` scripts, byte for byte through
+stdin/stdout; each first resolves the path with ``realpath`` inside the container (symlinks
+as the container sees them) and refuses anything outside ``/workspace``.
 
 Verification: ``stop_agent_processes`` kills every process but docker's init and the
 ``sleep``, empties ``/tmp`` and makes the verification's ``HOME`` there; ``install_checks``
@@ -38,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import posixpath
@@ -52,6 +62,7 @@ from hermes_envgen.runtime.sandbox.base import (
     DEFAULT_DOCKER_IMAGE,
     MAX_HOST_READ_BYTES,
     RUN_TAG_VARIABLE,
+    TIMEOUT_EXIT_CODE,
     CommandResult,
     PathOutsideWorkspace,
     Sandbox,
@@ -62,8 +73,17 @@ from hermes_envgen.runtime.sandbox.base import (
     command_environment,
 )
 from hermes_envgen.runtime.sandbox.command_output import finish_command
+from hermes_envgen.runtime.sandbox.docker_channel import (
+    ANSWER_TIMEOUT,
+    ChannelGone,
+    ChannelProcess,
+    DockerChannel,
+    NotSent,
+    boot_command,
+)
 from hermes_envgen.runtime.sandbox.docker_engine import (
     ENGINE_GONE,
+    FILE_TIMEOUT,
     LABEL,
     RUN_LABEL,
     kill_container_processes,
@@ -84,6 +104,7 @@ from hermes_envgen.runtime.sandbox.docker_shell import (
     DIRECTORY,
     HEAD_SCRIPT,
     INSTALL_SCRIPT,
+    KILL_AGENT_SCRIPT,
     KILL_ALL_SCRIPT,
     KILL_SCRIPT,
     LIST_SCRIPT,
@@ -190,6 +211,13 @@ class DockerSandbox(Sandbox):
         # HOME of verification commands: made by stop_agent_processes, once the agent is gone.
         self._verification_home = f"/tmp/.home-{uuid.uuid4().hex}"
         self._verification_home_made = False
+        # The kept channel (docker_channel): every command and file script goes through it
+        # when it runs; else (an image without python3 3.9+) each is a docker exec.
+        self.kept_channel = True
+        self.channel_answer_timeout = ANSWER_TIMEOUT  # then a silent agent is replaced
+        self._channel: DockerChannel | None = None
+        self._channel_lock = asyncio.Lock()
+        self.channels_started = 0
 
     @property
     def workdir(self) -> str:
@@ -291,12 +319,32 @@ class DockerSandbox(Sandbox):
         """``docker run`` this sandbox's container on its engine; the exit code and output."""
         code, out = await _docker(self.run_argv(), timeout=START_TIMEOUT)
         if code == 0:
-            # Every command runs with bash: an image without it fails here, at the start.
-            code, out = await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
+            code, out = await self._check_bash()
         if code != 0:
+            await self._drop_channel()
             # A container may have been created before it failed to start: remove it.
             await _docker([*self.cli(), "rm", "--force", "--volumes", self.container], 60)
         return code, out
+
+    async def _check_bash(self) -> tuple[int, str]:
+        """Every command runs with bash: an image without it fails here, at the start.
+
+        Through the kept channel, started now: before any command of the agent's, so that
+        no process of the agent's is there to watch it start.
+        """
+        channel = await self._kept(starting=True)
+        if channel is None:
+            return await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
+        try:
+            process = await channel.spawn(["bash", "-c", "exit 0"], {})
+        except OSError as exc:  # in docker exec's words, which start_failure knows
+            return 127, f'exec: "bash": executable file not found in $PATH ({exc.strerror})'
+        except ChannelGone:
+            return await _docker(self.exec_argv("bash", "-c", "exit 0"), timeout=60)
+        try:
+            return await process.wait(), ""
+        finally:
+            channel.forget(process)
 
     def _engine_lost(self, output: str) -> SandboxUnavailable:
         """The engine stopped under a running sandbox: out of the pool, and the error to raise."""
@@ -308,11 +356,87 @@ class DockerSandbox(Sandbox):
         if self.closed:
             return
         self.closed = True
+        await self._drop_channel()
         async with self._start_lock:
             if self._started:
                 await _docker([*self.cli(), "rm", "--force", "--volumes", self.container], 60)
                 if self.pool is not None and self.host is not None:
                     self.pool.release(self.host)
+
+    # -- the kept channel ------------------------------------------------------------------
+
+    def channel_argv(self) -> list[str]:
+        """The ``docker exec`` argv of the channel's agent (``docker_channel_server``)."""
+        args = [*self.cli(), "exec", "--interactive", "--workdir", WORKDIR, "--user", AGENT_USER]
+        return [*args, self.container, *boot_command()]
+
+    async def _kept(self, starting: bool = False) -> DockerChannel | None:
+        """The container's kept channel, started if need be; None where there can be none
+        (then every command is a ``docker exec``, as it was before the channel).
+
+        ``starting``: the container is starting (``_started`` is not yet set).
+        """
+        if not self.kept_channel or self.closed or not (self._started or starting):
+            return None
+        channel = self._channel
+        if channel is not None and channel.alive():
+            return channel
+        async with self._channel_lock:
+            if self._channel is not None and self._channel.alive():
+                return self._channel
+            if self._channel is not None:  # killed or stopped by the sandbox's processes
+                await self._drop_channel()
+            try:
+                self._channel = await DockerChannel.start(
+                    self.channel_argv(), dict(os.environ), self.channel_answer_timeout
+                )
+            except ChannelGone as exc:
+                if any(words in str(exc) for words in CLIENT_FAILED):
+                    raise self._engine_lost(str(exc)) from None
+                if "python" in str(exc).lower() or "executable file not found" in str(exc):
+                    self.kept_channel = False  # said once: the image cannot have one
+                    logger.warning(
+                        "docker backend: %s; every command of %s is a docker exec (slower)",
+                        exc, self.image,
+                    )  # fmt: skip
+                logger.debug("docker channel did not start: %s", exc)
+                return None  # a container out of processes, say: this command by exec
+            self.channels_started += 1
+            return self._channel
+
+    async def _drop_channel(self) -> None:
+        """Close the kept channel; an agent that stopped answering is killed in the container."""
+        channel, self._channel = self._channel, None
+        if channel is None:
+            return
+        await channel.close()
+        if channel.stuck and not self.closed and channel.agent_pid is not None:
+            # Stopped (SIGSTOP), it would never read the end of its stdin. By its pid: being
+            # non-dumpable, it shows no environment, so no run tag, to the agent's user.
+            kill = self.exec_argv("sh", "-c", KILL_AGENT_SCRIPT, "sh", str(channel.agent_pid))
+            await _docker(kill, timeout=30)
+
+    def _command_environment(self, tag: str) -> dict[str, str]:
+        """What a command gets besides the container's environment (as ``exec_argv``)."""
+        environment = {RUN_TAG_VARIABLE: tag}
+        if self.verifying:
+            environment |= {"HOME": self._verification_home, "PYTHONNOUSERSITE": "1"}
+        return environment
+
+    def _next_tag(self) -> str:
+        self._commands_started += 1
+        return f"{self._tag_prefix}{self._commands_started}"
+
+    async def _kill_on_channel(
+        self, channel: DockerChannel, process: ChannelProcess, tag: str
+    ) -> None:
+        """Kill a command started on the channel: from the host when the engine runs here
+        (see ``_kill``), and by the agent; by ``docker exec`` if the channel is gone."""
+        kill_processes(None, tag)
+        try:
+            await channel.kill(process, f"{RUN_TAG_VARIABLE}={tag}")
+        except ChannelGone:
+            await self._kill(None, tag)
 
     # -- commands --------------------------------------------------------------------------
 
@@ -321,12 +445,19 @@ class DockerSandbox(Sandbox):
 
     async def _run(self, command: str, timeout: float | None) -> CommandResult:
         timeout = self.settings.command_timeout if timeout is None else timeout
-        self._commands_started += 1
-        tag = f"{self._tag_prefix}{self._commands_started}"
+        tag = self._next_tag()
         # The command starts on line 2, as on the other backends (same line numbers in errors).
         # docker exec carries stdout and stderr as two streams whose order the client loses:
         # joining them inside keeps the order the command wrote them in.
         script = f"exec 2>&1; cd -- {WORKDIR} || exit 1\n{command}"
+        channel = await self._kept()
+        if channel is not None:
+            try:
+                return await self._run_on_channel(channel, script, tag, timeout)
+            except NotSent:  # it had ended since the last call, unnoticed: a new one
+                channel = await self._kept()
+                if channel is not None:
+                    return await self._run_on_channel(channel, script, tag, timeout)
         argv = self.exec_argv("bash", "-c", script, tag=tag)
         process = await spawn(argv, dict(os.environ))  # the client needs DOCKER_TLS_* & co.
 
@@ -339,7 +470,32 @@ class DockerSandbox(Sandbox):
             raise self._engine_lost(result.output)
         return explain_start_failure(result)
 
+    async def _run_on_channel(
+        self, channel: DockerChannel, script: str, tag: str, timeout: float
+    ) -> CommandResult:
+        """Run a command's script through the kept channel (``_run``)."""
+        try:
+            try:
+                process = await channel.spawn(["bash", "-c", script],
+                                              self._command_environment(tag))  # fmt: skip
+            except OSError as exc:
+                return could_not_start(exc)
+
+            async def kill() -> None:
+                await self._kill_on_channel(channel, process, tag)
+
+            try:
+                limit = self.settings.max_output_bytes
+                return await finish_command(process, limit, timeout, kill)
+            finally:
+                channel.forget(process)
+        except ChannelGone:
+            # Killed by the sandbox's processes, or the engine went: the next channel says.
+            await self._kept()  # SandboxUnavailable if no engine answers any more
+            raise
+
     async def _kill_everything(self) -> None:
+        await self._drop_channel()  # the agent's processes may have touched it: a new one
         if not self._started:
             return
         # From the host first, as _kill does: a fork bomb may leave no slot for docker exec.
@@ -442,11 +598,57 @@ class DockerSandbox(Sandbox):
     ) -> tuple[int, bytes, str]:
         """Run a file script in the container: its exit code, stdout and stderr."""
         arguments = ["sh", WORKDIR, escaped_path(target), *args]
+        channel = await self._kept()
+        if channel is not None:
+            try:
+                return await self._script_on_channel(
+                    channel, ["sh", "-c", script, *arguments], data
+                )
+            except ChannelGone:
+                await self._kept()  # SandboxUnavailable if no engine answers any more
+                raise
         argv = self.exec_argv("sh", "-c", script, *arguments, stdin=data is not None)
         code, out, err = await _exec(argv, data)
         if code != 0 and err.startswith(CLIENT_FAILED):  # the client's words, not the script's
             raise self._engine_lost(err)
         return code, out, err
+
+    async def _script_on_channel(
+        self, channel: DockerChannel, argv: list[str], data: bytes | None
+    ) -> tuple[int, bytes, str]:
+        """A file script through the kept channel; killed after ``FILE_TIMEOUT`` (a FIFO
+        swapped in for a file blocks it), as ``docker_exec`` kills its client."""
+        tag = self._next_tag()
+        try:
+            process = await channel.spawn(argv, self._command_environment(tag), stdin=data)
+        except OSError as exc:
+            return CANNOT_START, b"", could_not_start(exc).output
+        outputs = asyncio.gather(process.stdout.read(), process.stderr.read(), process.wait())
+        try:
+            out, err, code = await asyncio.wait_for(outputs, FILE_TIMEOUT)
+        except asyncio.TimeoutError:
+            await self._kill_on_channel(channel, process, tag)
+            message = f"the file operation timed out after {FILE_TIMEOUT:g} s"
+            return TIMEOUT_EXIT_CODE, b"", message
+        except BaseException:
+            with contextlib.suppress(SandboxError):
+                await asyncio.shield(self._kill_on_channel(channel, process, tag))
+            raise
+        finally:
+            channel.forget(process)
+        return code, out, err.decode(errors="replace")
+
+    async def connect_socket(
+        self, directory: str, limit: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection, through the kept channel, to ``directory/socket`` in the container."""
+        channel = await self._kept()
+        if channel is None:
+            return None
+        try:
+            return await channel.connect(directory, limit)
+        except (OSError, SandboxError):
+            return None
 
     @staticmethod
     def _raise_for(code: int, path: str, err: str) -> None:
@@ -466,6 +668,15 @@ class DockerSandbox(Sandbox):
         if code == DENIED:
             raise SandboxError(f"{path}: permission denied")
         raise SandboxError(f"{path}: {err.strip()[:500] or f'docker exec failed ({code})'}")
+
+
+def could_not_start(exc: OSError) -> CommandResult:
+    """The result of a command the channel's agent could not start (``posix_spawn`` failed)."""
+    if exc.errno in (errno.EAGAIN, errno.ENOMEM):  # a fork bomb holds every slot
+        why = "the sandbox is out of processes or memory"
+    else:
+        why = exc.strerror or str(exc)
+    return CommandResult(CANNOT_START, f"the command could not start: {why} ({exc})\n")
 
 
 def explain_start_failure(result: CommandResult) -> CommandResult:

@@ -108,6 +108,11 @@ for round in 1 2 3 4 5 6 7 8 9 10; do
 done
 exit 0
 """
+# Kills the kept channel's agent of pid $1 that stopped answering (docker_channel), if that
+# pid is still the agent's: a stopped process never reads the end of its stdin.
+KILL_AGENT_SCRIPT = """[ "$(cat "/proc/$1/comm" 2>/dev/null)" = sandbox-channel ] && kill -9 "$1"
+exit 0
+"""
 # Before verification, as the agent's user (the owner of all it left): /tmp emptied (as on
 # bwrap, where verification gets a fresh one) and the verification's HOME ($1) made.
 VERIFICATION_TMP_SCRIPT = """chmod -R u+rwX /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null

@@ -4,10 +4,10 @@ The interpreter (see ``interpreter_program``) runs in the sandbox (so the sandbo
 limits, network rules and environment apply on every backend), listening on a Unix socket in
 the sandbox's ``/tmp``; it is started by the first call, which is a sandbox command (a small
 client, run by the sandbox's ``python3``, that starts it, hands it the code and prints its
-reply), and lives until the agent's processes are stopped or the sandbox closes. Where the
-host can reach that socket (local, bwrap: ``kept_channel``) it then keeps a connection to
-it, and a call is one round trip on it (a timeout's interrupt and a kill are commands);
-elsewhere (docker), and whenever that connection is gone, a call is a command as the first.
+reply), and lives until the agent's processes are stopped or the sandbox closes. The host
+then keeps a connection to that socket (``kept_channel``: local, bwrap, and docker through
+its container's kept channel), and a call is one round trip on it (a timeout's interrupt and
+a kill are commands); whenever that connection is gone, a call is a command as the first.
 
 What the model gets back: stdout, stderr, the repr of a final expression, the traceback of
 an exception, each capped; a notice when a call was interrupted by the timeout (state

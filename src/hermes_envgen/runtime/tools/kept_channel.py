@@ -2,9 +2,9 @@
 
 Where the host can reach a sandbox's filesystem (``Sandbox.host_root``: local, bwrap) it
 connects to the server's Unix socket itself and keeps the connection for the rollout, so a
-message costs one round trip instead of a sandbox command. The MCP relay and the ``python``
-tool's interpreter are reached so; docker, whose sockets the host cannot reach, sends each
-message by a command.
+message costs one round trip instead of a sandbox command; docker, whose sockets the host
+cannot reach, connects through the container's kept channel (``Sandbox.connect_socket``).
+The MCP relay and the ``python`` tool's interpreter are reached so.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ async def connect_below(sandbox: Sandbox, directory: str, limit: int) -> Stream 
     reach it; opened without following a link, as the agent may have put one there."""
     root = sandbox.host_root()
     if root is None:
-        return None
+        return await sandbox.connect_socket(directory, limit)
     try:
         fd = socket_below(root, directory)
     except OSError:

@@ -15,9 +15,10 @@ listed once at start-up (in a sandbox of their own for stdio servers) and regist
 The SDK's ``ClientSession`` speaks to a stdio server in a sandbox over a transport of ours: a
 small relay (``mcp_relay_program``) that keeps the server's pipes, started by a sandbox
 command, so the sandbox's user, limits and network rules apply to the server on every
-backend. Where the host can reach the relay's socket (local, bwrap: ``Sandbox.host_root``) it
-keeps a connection to it for the rollout, and a message costs one round trip; elsewhere
-(docker), and to start or restart the relay, a message is one sandbox command.
+backend. The host keeps a connection to the relay's socket for the rollout (local, bwrap:
+below ``Sandbox.host_root``; docker: through the container's kept channel,
+``Sandbox.connect_socket``), and a message costs one round trip; to start or restart the
+relay, a message is one sandbox command.
 
 What a reward and a hook may trust. A stdio server runs in the agent's sandbox, beside the
 agent: during the rollout the agent can kill it and its relay and answer in their place, so
