@@ -30,6 +30,15 @@ class UpdateResult:
     to_version: str
     changed: bool
 
+    def summary(self) -> str:
+        """What ``update`` prints: what changed, and what to do next."""
+        if not self.changed:
+            return f"Already at template {self.to_version}; nothing to do."
+        return (
+            f"Updated from template {self.from_version} to {self.to_version}.\n"
+            "Review the changes with `git diff`, then commit them."
+        )
+
 
 def read_answers(project: Path) -> dict[str, Any]:
     """The answers file of a generated project, or UsageError saying why it is not one."""
