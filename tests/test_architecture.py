@@ -86,6 +86,44 @@ def test_importing_the_runtime_loads_neither_copier_nor_typer():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+# The generator's libraries (copier, the Jinja it renders with) and the CLI's (typer): a node
+# that runs an env needs none of them from us (pyproject.toml's generator extra).
+GENERATOR_LIBRARIES = ("copier", "jinja2", "typer")
+# The toolsets' extras (file, web, mcp): imported where a tool runs, never at module import.
+TOOLSET_LIBRARIES = ("re2", "bm25s", "lxml", "mcp")
+
+
+@pytest.mark.parametrize("layer", ["runtime", "testing"])
+def test_the_runtime_and_the_test_kit_never_import_the_generators_libraries(layer):
+    wrong = sorted(
+        f"{path.relative_to(PACKAGE)} imports {module}"
+        for path in _modules_of(layer)
+        for module in imported_modules(path)
+        if module.partition(".")[0] in GENERATOR_LIBRARIES
+    )
+    assert wrong == []
+
+
+def test_importing_every_runtime_and_test_kit_module_loads_no_extra():
+    # jinja2 is left out: transformers imports it for chat templates, whatever we do.
+    code = f"""
+import importlib, pkgutil, sys
+import hermes_envgen.runtime, hermes_envgen.testing
+for package in (hermes_envgen.runtime, hermes_envgen.testing):
+    for found in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        try:
+            importlib.import_module(found.name)
+        except ModuleNotFoundError as exc:  # the trainers' own (torch): installed apart
+            assert exc.name == "torch", exc
+watched = {("copier", "typer", *TOOLSET_LIBRARIES)!r}
+print(sorted(m for m in watched if m in sys.modules))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.parametrize("package", ["hermes_envgen.runtime", "hermes_envgen.testing"])
 def test_every_declared_name_resolves(package):
     module = importlib.import_module(package)

@@ -42,7 +42,7 @@ def test_help_lists_the_commands_in_sections_new_first():
             section.append(line.split()[0])
     assert sections == {
         "Make": ["new", "update", "demo"],
-        "Run and check": ["check", "view", "parsers", "rescore"],
+        "Run and check": ["check", "reach", "view", "parsers", "rescore"],
         "Test kit": ["stub-server", "offline-tokenizer", "tokenizer-from-gguf", "trainer"],
         "Maintenance": ["cleanup"],
     }

@@ -309,10 +309,10 @@ def test_an_unreachable_service_at_start_up_is_named_with_the_host_in_one_line(
 
 
 @pytest.mark.timeout(300)
-def test_check_reach_only_on_a_worker_host_names_each_service_it_cannot_reach(rig, tmp_path):
+def test_reach_on_a_worker_host_names_each_service_it_cannot_reach(rig, tmp_path):
     model_url = start_model(rig, "m0", tmp_path)
     dark = f"{netns_rig.SUBNET}.97"  # no host has that address
-    command = [sys.executable, "-m", "hermes_envgen", "check", "--reach-only",
+    command = [sys.executable, "-m", "hermes_envgen", "reach",
                "--base-url", f"{model_url},http://{dark}:{MODEL_PORT}/v1",
                "--rollout-server-url", f"http://{dark}:{API_PORT}",
                "--docker-host", f"tcp://{dark}:2376"]  # fmt: skip

@@ -16,9 +16,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from conftest import imported_modules, imported_names, render_template
+from packaging.requirements import Requirement
 
+from hermes_envgen.runtime.tools.extras import TOOLSET_LIBRARIES
 from hermes_envgen.testing import OFFLINE_ENVIRONMENT as OFFLINE
 
 # What generated code may import from hermes-envgen: anything deeper may move between releases.
@@ -626,6 +629,11 @@ def test_projects_with_the_new_toolsets_render_clean(tmp_path, extra):
         assert result.returncode == 0, result.stdout + result.stderr
     package = project / "src" / project.name.replace("-", "_")
     assert (package / "corpus").is_dir() == ("web" in extra["toolsets"])
+    # It depends on the extras of its toolsets, no more: what the env checks at start-up.
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    (ours,) = [r for r in map(Requirement, meta["dependencies"]) if r.name == "hermes-envgen"]
+    libraries = TOOLSET_LIBRARIES
+    assert ours.extras == {libraries[t][1] for t in extra["toolsets"] if t in libraries}
     readme = readme_text(project)
     if "web" in extra["toolsets"]:
         assert "--env.web_backend" in readme

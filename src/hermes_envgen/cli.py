@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import json
-import os
-import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -29,7 +26,7 @@ if TYPE_CHECKING:  # the Click that Typer carries (TyperGroup's own signature)
 MAKE, RUN, TEST_KIT, MAINTENANCE = "Make", "Run and check", "Test kit", "Maintenance"
 PANELS = (MAKE, RUN, TEST_KIT, MAINTENANCE)
 # Within a section, what people reach for first comes first.
-FIRST = ("new", "update", "demo", "check", "view", "parsers")
+FIRST = ("new", "update", "demo", "check", "reach", "view", "parsers")
 
 
 class SectionedHelp(TyperGroup):
@@ -65,6 +62,16 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The libraries of pyproject.toml's extras that commands import, and the extra of each.
+EXTRA_OF_LIBRARY = {
+    "copier": "generator",
+    "gguf": "gguf",
+    "re2": "file",
+    "bm25s": "web",
+    "lxml": "web",
+    "mcp": "mcp",
+}
+
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print a one-line error for a user mistake and exit with ``code``."""
@@ -89,6 +96,13 @@ def command(name: str | None = None, *, panel: str) -> Callable[[F], F]:
                 return function(*args, **kwargs)
             except HermesEnvgenError as exc:
                 fail(str(exc), exit_code(exc))
+            except ModuleNotFoundError as exc:  # an optional extra not installed
+                library = (exc.name or "").partition(".")[0]
+                if library not in EXTRA_OF_LIBRARY:
+                    raise
+                command = name or function.__name__.replace("_", "-")
+                extra = EXTRA_OF_LIBRARY[library]
+                fail(f"{command} needs {library}: pip install 'hermes-envgen[{extra}]'")
 
         app.command(name, rich_help_panel=panel)(run)
         return function
@@ -183,30 +197,13 @@ def stub_server(
     ] = True,
 ) -> None:
     """Serve a scripted OpenAI-compatible model on HTTP, for offline runs and tests."""
-    from hermes_envgen.testing.stub_server import Faults, StubServer, serve_forever
+    from hermes_envgen.testing.stub_server import Faults, serve_script_or_tasks
 
-    if (script is None) == (tasks is None):
-        fail("give --script FILE or --tasks MODULE (one of them)")
-    if tasks is not None:
-        from hermes_envgen.testing.policy import tasks_policy
-
-        policy: Path | dict[str, Any] = tasks_policy(tasks)
-    else:
-        assert script is not None  # one of the two, checked above
-        policy = script
     faults = Faults(
         error_rate, latency, malformed_rate, drop_rate, hang_rate, seed, status, status_after
     )
-    server = StubServer(
-        policy,
-        host=host,
-        port=port,
-        faults=faults,
-        announce=True,
-        tokenizer=tokenizer,
-        generate=generate,
-    )
-    serve_forever(server)
+    options = {"host": host, "port": port, "tokenizer": tokenizer, "generate": generate}
+    serve_script_or_tasks(script, tasks, faults, **options)
 
 
 @command("offline-tokenizer", panel=TEST_KIT)
@@ -242,27 +239,11 @@ def trainer(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each batch.")] = 600,
 ) -> None:
     """Run run-api and a minimal trainer that pulls batches: serve mode end to end, no GPU."""
-    from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
-    from hermes_envgen.testing.trainer_contract import summary, trainer_problems
+    from hermes_envgen.testing.trainer import pull_batches
 
-    with RunApi(port=port, host=host) as api:
-        pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
-        pulling.register()
-        # Workers on other machines need an address of this one, not the loopback.
-        url = api.url if host != "0.0.0.0" else f"http://{socket.getfqdn()}:{port}"
-        typer.echo(f"run-api on {url}: start an env with")
-        typer.echo(f"  python -m <package> serve --env.rollout_server_url {url}")
-        for step in range(1, steps + 1):
-            batch = pulling.next_batch(timeout)
-            scores = [score for group in batch for score in group["scores"]]
-            mean = sum(scores) / len(scores) if scores else 0.0
-            typer.echo(
-                f"batch {step}/{steps}: {len(batch)} groups, {len(scores)} rollouts, "
-                f"mean score {mean:.2f}"
-            )
-            verdict = trainer_problems(batch)  # what a GRPO trainer would make of it
-            if verdict.problems or verdict.warnings:
-                typer.secho(f"  warning: {summary(verdict)}", err=True, fg=typer.colors.YELLOW)
+    warn = functools.partial(typer.secho, err=True, fg=typer.colors.YELLOW)
+    pull_batches(port=port, host=host, batch_size=batch_size, steps=steps, timeout=timeout,
+                 say=typer.echo, warn=warn)  # fmt: skip
 
 
 @command(panel=RUN)
@@ -341,21 +322,8 @@ def new(
         from hermes_envgen.generate import new_project, parse_data_pairs, project_location
 
         name, directory = project_location(path, output_dir)
-        data_pairs = parse_data_pairs(data or [])
-        project = new_project(name, directory, data=data_pairs, defaults=defaults)
-    where = Path(os.path.relpath(project.path))
-    package = project.package_name
-    if project.created_directory is not None:
-        typer.echo(f"Made the directory {project.created_directory} for it")
-    typer.echo(f"Created {where} from template {project.template_version}")
-    typer.echo(f"  package {package}, environment class {project.class_name}")
-    typer.echo("Next steps (as in its README):")
-    typer.echo(f"  cd {where}")
-    for line in project.setup_commands():
-        typer.echo(f"  {line}")
-    typer.echo(f"  python -m {package} process --help    # offline rollouts to JSONL")
-    typer.echo(f"  python -m {package} evaluate --help   # standalone evaluation")
-    typer.echo("  README.md has the exact flags for your provider.")
+        project = new_project(name, directory, data=parse_data_pairs(data or []), defaults=defaults)
+    typer.echo(project.summary())
     for notice in project.notices:
         typer.echo(f"warning: {notice}", err=True)
 
@@ -388,17 +356,9 @@ def update(
             defaults=defaults,
             conflict=conflict.value,
         )
-    migration = result.migration
-    if migration.rewritten:
-        typer.echo(f"Rewrote earlier releases' names in {', '.join(migration.rewritten)}.")
-    for line in migration.to_change:
+    for line in result.migration.to_change:
         typer.secho(f"change by hand: {line}", err=True, fg=typer.colors.YELLOW)
-    if not result.changed and not migration.rewritten:
-        typer.echo(f"Already at template {result.to_version}; nothing to do.")
-        return
-    if result.changed:
-        typer.echo(f"Updated from template {result.from_version} to {result.to_version}.")
-    typer.echo("Review the changes with `git diff`, then commit them.")
+    typer.echo(result.summary())
 
 
 @command(panel=MAKE)
@@ -417,7 +377,7 @@ def demo(
         directory,
         data=parse_data_pairs(data or []),
         groups=groups,
-        progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
+        progress=show_progress,
     )
     typer.echo(result.summary())
 
@@ -480,8 +440,8 @@ def check(
     reach_only: Annotated[
         bool,
         typer.Option(
-            help="Only check that this host reaches --base-url (comma-separated: several), "
-            "--rollout-server-url and each --docker-host, a few seconds each."
+            help="Deprecated: use `hermes-envgen reach` (which takes the same --base-url, "
+            "--rollout-server-url and --docker-host)."
         ),
     ] = False,
     rollout_server_url: Annotated[
@@ -496,71 +456,69 @@ def check(
     ] = None,
 ) -> None:
     """Check that an env is ready to train on: imports, config, process, evaluate, rewards."""
-    from hermes_envgen.devtools.check import (
-        FAIL,
-        TRAINERS,
-        Budget,
-        RealModel,
-        format_table,
-        run_checks,
-    )
+    from hermes_envgen.devtools.check import Budget, real_model, run_checks
 
-    if trainer not in TRAINERS:
-        fail(f"--trainer must be one of {', '.join(TRAINERS)}, not {trainer!r}")
+    if reach_only:  # the earlier spelling of `reach`
+        from hermes_envgen.devtools.reach import reach_from_flags
 
-    if reach_only:
-        from hermes_envgen.devtools.reach import reach_checks
-
-        urls = [u.strip() for u in (base_url or "").split(",") if u.strip()]
-        # a pool (sandbox_docker_hosts): repeated, or comma-separated as --base-url
-        engines = [h.strip() for value in docker_host or [] for h in value.split(",") if h.strip()]
-        if not (urls or rollout_server_url or engines):
-            fail("--reach-only needs --base-url, --rollout-server-url or --docker-host")
-        key = os.environ.get("OPENAI_API_KEY")
-        rows = reach_checks(urls, rollout_server_url, engines, api_key=key)
-        typer.echo(format_table(rows))
-        if any(r.status == FAIL for r in rows):
-            raise typer.Exit(2)
-        return
-
-    if extra_body is not None:
-        try:
-            parsed = json.loads(extra_body)
-        except json.JSONDecodeError as exc:
-            fail(f"--extra-body is not valid JSON ({exc.msg}): {extra_body!r}")
-        if not isinstance(parsed, dict):
-            fail(f"--extra-body must be a JSON object, not {extra_body!r}")
-    endpoint = (
-        RealModel(
-            base_url,
-            model,
-            server_type,
-            tokenizer,
-            chat_template=chat_template,
-            inference_api=inference_api,
-            extra_body=extra_body,
-            tool_choice=tool_choice,
+        typer.echo(
+            "warning: `check --reach-only` is deprecated: use `hermes-envgen reach`", err=True
         )
-        if base_url
-        else None
-    )
+        rows = reach_from_flags(base_url, rollout_server_url, docker_host, asked_by="--reach-only")
+        print_checklist(rows, failed_code=2)
+        return
+    endpoint = real_model(
+        base_url, model, server_type, tokenizer, chat_template=chat_template,
+        inference_api=inference_api, extra_body=extra_body, tool_choice=tool_choice,
+    )  # fmt: skip
     results = run_checks(
-        path,
-        endpoint=endpoint,
-        budget=Budget(group_size, max_turns, eval_size),
-        port=port,
-        timeout=timeout,
-        gold_threshold=gold_threshold,
-        noop_threshold=noop_threshold,
-        trainer=trainer,
-        progress=lambda message: typer.secho(f"... {message}", err=True, dim=True),
-    )
-    typer.echo(format_table(results))
-    failed = [r.name for r in results if r.status == FAIL]
-    if failed:
-        typer.secho(f"not ready: {', '.join(failed)} failed", err=True, fg=typer.colors.RED)
-        raise typer.Exit(1)
-    typer.secho("ready to train", fg=typer.colors.GREEN)
+        path, endpoint=endpoint, budget=Budget(group_size, max_turns, eval_size), port=port,
+        timeout=timeout, gold_threshold=gold_threshold, noop_threshold=noop_threshold,
+        trainer=trainer, progress=show_progress,
+    )  # fmt: skip
+    print_checklist(results, failed_code=1, passed="ready to train")
+
+
+@command(panel=RUN)
+def reach(
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="A model server's URL (comma-separated: several), as --openai.base_url."),
+    ] = None,
+    rollout_server_url: Annotated[
+        str | None, typer.Option(help="run-api's URL, as --env.rollout_server_url.")
+    ] = None,
+    docker_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A Docker engine (tcp://..., ssh://...); repeat, or comma-separated (every "
+            "engine of sandbox_docker_hosts)."
+        ),
+    ] = None,
+) -> None:
+    """Check that this host reaches the model servers, run-api and Docker engines it needs."""
+    from hermes_envgen.devtools.reach import reach_from_flags
+
+    print_checklist(reach_from_flags(base_url, rollout_server_url, docker_host), failed_code=2)
+
+
+def print_checklist(rows: list[Any], *, failed_code: int, passed: str | None = None) -> None:
+    """A checklist's rows; a FAIL among them exits with ``failed_code``, naming them."""
+    from hermes_envgen.devtools.check import failed, format_table
+
+    typer.echo(format_table(rows))
+    names = failed(rows)
+    if names and passed:  # `check`: the verdict in a line of its own
+        typer.secho(f"not ready: {', '.join(names)} failed", err=True, fg=typer.colors.RED)
+    if names:
+        raise typer.Exit(failed_code)
+    if passed:
+        typer.secho(passed, fg=typer.colors.GREEN)
+
+
+def show_progress(message: str) -> None:
+    """A long command's progress line, dimmed, on stderr."""
+    typer.secho(f"... {message}", err=True, dim=True)
 
 
 @command(panel=RUN)
@@ -587,17 +545,9 @@ def view(
     ] = 0,
 ) -> None:
     """Render rollouts as one self-contained HTML page: the run at a glance, filters, tokens."""
-    from hermes_envgen.devtools.view import load_tokenizer, write_view
-    from hermes_envgen.devtools.view_compare import write_comparison
-    from hermes_envgen.errors import ViewError
+    from hermes_envgen.devtools.view import view as write
 
-    if len(paths) == 2:
-        typer.echo(write_comparison(paths[0], paths[1], output))
-        return
-    if len(paths) != 1:
-        raise ViewError(f"view takes one run or two (A B), not {len(paths)}")
-    loaded = load_tokenizer(tokenizer) if tokenizer else None
-    typer.echo(write_view(paths[0], output, tokenizer=loaded, tokens_from=tokens_from))
+    typer.echo(write(paths, output, tokenizer=tokenizer, tokens_from=tokens_from))
 
 
 @command(panel=RUN)

@@ -1,4 +1,5 @@
-"""``hermes-envgen check --reach-only``: one row per service, asked from this host, in seconds."""
+"""``hermes-envgen reach``: one row per service, asked from this host, in seconds; and
+``check --reach-only``, its earlier spelling, which still works and says to use ``reach``."""
 
 from __future__ import annotations
 
@@ -15,16 +16,16 @@ from hermes_envgen.testing.trainer import free_port
 SCRIPT = {"model": "stub-model", "conversations": [{"turns": [{"content": "OK"}]}]}
 
 
-def reach(*args: str) -> subprocess.CompletedProcess:
+def reach(*args: str, command: tuple[str, ...] = ("reach",)) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "hermes_envgen", "check", "--reach-only", *args],
+        [sys.executable, "-m", "hermes_envgen", *command, *args],
         capture_output=True, text=True, stdin=subprocess.DEVNULL,
         env=offline_environment(), timeout=120,
     )  # fmt: skip
 
 
 @pytest.mark.slow
-def test_reach_only_names_what_answers_and_what_does_not(stub_server):
+def test_reach_names_what_answers_and_what_does_not(stub_server):
     stub = stub_server(SCRIPT)
     refused = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
@@ -40,10 +41,25 @@ def test_reach_only_names_what_answers_and_what_does_not(stub_server):
     assert len(rows) == 3 and took < 60
 
 
-def test_reach_only_without_anything_to_reach_is_a_usage_error():
+def test_reach_without_anything_to_reach_is_a_usage_error():
     done = reach()
     assert done.returncode == 2
-    assert done.stderr.strip().endswith(
+    assert done.stderr.strip() == (
+        "error: reach needs --base-url, --rollout-server-url or --docker-host"
+    )
+
+
+def test_check_reach_only_still_reaches_and_says_to_use_reach(stub_server):
+    stub = stub_server(SCRIPT)
+    done = reach("--base-url", stub.base_url, command=("check", "--reach-only"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["PASS", "model", stub.base_url, "serves", "stub-model"]
+    assert done.stderr.strip() == (
+        "warning: `check --reach-only` is deprecated: use `hermes-envgen reach`"
+    )
+    empty = reach(command=("check", "--reach-only"))
+    assert empty.returncode == 2
+    assert empty.stderr.strip().endswith(
         "error: --reach-only needs --base-url, --rollout-server-url or --docker-host"
     )
 

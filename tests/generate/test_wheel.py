@@ -92,8 +92,10 @@ def test_wheel_without_git_tags_generates_offline_and_the_project_tests_pass(
     venv = tmp_path / "venv"
     run([UV, "venv", "--quiet", "--python", sys.executable, str(venv)], 300, env=install_env)
     constraints_file = str(REPO / "template" / "constraints.txt")
+    # With the generator's extra, as a user who makes projects installs it.
     run([UV, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-         "-c", constraints_file, str(wheel)], 900, env=install_env)  # fmt: skip
+         "-c", constraints_file, f"hermes-envgen[generator] @ {wheel.as_uri()}"], 900,
+        env=install_env)  # fmt: skip
 
     # Generation with the network cut: git may only open local paths, HTTP goes nowhere.
     work = tmp_path / "work"

@@ -13,15 +13,20 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hermes_envgen.errors import CheckError
 from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE
 from hermes_envgen.runtime.sandbox import procfs
 from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
+
+if TYPE_CHECKING:
+    from hermes_envgen.testing import OfflineRun
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
@@ -177,6 +182,42 @@ class RealModel:
         return flags
 
 
+def real_model(
+    base_url: str | None,
+    model: str | None = None,
+    server_type: str | None = None,
+    tokenizer: str | None = None,
+    *,
+    chat_template: str | None = None,
+    inference_api: str | None = None,
+    extra_body: str | None = None,
+    tool_choice: str | None = None,
+) -> RealModel | None:
+    """The endpoint ``--base-url`` and its flags name (None: the stub); CheckError when
+    ``extra_body`` is not a JSON object."""
+    if extra_body is not None:
+        try:
+            parsed = json.loads(extra_body)
+        except json.JSONDecodeError as exc:
+            raise CheckError(
+                f"--extra-body is not valid JSON ({exc.msg}): {extra_body!r}"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise CheckError(f"--extra-body must be a JSON object, not {extra_body!r}")
+    if not base_url:
+        return None
+    return RealModel(
+        base_url,
+        model,
+        server_type,
+        tokenizer,
+        chat_template=chat_template,
+        inference_api=inference_api,
+        extra_body=extra_body,
+        tool_choice=tool_choice,
+    )
+
+
 @dataclass
 class Budget:
     """How much work ``process`` and ``evaluate`` do in a check; None keeps the env's own.
@@ -212,6 +253,26 @@ class Budget:
         )
 
 
+TOOL_CALLS_ROW = "tool calls in training data"
+NO_TOOLS = "the env offers no tools (a game, a simulated user): no tool call to check"
+TOOL_TOUCH_ROW = "tool touch, then give up"
+SHOTGUN_ROW = "shotgun answer"
+TWO_SHOTS_ROW = "two shots"
+INJECTION_ROW = "judge injection"
+TRAINER_ROW = "trainer-ready"
+TRAINERS = ("grpo", "none")
+FAILURES_ROW = "failures pay nothing"
+REPLAY_ROWS = (
+    "gold solutions",
+    "no-op",
+    TOOL_TOUCH_ROW,
+    SHOTGUN_ROW,
+    TWO_SHOTS_ROW,
+    "reward tampering",
+    FAILURES_ROW,
+)
+
+
 def run_checks(
     path: str | Path,
     *,
@@ -225,70 +286,127 @@ def run_checks(
     trainer: str = "grpo",
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[CheckResult]:
-    """Run the checklist on the env at ``path``; CheckError when it cannot run at all.
+    """Run the checklist on the env at ``path``: ENV_ROWS on its description, then RUN_ROWS
+    on its runs; CheckError when it cannot run at all.
 
     ``trainer`` is what the data is for: ``grpo`` (atroposlib's example GRPO trainer, whose
     needs the trainer-ready row checks) or ``none`` (evaluation or SFT data: no such row).
     """
-    from hermes_envgen.testing import (
-        EnvRunFailed,
-        OfflineRun,
-        StubServer,
-        scripted_policy,
-    )
-    from hermes_envgen.testing.policy import has_gold
-
-    budget = budget or Budget()
+    if trainer not in TRAINERS:
+        raise CheckError(f"--trainer must be one of {', '.join(TRAINERS)}, not {trainer!r}")
     target = find_env(path)
     progress("importing the env")
     info = in_env_process(target)
-    results = [CheckResult("imports", PASS, f"{info['class']} (name {info['name']!r})")]
-    results.append(_config_init_check(info))
-    results.append(_key_check(target.root, info))
-    if results[1].status == FAIL:
+    results = [row(target, info) for row in ENV_ROWS]
+    if any(r.name == "config_init" and r.status == FAIL for r in results):
         # With a bad server list Atropos ignores base_url and would wait for a server forever.
-        skipped = "not run: fix config_init first"
-        names: tuple[str, ...] = ("process", TOOL_CALLS_ROW)
-        names += (TRAINER_ROW,) if trainer != "none" else ()
-        names += ("evaluate", "reward range", *REPLAY_ROWS, INJECTION_ROW, "sandbox cleanup")
-        return results + [CheckResult(name, FAIL, skipped) for name in names]
+        return results + [
+            CheckResult(name, FAIL, "not run: fix config_init first")
+            for row in RUN_ROWS
+            for name in row.names
+            if name != TRAINER_ROW or trainer != "none"
+        ]
+    settings = CheckSettings(
+        endpoint, budget or Budget(), port, timeout, gold_threshold, noop_threshold, trainer
+    )
+    work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
+    with started_runs(target, info, settings, work, progress) as check:
+        for row in RUN_ROWS:
+            if row.doing:
+                progress(row.doing)
+            results += row.check(check)
+    return results
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """What ``run_checks`` was asked: the endpoint, the budget, the thresholds, the trainer."""
+
+    endpoint: RealModel | None
+    budget: Budget
+    port: int
+    timeout: float
+    gold_threshold: float
+    noop_threshold: float
+    trainer: str
+
+
+@dataclass
+class CheckRun:
+    """One check in progress, which its rows read: the env, its runs, what process gave."""
+
+    target: EnvTarget
+    info: dict
+    settings: CheckSettings
+    work: Path
+    run: OfflineRun
+    solvable: bool  # every built-in sample has a gold solution: the stub's policy solves them
+    replays: Future[list[CheckResult]]
+    groups: list[dict] | None = None  # what process wrote; None when it failed
+    scores: list[float] = field(default_factory=list)  # every reward process and evaluate gave
+
+    def why_failed(self, mode: str, exc: BaseException) -> str:
+        """A mode's row reason: its budget when it ran out of time, else its error's line."""
+        if _timed_out(exc):
+            return self.settings.budget.ran_out(mode, self.settings.timeout, self.info)
+        return _first_line(exc)
+
+    @property
+    def tools(self) -> bool:
+        """The env offers tools (not a game or a simulated user alone)."""
+        return bool(self.info.get("tools", True))
+
+    def tokenizer_name(self) -> str:
+        """The tokenizer the runs used: the endpoint's, else the env's."""
+        return str(self.run.tokenizer or self.info.get("tokenizer_name"))
+
+
+@contextmanager
+def started_runs(
+    target: EnvTarget,
+    info: dict,
+    settings: CheckSettings,
+    work: Path,
+    progress: Callable[[str], None],
+) -> Iterator[CheckRun]:
+    """The env's runs made ready (the stub started unless a real endpoint is checked), and its
+    reward replays started beside them; all stopped on the way out."""
+    from hermes_envgen.testing import OfflineRun, StubServer, scripted_policy
+    from hermes_envgen.testing.policy import has_gold
 
     samples = info.get("samples") or []
     solvable = bool(samples) and all(has_gold(s) for s in samples)
-    script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
-    work = Path(workdir or tempfile.mkdtemp(prefix="hermes-envgen-check-"))
-    stub = None
-    replay = ReplayChecks(target, work, gold_threshold, noop_threshold, timeout)
+    endpoint, stub = settings.endpoint, None
+    replay = ReplayChecks(
+        target, work, settings.gold_threshold, settings.noop_threshold, settings.timeout
+    )
     replays_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replays")
     try:
         if endpoint is None:
-            stub = StubServer(script, port=port).start()  # a port taken: StubServerError
+            script = scripted_policy(samples, judge=True) if solvable else GENERIC_POLICY
+            stub = StubServer(script, port=settings.port).start()  # port taken: StubServerError
             run = OfflineRun.against_stub(
                 target.entry,
                 stub.base_url,
                 work,
-                timeout=timeout,
+                timeout=settings.timeout,
                 extra_env=target.environment(),
-                env_flags=stub_flags(info, stub.base_url) | budget.env_flags(),
+                env_flags=stub_flags(info, stub.base_url) | settings.budget.env_flags(),
             )
+            judge_url, model = stub.base_url, None
         else:
             run = OfflineRun(
                 target.entry,
                 endpoint.base_url,
                 _absolute_if_local(endpoint.tokenizer) if endpoint.tokenizer else None,
                 work,
-                timeout=timeout,
+                timeout=settings.timeout,
                 health_check=None,
                 server_flags=endpoint.server_flags(),
-                env_flags=endpoint.env_flags() | budget.env_flags(),
+                env_flags=endpoint.env_flags() | settings.budget.env_flags(),
                 extra_env=target.environment(),
             )
-
-        if endpoint is not None:
             judge_url, model = endpoint.base_url, endpoint.model
-        else:
-            assert stub is not None  # started above when there is no endpoint
-            judge_url, model = stub.base_url, None
         # The replays need neither mode's output: they run beside them, in an env process of
         # their own (on 2 cores a check took 38 s one after another, 20 s of it replays).
         progress(
@@ -297,75 +415,177 @@ def run_checks(
         )
         replay.start(judge_url, model)
         replays = replays_pool.submit(replay.rows, stubbed=endpoint is None)
-        scores: list[float] = []
-        progress("running process (one group)")
-        try:
-            groups = run.process()
-            scores += [s for g in groups for s in g["scores"]]
-            results.append(
-                CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")
-            )
-            tokenizer = run.tokenizer or info.get("tokenizer_name")
-            if info.get("tools", True):
-                results.append(trained_tool_calls_check(groups, str(tokenizer)))
-            else:
-                results.append(CheckResult(TOOL_CALLS_ROW, PASS, NO_TOOLS))
-            if any("inference_logprobs" in g for g in groups):  # token mode: sampled ids
-                results.append(
-                    token_fidelity_check(
-                        groups,
-                        str(tokenizer),
-                        chat_template=endpoint.chat_template if endpoint else None,
-                        template_variables=_template_variables(endpoint),
-                    )
-                )
-            if trainer != "none":
-                results.append(trainer_ready_check(groups))
-        except (EnvRunFailed, AssertionError, OSError) as exc:
-            why = budget.ran_out("process", timeout, info) if _timed_out(exc) else _first_line(exc)
-            results.append(CheckResult("process", FAIL, why))
-            results.append(CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed"))
-            if trainer != "none":
-                results.append(CheckResult(TRAINER_ROW, FAIL, "not run: process failed"))
-
-        progress("running evaluate")
-        eval_dir = work / "eval"
-        try:
-            run.run("evaluate", env__data_dir_to_save_evals=eval_dir)
-            eval_failure = None
-        except EnvRunFailed as exc:
-            eval_failure = (
-                budget.ran_out("evaluate", timeout, info) if _timed_out(exc) else _first_line(exc)
-            )
-        try:
-            row, eval_scores = _evaluate_row(eval_dir, eval_failure, tools=info.get("tools", True))
-        except (OSError, KeyError, ValueError) as exc:
-            row, eval_scores = CheckResult("evaluate", FAIL, _first_line(exc)), []
-        results.append(row)
-        scores += eval_scores
-
-        results.append(
-            _reward_range_check(scores, scripted=endpoint is None and solvable, real=bool(endpoint))
-        )
-        progress("waiting for the replays")
-        results += replays.result()
-        results.append(_cleanup_check(run.sandbox_root, work / "replays", work / "injection"))
+        yield CheckRun(target, info, settings, work, run, solvable, replays)
     finally:
         replay.stop()  # still running only when the check ends early
         replays_pool.shutdown(wait=True)  # the stub below serves their judge
         if stub is not None:
             stub.stop()
-    return results
 
 
-TOOL_CALLS_ROW = "tool calls in training data"
-NO_TOOLS = "the env offers no tools (a game, a simulated user): no tool call to check"
-TOOL_TOUCH_ROW = "tool touch, then give up"
-SHOTGUN_ROW = "shotgun answer"
-TWO_SHOTS_ROW = "two shots"
-INJECTION_ROW = "judge injection"
-TRAINER_ROW = "trainer-ready"
-TRAINERS = ("grpo", "none")
+# The rows from the env's description, each a small function of it.
+
+
+def imports_row(target: EnvTarget, info: dict) -> CheckResult:
+    """The env imports (in a process of its own) and names its class."""
+    return CheckResult("imports", PASS, f"{info['class']} (name {info['name']!r})")
+
+
+def config_init_row(target: EnvTarget, info: dict) -> CheckResult:
+    """config_init returns a list of APIServerConfig (else Atropos ignores base_url)."""
+    if not info["servers_is_list"]:
+        return CheckResult(
+            "config_init",
+            FAIL,
+            "server configs must be a list [APIServerConfig(...)]: otherwise base_url is ignored",
+        )
+    if not info["servers_are_api_configs"]:
+        return CheckResult("config_init", FAIL, "every server config must be an APIServerConfig")
+    return CheckResult(
+        "config_init", PASS, f"a config and a list of servers (group_size {info['group_size']})"
+    )
+
+
+def key_row(target: EnvTarget, info: dict) -> CheckResult:
+    """No API key is written in the env's code or its project's files."""
+    root = target.root
+    if info["literal_api_key"]:
+        return CheckResult(
+            "no API key in code",
+            FAIL,
+            "config_init sets an api_key with every *_API_KEY unset: it is written in the code",
+        )
+    for file in sorted(root.rglob("*")):
+        if file.suffix not in _SCANNED_SUFFIXES or not file.is_file():
+            continue
+        if any(
+            part.startswith(".") and part not in (".",)
+            for part in file.relative_to(root).parts[:-1]
+        ):
+            continue  # .git, .venv and the like
+        try:
+            text = file.read_text(errors="ignore")
+        except OSError:
+            continue
+        if _KEY_PATTERN.search(text):
+            return CheckResult(
+                "no API key in code",
+                FAIL,
+                f"{file.relative_to(root)} contains what looks like a key",
+            )
+    return CheckResult("no API key in code", PASS, "keys come from the environment")
+
+
+# The rows of a check's runs, in the order they print; each a small function of the CheckRun.
+
+
+def process_row(check: CheckRun) -> list[CheckResult]:
+    """process runs one group, which atroposlib validates; its groups feed the rows below."""
+    from hermes_envgen.testing import EnvRunFailed
+
+    try:
+        groups = check.run.process()
+    except (EnvRunFailed, AssertionError, OSError) as exc:
+        return [CheckResult("process", FAIL, check.why_failed("process", exc))]
+    check.groups = groups
+    check.scores += [s for g in groups for s in g["scores"]]
+    return [CheckResult("process", PASS, f"{len(groups[0]['tokens'])} sequences, valid")]
+
+
+def tool_calls_row(check: CheckRun) -> list[CheckResult]:
+    """Every tool call of process's rollouts is in the tokens it trains."""
+    if check.groups is None:
+        return [CheckResult(TOOL_CALLS_ROW, FAIL, "not run: process failed")]
+    if not check.tools:
+        return [CheckResult(TOOL_CALLS_ROW, PASS, NO_TOOLS)]
+    return [trained_tool_calls_check(check.groups, check.tokenizer_name())]
+
+
+def token_fidelity_row(check: CheckRun) -> list[CheckResult]:
+    """Token mode only (process's groups carry sampled logprobs): the template's ids agree."""
+    if check.groups is None or not any("inference_logprobs" in g for g in check.groups):
+        return []
+    endpoint = check.settings.endpoint
+    return [
+        token_fidelity_check(
+            check.groups,
+            check.tokenizer_name(),
+            chat_template=endpoint.chat_template if endpoint else None,
+            template_variables=_template_variables(endpoint),
+        )
+    ]
+
+
+def trainer_ready_row(check: CheckRun) -> list[CheckResult]:
+    """Whether the trainer the data is for can step on process's groups (none: no row)."""
+    if check.settings.trainer == "none":
+        return []
+    if check.groups is None:
+        return [CheckResult(TRAINER_ROW, FAIL, "not run: process failed")]
+    return [trainer_ready_check(check.groups)]
+
+
+def evaluate_row(check: CheckRun) -> list[CheckResult]:
+    """evaluate runs and saves its scored rollouts, which used the env's tools."""
+    from hermes_envgen.testing import EnvRunFailed
+
+    eval_dir = check.work / "eval"
+    try:
+        check.run.run("evaluate", env__data_dir_to_save_evals=eval_dir)
+        run_error = None
+    except EnvRunFailed as exc:
+        run_error = check.why_failed("evaluate", exc)
+    try:
+        row, scores = _evaluate_row(eval_dir, run_error, tools=check.tools)
+    except (OSError, KeyError, ValueError) as exc:
+        row, scores = CheckResult("evaluate", FAIL, _first_line(exc)), []
+    check.scores += scores
+    return [row]
+
+
+def reward_range_row(check: CheckRun) -> list[CheckResult]:
+    """The rewards of process and evaluate lie in [0, 1] and differ."""
+    real = check.settings.endpoint is not None
+    return [_reward_range_check(check.scores, scripted=not real and check.solvable, real=real)]
+
+
+def replay_rows(check: CheckRun) -> list[CheckResult]:
+    """The reward replays' rows, the judge injection's and the doors', once they are done."""
+    return check.replays.result()
+
+
+def cleanup_row(check: CheckRun) -> list[CheckResult]:
+    """Nothing of the runs' and the replays' sandboxes is left behind."""
+    roots = (check.run.sandbox_root, check.work / "replays", check.work / "injection")
+    return [_cleanup_check(*roots)]
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """An entry of RUN_ROWS: the rows it writes (each FAILed as not run when the env's config
+    is broken), the function that writes them, and what the progress line says before it."""
+
+    names: tuple[str, ...]
+    check: Callable[[CheckRun], list[CheckResult]]
+    doing: str | None = None
+
+
+# The rows from the env's description alone, then the rows of its runs, in the order they print.
+ENV_ROWS: tuple[Callable[[EnvTarget, dict], CheckResult], ...] = (
+    imports_row,
+    config_init_row,
+    key_row,
+)
+RUN_ROWS = (
+    RunRow(("process",), process_row, "running process (one group)"),
+    RunRow((TOOL_CALLS_ROW,), tool_calls_row),
+    RunRow((), token_fidelity_row),
+    RunRow((TRAINER_ROW,), trainer_ready_row),
+    RunRow(("evaluate",), evaluate_row, "running evaluate"),
+    RunRow(("reward range",), reward_range_row),
+    RunRow((*REPLAY_ROWS, INJECTION_ROW), replay_rows, "waiting for the replays"),
+    RunRow(("sandbox cleanup",), cleanup_row),
+)
 
 
 def trainer_ready_check(groups: list[dict]) -> CheckResult:
@@ -481,48 +701,6 @@ def _absolute_if_local(name: str) -> str:
     return str(Path(name).resolve()) if Path(name).exists() else name
 
 
-def _config_init_check(info: dict) -> CheckResult:
-    if not info["servers_is_list"]:
-        return CheckResult(
-            "config_init",
-            FAIL,
-            "server configs must be a list [APIServerConfig(...)]: otherwise base_url is ignored",
-        )
-    if not info["servers_are_api_configs"]:
-        return CheckResult("config_init", FAIL, "every server config must be an APIServerConfig")
-    return CheckResult(
-        "config_init", PASS, f"a config and a list of servers (group_size {info['group_size']})"
-    )
-
-
-def _key_check(root: Path, info: dict) -> CheckResult:
-    if info["literal_api_key"]:
-        return CheckResult(
-            "no API key in code",
-            FAIL,
-            "config_init sets an api_key with every *_API_KEY unset: it is written in the code",
-        )
-    for file in sorted(root.rglob("*")):
-        if file.suffix not in _SCANNED_SUFFIXES or not file.is_file():
-            continue
-        if any(
-            part.startswith(".") and part not in (".",)
-            for part in file.relative_to(root).parts[:-1]
-        ):
-            continue  # .git, .venv and the like
-        try:
-            text = file.read_text(errors="ignore")
-        except OSError:
-            continue
-        if _KEY_PATTERN.search(text):
-            return CheckResult(
-                "no API key in code",
-                FAIL,
-                f"{file.relative_to(root)} contains what looks like a key",
-            )
-    return CheckResult("no API key in code", PASS, "keys come from the environment")
-
-
 def _evaluate_row(
     eval_dir: Path, run_error: str | None, tools: bool = True
 ) -> tuple[CheckResult, list[float]]:
@@ -586,18 +764,6 @@ def _reward_range_check(scores: list[float], scripted: bool, real: bool = False)
     return CheckResult(
         "reward range", PASS, f"{min(scores):g} to {max(scores):g} over {len(scores)} rollouts"
     )
-
-
-FAILURES_ROW = "failures pay nothing"
-REPLAY_ROWS = (
-    "gold solutions",
-    "no-op",
-    TOOL_TOUCH_ROW,
-    SHOTGUN_ROW,
-    TWO_SHOTS_ROW,
-    "reward tampering",
-    FAILURES_ROW,
-)
 
 
 @dataclass
@@ -821,3 +987,8 @@ def format_table(results: list[CheckResult]) -> str:
     """The checklist as aligned text rows."""
     width = max(len(r.name) for r in results)
     return "\n".join(f"{r.status}  {r.name.ljust(width)}  {r.reason}" for r in results)
+
+
+def failed(results: list[CheckResult]) -> list[str]:
+    """The names of the rows that failed."""
+    return [r.name for r in results if r.status == FAIL]

@@ -43,6 +43,33 @@ class DemoResult:
     eval_tool_errors: float
     backend: str = "bwrap"  # where the agent's commands ran
 
+    @classmethod
+    def of(
+        cls,
+        project: Path,
+        groups_file: Path,
+        eval_dir: Path,
+        groups: list[dict],
+        metrics: dict[str, float],
+        backend: str,
+    ) -> DemoResult:
+        """The result from process's groups and evaluate's metrics."""
+        scores = [s for g in groups for s in g["scores"]]
+        return cls(
+            project=project,
+            groups_file=groups_file,
+            html_file=groups_file.with_suffix(".html"),
+            eval_dir=eval_dir,
+            groups=len(groups),
+            rollouts=len(scores),
+            mean_reward=statistics.mean(scores),
+            eval_rollouts=int(metrics[metric(EVAL, Metric.ROLLOUTS)]),
+            eval_mean_reward=metrics[metric(EVAL, Metric.MEAN_REWARD)],
+            eval_mean_turns=metrics[metric(EVAL, Metric.MEAN_TURNS)],
+            eval_tool_errors=metrics[metric(EVAL, Metric.TOOL_ERRORS_PER_ROLLOUT)],
+            backend=backend,
+        )
+
     def summary(self) -> str:
         return "\n".join(
             [
@@ -82,13 +109,7 @@ def run_demo(
         scripted_policy,
     )
 
-    base = Path(directory or tempfile.mkdtemp(prefix="hermes-envgen-demo-")).absolute()
-    if (base / DEMO_NAME).exists():  # a second run into the same directory
-        raise UsageError(
-            f"{base} already holds a demo ({DEMO_NAME}/): pass another directory, or remove "
-            f"{base / DEMO_NAME} and {base / 'demo-output'} first"
-        )
-    base.mkdir(parents=True, exist_ok=True)
+    base = demo_directory(directory)
     progress(f"generating {DEMO_NAME} in {base}")
     project = new_project(DEMO_NAME, base, data=dict(data or {}), defaults=True).path
     target = find_env(project)
@@ -126,18 +147,16 @@ def run_demo(
         reap_stale_runs(runs_directory(sandboxes))
         shutil.rmtree(sandboxes, ignore_errors=True)
 
-    scores = [s for g in written for s in g["scores"]]
-    return DemoResult(
-        project=project,
-        groups_file=groups_file,
-        html_file=groups_file.with_suffix(".html"),
-        eval_dir=eval_dir,
-        groups=len(written),
-        rollouts=len(scores),
-        mean_reward=statistics.mean(scores),
-        eval_rollouts=int(metrics[metric(EVAL, Metric.ROLLOUTS)]),
-        eval_mean_reward=metrics[metric(EVAL, Metric.MEAN_REWARD)],
-        eval_mean_turns=metrics[metric(EVAL, Metric.MEAN_TURNS)],
-        eval_tool_errors=metrics[metric(EVAL, Metric.TOOL_ERRORS_PER_ROLLOUT)],
-        backend=backend,
-    )
+    return DemoResult.of(project, groups_file, eval_dir, written, metrics, backend)
+
+
+def demo_directory(directory: Path | None) -> Path:
+    """Where the demo goes (a temp dir by default), made; UsageError when it holds one."""
+    base = Path(directory or tempfile.mkdtemp(prefix="hermes-envgen-demo-")).absolute()
+    if (base / DEMO_NAME).exists():  # a second run into the same directory
+        raise UsageError(
+            f"{base} already holds a demo ({DEMO_NAME}/): pass another directory, or remove "
+            f"{base / DEMO_NAME} and {base / 'demo-output'} first"
+        )
+    base.mkdir(parents=True, exist_ok=True)
+    return base

@@ -1,4 +1,4 @@
-"""``hermes-envgen check --reach-only``: can this host reach every service a worker needs?
+"""``hermes-envgen reach``: can this host reach every service a worker needs?
 
 Run it on a worker node before a run spread over machines: each model server URL, run-api and
 the Docker engine(s) get one short request from here, with a few seconds' timeout each, and
@@ -15,8 +15,30 @@ import urllib.error
 import urllib.request
 
 from hermes_envgen.devtools.check import FAIL, PASS, CheckResult
+from hermes_envgen.errors import CheckError
 
 TIMEOUT = 5.0  # seconds per request: a dark address fails in seconds, not minutes
+
+
+def reach_from_flags(
+    base_url: str | None,
+    rollout_server_url: str | None,
+    docker_host: list[str] | None,
+    *,
+    asked_by: str = "reach",
+) -> list[CheckResult]:
+    """``reach_checks`` of the command line's flags: model URLs comma-separated, Docker engines
+    repeated or comma-separated (a pool, as sandbox_docker_hosts), the key from OPENAI_API_KEY;
+    CheckError when none is given (``asked_by``: the command that says so)."""
+    urls = _split([base_url] if base_url else [])
+    engines = _split(docker_host or [])
+    if not (urls or rollout_server_url or engines):
+        raise CheckError(f"{asked_by} needs --base-url, --rollout-server-url or --docker-host")
+    return reach_checks(urls, rollout_server_url, engines, api_key=os.environ.get("OPENAI_API_KEY"))
+
+
+def _split(values: list[str]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
 def reach_checks(

@@ -18,7 +18,21 @@ from hermes_envgen.runtime.rollout_view import (
     write_view,
 )
 
-__all__ = ["RolloutCard", "load_rollouts", "load_tokenizer", "render_html", "write_view"]
+__all__ = ["RolloutCard", "load_rollouts", "load_tokenizer", "render_html", "view", "write_view"]
+
+
+def view(
+    paths: list[Path], output: Path | None, *, tokenizer: str | None = None, tokens_from: int = 0
+) -> Path:
+    """One run's page, or two runs side by side (A before, B after); the file written."""
+    from hermes_envgen.devtools.view_compare import write_comparison
+
+    if len(paths) == 2:
+        return write_comparison(paths[0], paths[1], output)
+    if len(paths) != 1:
+        raise ViewError(f"view takes one run or two (A B), not {len(paths)}")
+    loaded = load_tokenizer(tokenizer) if tokenizer else None
+    return write_view(paths[0], output, tokenizer=loaded, tokens_from=tokens_from)
 
 
 def load_tokenizer(name: str | Path) -> Any:

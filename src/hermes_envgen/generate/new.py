@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 from collections.abc import Iterator, Mapping
@@ -37,6 +38,23 @@ class NewProject:
             source = shlex.quote(self.hermes_envgen_source)
             lines.append(f"uv pip install -c constraints.txt {source}")
         return [*lines, "uv pip install -c constraints.txt -e '.[dev]'", "pytest"]
+
+    def summary(self) -> str:
+        """What ``new`` prints: what was made, and the next steps of its README."""
+        where = Path(os.path.relpath(self.path))
+        made = self.created_directory
+        lines = [f"Made the directory {made} for it"] if made is not None else []
+        lines += [
+            f"Created {where} from template {self.template_version}",
+            f"  package {self.package_name}, environment class {self.class_name}",
+            "Next steps (as in its README):",
+            f"  cd {where}",
+            *(f"  {line}" for line in self.setup_commands()),
+            f"  python -m {self.package_name} process --help    # offline rollouts to JSONL",
+            f"  python -m {self.package_name} evaluate --help   # standalone evaluation",
+            "  README.md has the exact flags for your provider.",
+        ]
+        return "\n".join(lines)
 
 
 def project_location(path: str, output_dir: Path | str = ".") -> tuple[str, Path]:

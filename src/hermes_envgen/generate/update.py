@@ -32,6 +32,21 @@ class UpdateResult:
     changed: bool
     migration: Migration = field(default_factory=Migration)  # earlier releases' names rewritten
 
+    def summary(self) -> str:
+        """What ``update`` prints on stdout: what changed, and what to do next (the lines to
+        change by hand go to stderr: ``migration.to_change``)."""
+        lines = []
+        if self.migration.rewritten:
+            lines.append(
+                f"Rewrote earlier releases' names in {', '.join(self.migration.rewritten)}."
+            )
+        if not self.changed and not self.migration.rewritten:
+            return f"Already at template {self.to_version}; nothing to do."
+        if self.changed:
+            lines.append(f"Updated from template {self.from_version} to {self.to_version}.")
+        lines.append("Review the changes with `git diff`, then commit them.")
+        return "\n".join(lines)
+
 
 def read_answers(project: Path) -> dict[str, Any]:
     """The answers file of a generated project, or UsageError saying why it is not one."""

@@ -81,7 +81,8 @@ from hermes_envgen.runtime.sandbox.docker_pool import check_hosts
 from hermes_envgen.runtime.serve_log import EqualScoreSkips
 from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
-from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
+from hermes_envgen.runtime.tools import REGISTRY, Tool, ToolRegistry
+from hermes_envgen.runtime.tools.extras import require_toolsets
 from hermes_envgen.runtime.tools.mcp_tools import mcp_registry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
@@ -184,13 +185,21 @@ class HermesAgentBaseEnv(
             hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
         if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
             try:  # in a sandbox of the backend the rollouts use, resolved above
+                require_toolsets(["mcp"])  # the MCP SDK installed (hermes-envgen[mcp])
                 self.tool_registry = mcp_registry(
                     self.tool_registry, config.mcp_servers, sandbox_settings
                 )
             except EnvConfigError:
                 self._discard_empty_output()
                 raise
-        self._resolve_tools()  # an unknown toolset fails here, at startup
+        # An unknown toolset fails here, at startup, and so does one whose library is not
+        # installed (the extra that installs it named).
+        offered = self._offered_tools()
+        try:
+            require_toolsets(tool.toolset for tool in offered)
+        except EnvConfigError:
+            self._discard_empty_output()
+            raise
         # Every request to the policy goes through one client: its retries, its errors.
         self.policy = ModelClient.of(
             [s.config for s in self.server.servers],
@@ -331,11 +340,16 @@ class HermesAgentBaseEnv(
 
     def _resolve_tools(self) -> tuple[list[dict[str, Any]], set[str]]:
         """The tool schemas offered to the model and the names it may call (each rollout's)."""
+        tools = self._offered_tools()
+        return [t.schema for t in tools], {t.name for t in tools}
+
+    def _offered_tools(self) -> list[Tool]:
+        """The tools of the enabled toolsets (the env's default ones when unset), less the
+        disabled."""
         enabled = self.config.enabled_toolsets
-        tools = self.tool_registry.resolve(
+        return self.tool_registry.resolve(
             self.default_toolsets if enabled is None else enabled, self.config.disabled_toolsets
         )
-        return [t.schema for t in tools], {t.name for t in tools}
 
     def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
         """``_resolve_tools`` by the name the Hermes skill's ``evaluate`` calls it."""

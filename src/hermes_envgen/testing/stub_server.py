@@ -39,7 +39,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_envgen.errors import StubServerError
+from hermes_envgen.errors import StubServerError, UsageError
 from hermes_envgen.testing.script import Script, ScriptedConversation, ScriptedTurn, ScriptError
 
 __all__ = ["Faults", "ScriptError", "StubServer", "generated_text"]
@@ -609,3 +609,21 @@ def serve_forever(server: StubServer) -> None:
     """Serve in the foreground until interrupted (the ``stub-server`` command)."""
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(server.serve_until_stopped())
+
+
+def serve_script_or_tasks(
+    script: Path | None, tasks: str | None, faults: Faults, **options: Any
+) -> None:
+    """The ``stub-server`` command: a script's model, or the test kit's policy for the SAMPLES
+    of module ``tasks``, served in the foreground (``options``: StubServer's)."""
+    if (script is None) == (tasks is None):
+        raise UsageError("give --script FILE or --tasks MODULE (one of them)")
+    policy: Path | dict[str, Any]
+    if tasks is not None:
+        from hermes_envgen.testing.policy import tasks_policy
+
+        policy = tasks_policy(tasks)
+    else:
+        assert script is not None  # one of the two, checked above
+        policy = script
+    serve_forever(StubServer(policy, faults=faults, announce=True, **options))

@@ -13,10 +13,45 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from hermes_envgen.errors import NoBatchInTime, TrainerError
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY
+
+
+def pull_batches(
+    *,
+    port: int,
+    host: str,
+    batch_size: int,
+    steps: int,
+    timeout: float,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> None:
+    """The ``trainer`` command: run-api, and a minimal trainer that pulls ``steps`` batches,
+    saying what each held and warning of what a GRPO trainer would make of it."""
+    from hermes_envgen.testing.trainer_contract import summary, trainer_problems
+
+    with RunApi(port=port, host=host) as api:
+        pulling = MinimalTrainer(api.url, batch_size=batch_size, num_steps=steps)
+        pulling.register()
+        # Workers on other machines need an address of this one, not the loopback.
+        url = api.url if host != "0.0.0.0" else f"http://{socket.getfqdn()}:{port}"
+        say(f"run-api on {url}: start an env with")
+        say(f"  python -m <package> serve --env.rollout_server_url {url}")
+        for step in range(1, steps + 1):
+            batch = pulling.next_batch(timeout)
+            scores = [score for group in batch for score in group["scores"]]
+            mean = sum(scores) / len(scores) if scores else 0.0
+            say(
+                f"batch {step}/{steps}: {len(batch)} groups, {len(scores)} rollouts, "
+                f"mean score {mean:.2f}"
+            )
+            verdict = trainer_problems(batch)  # what a GRPO trainer would make of it
+            if verdict.problems or verdict.warnings:
+                warn(f"  warning: {summary(verdict)}")
 
 
 def free_port() -> int:
