@@ -28,7 +28,7 @@ from typing import Any
 
 from hermes_envgen.errors import exit_code
 from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
-from hermes_envgen.runtime.doors import shared_sessions
+from hermes_envgen.runtime.doors import require, shared_sessions
 from hermes_envgen.runtime.errors import DoorUnavailable, EnvConfigError
 from hermes_envgen.runtime.session import DEFAULT_SESSION_IDLE_TIMEOUT, SessionThread
 
@@ -61,6 +61,7 @@ def verifiers_app(
 ) -> Any:
     """The ASGI app (Starlette) serving ``env_cls`` to a verifiers taskset; ``settings``:
     ``open_env``'s. An env whose reward this door cannot pay is refused here."""
+    require("mcp", "mcp", ("2.3", "3"), "verifiers")  # its tools are served over MCP
     import mcp_types as types
     from mcp.server.lowlevel.server import Server
     from mcp.server.transport_security import TransportSecuritySettings
