@@ -252,3 +252,35 @@ def _write(path: str, lines: int, sandbox=None) -> str:
         lines: How many.
     """
     return ""
+
+
+def test_a_tool_known_by_its_schema_alone_gets_its_parameters_from_it():
+    """An MCP server's tool runs through a function that takes any keywords: TRL (and OpenEnv's
+    FastMCP) read the parameters from its JSON schema, not an empty signature."""
+    from transformers.utils import get_json_schema
+
+    from hermes_envgen.runtime.doors import trl as door
+    from hermes_envgen.runtime.tools.registry import Tool
+
+    async def run(context=None, **arguments):
+        return ""
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "description": "The note's title."},
+            "count": {"type": "integer"},
+        },
+        "required": ["title"],
+    }
+    method = door._method(Tool("notes_add", "Add a note.", schema, run, "mcp"))
+    described = get_json_schema(method)["function"]
+    assert described["parameters"]["required"] == ["title"]
+    assert described["parameters"]["properties"]["title"] == {
+        "type": "string",
+        "description": "The note's title.",
+    }
+    assert described["parameters"]["properties"]["count"]["type"] == "integer"
+    odd = dict(schema, properties={"not a name": {"type": "string"}}, required=[])
+    with pytest.raises(DoorUnavailable, match=r"'not a name' that is no Python name"):
+        door._method(Tool("odd", "Odd.", odd, run, "mcp"))

@@ -14,12 +14,18 @@ checked.
   prepare`` installs vLLM; SGLang's flags are read from its source, installed without
   dependencies from uv's cache).
 - ``### Offline, against a stub model``: tests/test_template.py runs it as written.
+- ``### TRL``, ``### OpenEnv`` (other trainers): each extra the install line names is one of
+  hermes-envgen's; the OpenEnv server runs as written, driven by OpenEnv's client (its
+  library from .venv-trl, scripts/install-trainers.sh). The door's own tests are the
+  project's tests/test_doors.py, which tests/test_template.py runs.
 - ``## Updating``: tests/generate/test_readme_update.py runs it after a real update.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import importlib.util
 import json
 import os
 import re
@@ -54,7 +60,14 @@ PROJECTS = {
     "sglang-chat": README_PROJECTS["sglang"]
     | {"project_name": "sglang-chat", "sglang_api": "chat"},
 }
-SECTIONS = ("## Set up", "## Run", "### Offline, against a stub model", "## Updating")
+SECTIONS = (
+    "## Set up",
+    "## Run",
+    "### Offline, against a stub model",
+    "### TRL",
+    "### OpenEnv",
+    "## Updating",
+)
 
 
 def bash_blocks(readme: str) -> list[tuple[str, str]]:
@@ -81,6 +94,7 @@ def kind_of(command: str, package: str) -> str | None:
         "vllm": r"python -m vllm\.entrypoints\.openai\.api_server .*",
         "sglang": r"python -m sglang\.launch_server .*",
         "run-api": r"run-api --host 127\.0\.0\.1 --port \d+ &",
+        "openenv": rf"TOKENIZER_NAME=\S+ +python -m {package}\.openenv_server",
         # the offline recipe (tests/test_template.py runs it)
         "offline": r"(hermes-envgen (stub-server|offline-tokenizer|trainer) .*|OFFLINE=.*|"
         r"--.*|wait \$TRAINER|kill \$SERVE \$STUB)",
@@ -446,3 +460,97 @@ def serve_feeds_a_trainer(
         log.close()
         if api is not None:
             api.__exit__()
+
+
+# -- Other trainers: the doors' extras and the OpenEnv server's line --------------------------
+
+
+def test_each_doors_install_line_names_an_extra_of_the_project_made_of_hermes_envgens(readmes):
+    import tomllib
+
+    ours = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    project = readmes["atropos"]
+    extras = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    blocks = bash_blocks((project / "README.md").read_text())
+    named = {
+        re.fullmatch(r"uv pip install -c constraints.txt -e '\.\[(\w+)\]'", command).group(1)
+        for section, block in blocks
+        if section in ("### TRL", "### OpenEnv")
+        for command in commands(block)
+        if command.startswith("uv pip install")
+    }
+    assert named == {"trl", "openenv"}
+    for extra in named:  # each the extra of hermes-envgen of that name
+        assert f"hermes-envgen[{extra}]~=0.1" in extras["optional-dependencies"][extra]
+        assert extra in ours
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_openenv_server_line_runs_as_written_and_serves_the_env(readmes, tmp_path):
+    from test_door_openenv import REQUIRE_VARIABLE
+
+    from hermes_envgen.testing import build_offline_tokenizer
+
+    if importlib.util.find_spec("openenv") is None:
+        reason = "openenv-core is not installed (scripts/install-trainers.sh)"
+        if os.environ.get(REQUIRE_VARIABLE) == "1":
+            pytest.fail(f"{REQUIRE_VARIABLE}=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    from conftest import TRAINERS_DIRECTORY
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+
+    project = readmes["atropos"]
+    package = project.name.replace("-", "_")
+    blocks = bash_blocks((project / "README.md").read_text())
+    (line,) = [
+        c
+        for s, b in blocks
+        if s == "### OpenEnv"
+        for c in commands(b)
+        if kind_of(c, package) == "openenv"
+    ]
+    tokenizer = build_offline_tokenizer(tmp_path / "tokenizer")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # the user's venv has the openenv extra: here, openenv-core from .venv-trl
+    env = user_env(project)
+    env["PYTHONPATH"] += os.pathsep + str(TRAINERS_DIRECTORY)
+    env |= {"PORT": str(port), "TMPDIR": str(tmp_path)}
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 (closed in the finally below)
+    server = subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", line.replace("=TOKENIZER", f"={tokenizer}")],
+        cwd=project,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+
+    async def give_up() -> tuple[dict, object]:
+        async with MCPToolClient(base_url=f"http://127.0.0.1:{port}") as client:
+            opened = (await client.reset()).observation.result
+            action = CallToolAction(tool_name="finish", arguments={"answer": "I give up."})
+            return opened, await client.step(action)
+
+    try:
+        for _ in range(240):
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-4000:]
+            if not port_is_free(port):
+                break
+            threading.Event().wait(0.25)
+        opened, finished = asyncio.run(give_up())
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+    assert opened["messages"][-1]["role"] == "user"
+    assert finished.done and finished.reward == 0.0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
-from conftest import imported_modules, imported_names, render_template
+from conftest import TRAINERS_DIRECTORY, imported_modules, imported_names, render_template
 from packaging.requirements import Requirement
 
 from hermes_envgen.runtime.tools.extras import TOOLSET_LIBRARIES
@@ -232,10 +232,22 @@ def test_generated_project_passes_its_own_tests(tmp_path, data):
     assert_own_tests_pass(project)
 
 
+# The project's door tests drive the trainers' libraries (its openenv extra): here they come
+# from .venv-trl (scripts/install-trainers.sh), appended to the test process's path only, as
+# the suite's own door tests have them, so the env processes its tests start import none.
+RUN_PYTEST = (
+    "import sys; trainers = sys.argv.pop(1); sys.path.extend([trainers] if trainers else []); "
+    "import pytest; raise SystemExit(pytest.main(sys.argv[1:]))"
+)
+REQUIRE_TRAINERS_VARIABLE = "HERMES_ENVGEN_REQUIRE_TORCH"  # CI: the trainers are installed
+
+
 def assert_own_tests_pass(project: Path) -> None:
-    """Run the generated project's own test suite; fail with its output unless all pass."""
+    """Run the generated project's own test suite; fail with its output unless all pass, and
+    unless its door tests ran where the trainers' libraries are (CI): never a silent skip."""
+    trainers = TRAINERS_DIRECTORY if TRAINERS_DIRECTORY.is_dir() else ""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-c", RUN_PYTEST, str(trainers), "-q", "-rs", "-p", "no:cacheprovider"],
         cwd=project,
         capture_output=True,
         text=True,
@@ -243,6 +255,11 @@ def assert_own_tests_pass(project: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout
+    skipped_doors = re.findall(r"^SKIPPED .*test_doors\.py.*$", result.stdout, re.MULTILINE)
+    if trainers or os.environ.get(REQUIRE_TRAINERS_VARIABLE) == "1":
+        assert skipped_doors == [], (
+            f"a door test skipped (scripts/install-trainers.sh): {skipped_doors}"
+        )
 
 
 def test_building_the_env_writes_nothing(tmp_path, monkeypatch, offline_tokenizer):

@@ -31,6 +31,8 @@ pytestmark = pytest.mark.timeout(900)
 PREVIOUS_COMMIT = "4635021867f76631f116ced77400bff4b2b81acd"
 
 USER_LINE = '        await ctx.write_file("NOTES.md", "Check your answer twice.\\n")'
+USER_DEPENDENCY = '    "numpy>=1.26",  # the user\'s own\n'
+USER_README_LINE = "Our team's notes on this env are in NOTES.md."
 USER_SAMPLE = """    {
         "prompt": "How many lines does colours.txt have?",
         "files": {"colours.txt": "red\\ngreen\\nblue\\n"},
@@ -109,6 +111,13 @@ def test_update_brings_the_slim_env_and_keeps_the_users_edits(run_cli: RunCli, t
     env_py.write_text(text.replace(anchor, anchor + USER_LINE + "\n"))
     samples = project / "src" / "demo_env" / "samples.py"
     samples.write_text(samples.read_text().replace("SAMPLES = [\n", "SAMPLES = [\n" + USER_SAMPLE))
+    # and where the update adds the doors: a dependency of the user's, a line of the README
+    pyproject, readme = project / "pyproject.toml", project / "README.md"
+    dependency = '    "atroposlib==0.4.0",\n'
+    assert pyproject.read_text().count(dependency) == 1
+    pyproject.write_text(pyproject.read_text().replace(dependency, dependency + USER_DEPENDENCY))
+    title, rest = readme.read_text().split("\n", 1)
+    readme.write_text(f"{title}\n\n{USER_README_LINE}\n{rest}")
     git(project, "add", "--all")
     git(project, "commit", "--quiet", "-m", "User edits")
 
@@ -124,4 +133,15 @@ def test_update_brings_the_slim_env_and_keeps_the_users_edits(run_cli: RunCli, t
     assert "load_items(" not in text and "item: Task" in text
     assert 'dataset_name="example-org/terminal-tasks"' in text
     assert len(text.splitlines()) < 165  # 160, and the dataset's four settings
-    _assert_own_tests_pass(project)
+    # The doors to other trainers come in (an extra, a module and a test each, a README
+    # section each), beside the user's edits.
+    assert (project / "src" / "demo_env" / "trl_environment.py").is_file()
+    assert (project / "src" / "demo_env" / "openenv_server.py").is_file()
+    assert (project / "tests" / "test_doors.py").is_file()
+    extras = pyproject.read_text()
+    assert USER_DEPENDENCY in extras
+    assert 'trl = ["hermes-envgen[trl]~=0.1"]' in extras and "openenv = [" in extras
+    readme_text = readme.read_text()
+    assert USER_README_LINE in readme_text
+    assert "### TRL" in readme_text and "### OpenEnv" in readme_text
+    _assert_own_tests_pass(project)  # test_doors.py's TRL test among them

@@ -63,6 +63,9 @@ _EXPORTS = {
     "TurnEnd": "session",
     "open_env": "session",
     "openenv_app": "doors.openenv",
+    "trl_dataset": "doors.trl",
+    "trl_env_reward": "doors.trl",
+    "trl_environment_factory": "doors.trl",
 }
 
 __all__ = [
@@ -101,6 +104,9 @@ __all__ = [
     "tool",
     "tool_usage_score",
     "training_order",
+    "trl_dataset",
+    "trl_env_reward",
+    "trl_environment_factory",
     "verify_in_sandbox",
     "verify_with_pytest",
     "weighted_score",
@@ -120,6 +126,11 @@ if TYPE_CHECKING:
     from hermes_envgen.runtime.config import APIServerConfig, HermesAgentEnvConfig
     from hermes_envgen.runtime.datasets import split_train_eval, training_order
     from hermes_envgen.runtime.doors.openenv import openenv_app
+    from hermes_envgen.runtime.doors.trl import (
+        trl_dataset,
+        trl_env_reward,
+        trl_environment_factory,
+    )
     from hermes_envgen.runtime.errors import DatasetError, EnvConfigError
     from hermes_envgen.runtime.inference import ModelClient, judge_client
     from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric

@@ -20,6 +20,7 @@ _EXPORTS = {
     "run_env_mode": "runner",
     "OfflineRun": "offline_run",
     "build_env": "envs",
+    "offline_settings": "envs",
     "read_eval_results": "envs",
     "validate_groups": "envs",
     "scripted_policy": "policy",
@@ -47,6 +48,7 @@ __all__ = [
     "check_rewards",
     "notes_server",
     "offline_environment",
+    "offline_settings",
     "read_eval_results",
     "run_env_mode",
     "scripted_policy",
@@ -58,7 +60,12 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
-    from hermes_envgen.testing.envs import build_env, read_eval_results, validate_groups
+    from hermes_envgen.testing.envs import (
+        build_env,
+        offline_settings,
+        read_eval_results,
+        validate_groups,
+    )
     from hermes_envgen.testing.mcp_notes import notes_server
     from hermes_envgen.testing.offline_run import OfflineRun
     from hermes_envgen.testing.policy import scripted_policy

@@ -40,20 +40,52 @@ def build_env(
 ) -> Any:
     """An instance of ``env_cls`` with its own defaults, pointed at ``base_url``, offline.
 
-    Sandboxes and evaluation results go below ``workdir``; web tools search the env's offline
-    corpus (``web_backend`` "corpus") and the kit's notes server stands in for each MCP server
-    (under its name); an env with built-in ``samples`` works on them (the stub replays their
-    gold solutions), not on its configured dataset; an env with a judge of its own
-    (``judge_base_url`` set) has it pointed at ``base_url`` too: offline, the stub plays the
-    judge (``stub_judge`` False keeps the env's own judge, e.g. to ask the judge it really
-    uses). ``overrides`` replace config fields, ``server_overrides`` server fields (e.g.
+    Its settings are :func:`offline_settings` (sandboxes and evaluation results below
+    ``workdir``, the offline corpus, the kit's notes server, the built-in samples, the stub as
+    the judge unless ``stub_judge`` is False, e.g. to ask the judge it really uses).
+    ``overrides`` replace config fields, ``server_overrides`` server fields (e.g.
     ``{"server_type": "vllm"}``).
     """
     from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
     config, servers = env_cls.config_init()
+    settings = offline_settings(env_cls, base_url, tokenizer, workdir, stub_judge=stub_judge)
+    del settings["base_url"]
+    values = config.model_dump() | settings | overrides
+    server = APIServerConfig(
+        **(
+            servers[0].model_dump()
+            | {"base_url": base_url, "api_key": "EMPTY", "health_check": False}
+            | (server_overrides or {})
+        )
+    )
+    return env_cls(type(config)(**values), [server])
+
+
+def offline_settings(
+    env_cls: type[Any],
+    base_url: str,
+    tokenizer: str | Path,
+    workdir: str | Path,
+    *,
+    stub_judge: bool = True,
+) -> dict[str, Any]:
+    """What ``env_cls``'s own settings change to run offline against the stub at ``base_url``:
+    the keywords of ``open_env``, and so of the doors to other trainers
+    (``trl_environment_factory(env_cls, **settings)``, ``openenv_app``).
+
+    Sandboxes and evaluation results go below ``workdir``; web tools search the env's offline
+    corpus (``web_backend`` "corpus") and the kit's notes server stands in for each MCP server
+    (under its name); an env with built-in ``samples`` works on them (the stub replays their
+    gold solutions), not on its configured dataset; an env with a judge of its own
+    (``judge_base_url`` set) has it pointed at ``base_url`` too: offline, the stub plays the
+    judge (``stub_judge`` False keeps the env's own judge).
+    """
+    config, _ = env_cls.config_init()
+    values = config.model_dump()
     workdir = Path(workdir)
-    values = config.model_dump() | {
+    settings: dict[str, Any] = {
+        "base_url": base_url,
         "tokenizer_name": str(tokenizer),
         "sandbox_root": str(workdir / "sandboxes"),
         "data_dir_to_save_evals": str(workdir / "eval"),
@@ -63,23 +95,15 @@ def build_env(
     if values.get("dataset_name") and (
         getattr(env_cls, "samples", None) or builtin_samples(env_cls)
     ):
-        values["dataset_name"] = None  # offline: the built-in tasks, no hub
+        settings["dataset_name"] = None  # offline: the built-in tasks, no hub
     if stub_judge and values.get(JUDGE_URL_FIELD):
-        values[JUDGE_URL_FIELD] = base_url
-    if values.get("mcp_servers") and "mcp_servers" not in overrides:
+        settings[JUDGE_URL_FIELD] = base_url
+    if values.get("mcp_servers"):
         # offline: the kit's notes server stands in for each of the env's, under its name
         from hermes_envgen.testing.mcp_notes import notes_server
 
-        values["mcp_servers"] = [notes_server(server["name"]) for server in values["mcp_servers"]]
-    values.update(overrides)
-    server = APIServerConfig(
-        **(
-            servers[0].model_dump()
-            | {"base_url": base_url, "api_key": "EMPTY", "health_check": False}
-            | (server_overrides or {})
-        )
-    )
-    return env_cls(type(config)(**values), [server])
+        settings["mcp_servers"] = [notes_server(server["name"]) for server in values["mcp_servers"]]
+    return settings
 
 
 def with_prompts(env_cls: type[Any], tasks: list[Any]) -> list[Any]:

@@ -31,34 +31,41 @@ from hermes_envgen.runtime.tools.registry import INJECTED_PARAMETERS, Tool
 def require(module: str, distribution: str, supported: tuple[str, str], extra: str) -> ModuleType:
     """``module``, imported, when ``distribution`` is installed at a version in
     [``supported[0]``, ``supported[1]``); else :class:`DoorUnavailable` naming the extra."""
+    if not refuse_unsupported(distribution, supported, extra):
+        raise DoorUnavailable(
+            f"{distribution} is not installed: pip install 'hermes-envgen[{extra}]'"
+        ) from None
+    return importlib.import_module(module)
+
+
+def refuse_unsupported(distribution: str, supported: tuple[str, str], extra: str) -> bool:
+    """Whether ``distribution`` is installed; :class:`DoorUnavailable` naming the extra when it
+    is, at a version outside [``supported[0]``, ``supported[1]``)."""
     from packaging.version import Version
 
     low, high = supported
-    install = f"pip install 'hermes-envgen[{extra}]'"
     try:
         found = version(distribution)
     except PackageNotFoundError:
-        raise DoorUnavailable(f"{distribution} is not installed: {install}") from None
+        return False
     if not Version(low) <= Version(found) < Version(high):
         raise DoorUnavailable(
-            f"{distribution} {found} is not supported (>={low},<{high}): {install}"
+            f"{distribution} {found} is not supported (>={low},<{high}): "
+            f"pip install 'hermes-envgen[{extra}]'"
         ) from None
-    return importlib.import_module(module)
+    return True
 
 
 def typed_function(function: Callable[..., Any], tool: Tool, *, method: bool = False) -> None:
     """Give ``function`` (which takes the tool's arguments as keywords) ``tool``'s name, typed
     signature and a docstring with an ``Args:`` line per parameter, as libraries that read a
     function to describe a tool want it (transformers' ``get_json_schema``, FastMCP)."""
-    hints = typing.get_type_hints(tool.function)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     parameters = [inspect.Parameter("self", kind)] if method else []
     docs = []
     properties = tool.parameters.get("properties", {})
-    for parameter in inspect.signature(tool.function).parameters.values():
-        if parameter.name in INJECTED_PARAMETERS:
-            continue
-        parameters.append(parameter.replace(annotation=hints.get(parameter.name, str)))
+    for parameter in _parameters(tool):
+        parameters.append(parameter)
         described = properties.get(parameter.name, {}).get("description") or parameter.name
         docs.append(f"    {parameter.name}: {' '.join(described.split())}")
     function.__name__ = function.__qualname__ = tool.name
@@ -67,6 +74,53 @@ def typed_function(function: Callable[..., Any], tool: Tool, *, method: bool = F
         p.name: p.annotation for p in parameters if p.name != "self" or not method
     } | {"return": str}
     function.__doc__ = tool.description + ("\n\nArgs:\n" + "\n".join(docs) if docs else "")
+
+
+# A JSON schema's types as Python's, for the tools known by their schema alone (an MCP server's).
+_JSON_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
+
+
+def _parameters(tool: Tool) -> list[inspect.Parameter]:
+    """The parameters the model fills of ``tool``: its function's, typed by its hints; for a
+    function that takes any keywords (an MCP server's tool), those of its JSON schema."""
+    signature = inspect.signature(tool.function)
+    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        hints = typing.get_type_hints(tool.function)
+        return [
+            p.replace(annotation=hints.get(p.name, str))
+            for p in signature.parameters.values()
+            if p.name not in INJECTED_PARAMETERS
+        ]
+    required = set(tool.parameters.get("required", []))
+    found = []
+    for name, spec in tool.parameters.get("properties", {}).items():
+        if not name.isidentifier():
+            raise DoorUnavailable(
+                f"the tool {tool.name!r} has a parameter {name!r} that is no Python name"
+            )
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        annotation: Any = _JSON_TYPES.get(kind, str) if isinstance(kind, str) else str
+        if name in required:
+            found.append(
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+            )
+        else:
+            found.append(
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    annotation=annotation | None,
+                    default=None,
+                )
+            )
+    return found
 
 
 # -- one instance of an env per process and settings, shared by the doors' sessions ---------

@@ -28,7 +28,12 @@ from typing import Any
 
 from hermes_envgen.runtime.agent_loop import normalize_tool_call
 from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
-from hermes_envgen.runtime.doors import require, shared_sessions, typed_function
+from hermes_envgen.runtime.doors import (
+    refuse_unsupported,
+    require,
+    shared_sessions,
+    typed_function,
+)
 from hermes_envgen.runtime.errors import DoorUnavailable
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.session import (
@@ -182,15 +187,18 @@ def _openai_message(message: dict[str, Any]) -> dict[str, Any]:
 def environment_factory(
     env_cls: type[HermesAgentBaseEnv],
     *,
-    tokenizer_name: str,
+    tokenizer_name: str | None = None,
     idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
     **settings: Any,
 ) -> EnvironmentFactory:
-    """TRL's ``environment_factory`` for ``env_cls`` (``settings``: config fields to override)."""
-    require_trl()
-    factory = EnvironmentFactory(
-        env_cls, {"tokenizer_name": tokenizer_name, **settings}, idle_timeout
-    )
+    """TRL's ``environment_factory`` for ``env_cls`` (``tokenizer_name``: the model's, else the
+    env's own; ``settings``: ``open_env``'s keywords). Making and driving it needs no TRL (a
+    project's tests drive it as TRL does); a TRL at a version this door was not tested with is
+    refused, naming the extra."""
+    refuse_unsupported("trl", SUPPORTED, "trl")
+    if tokenizer_name is not None:
+        settings["tokenizer_name"] = tokenizer_name
+    factory = EnvironmentFactory(env_cls, settings, idle_timeout)
     factory.environment_class  # noqa: B018  (tools that TRL cannot take are refused now)
     return factory
 
@@ -342,6 +350,16 @@ def rollout_func(
 def rollout_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
     """The reward of :class:`RolloutFunc`'s rollouts (its ``env_reward`` column)."""
     return [float(r) for r in env_reward]
+
+
+# The door's entry points under the names generated projects import from
+# ``hermes_envgen.runtime`` (src/<package>/trl_environment.py).
+trl_environment_factory = environment_factory
+"""TRL's ``environment_factory`` made from an env class (:func:`environment_factory`)."""
+trl_dataset = dataset
+"""An env's tasks as the rows of a TRL dataset: ``prompt`` and ``task`` (:func:`dataset`)."""
+trl_env_reward = env_reward
+"""TRL's reward function: each rollout's ``compute_reward`` (:func:`env_reward`)."""
 
 
 def _prompt_key(messages: Any) -> str:
