@@ -174,6 +174,7 @@ RUNTIME_API = [
     "trl_dataset",
     "trl_env_reward",
     "trl_environment_factory",
+    "verifiers_app",
     "verify_in_sandbox",
     "verify_with_pytest",
     "weighted_score",

@@ -66,6 +66,7 @@ SECTIONS = (
     "### Offline, against a stub model",
     "### TRL",
     "### OpenEnv",
+    "### verifiers",
     "## Updating",
 )
 
@@ -95,6 +96,8 @@ def kind_of(command: str, package: str) -> str | None:
         "sglang": r"python -m sglang\.launch_server .*",
         "run-api": r"run-api --host 127\.0\.0\.1 --port \d+ &",
         "openenv": rf"TOKENIZER_NAME=\S+ +python -m {package}\.openenv_server",
+        "verifiers": rf"python -m hermes_envgen\.runtime\.doors\.verifiers +{package}\.env:\w+ +"
+        r"--tokenizer \S+",
         # the offline recipe (tests/test_template.py runs it)
         "offline": r"(hermes-envgen (stub-server|offline-tokenizer|trainer) .*|OFFLINE=.*|"
         r"--.*|wait \$TRAINER|kill \$SERVE \$STUB)",
@@ -477,11 +480,11 @@ def test_each_doors_install_line_names_an_extra_of_the_project_made_of_hermes_en
     named = {
         re.fullmatch(r"uv pip install -c constraints.txt -e '\.\[(\w+)\]'", command).group(1)
         for section, block in blocks
-        if section in ("### TRL", "### OpenEnv")
+        if section in ("### TRL", "### OpenEnv", "### verifiers")
         for command in commands(block)
         if command.startswith("uv pip install")
     }
-    assert named == {"trl", "openenv"}
+    assert named == {"trl", "openenv", "verifiers"}
     for extra in named:  # each the extra of hermes-envgen of that name
         assert f"hermes-envgen[{extra}]~=0.1" in extras["optional-dependencies"][extra]
         assert extra in ours
@@ -554,3 +557,51 @@ def test_the_openenv_server_line_runs_as_written_and_serves_the_env(readmes, tmp
         log.close()
     assert opened["messages"][-1]["role"] == "user"
     assert finished.done and finished.reward == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_verifiers_door_line_runs_as_written_and_serves_the_envs_tasks(readmes, tmp_path):
+    import httpx
+
+    from hermes_envgen.testing import build_offline_tokenizer
+
+    project = readmes["atropos"]
+    package = project.name.replace("-", "_")
+    (line,) = [
+        c
+        for s, b in bash_blocks((project / "README.md").read_text())
+        if s == "### verifiers"
+        for c in commands(b)
+        if kind_of(c, package) == "verifiers"
+    ]
+    tokenizer = build_offline_tokenizer(tmp_path / "tokenizer")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = f"{line.replace(' TOKENIZER', f' {tokenizer}')} --port {port}"
+    log = open(tmp_path / "door.log", "w")  # noqa: SIM115 (closed in the finally below)
+    door = subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", command],
+        cwd=project,
+        env=user_env(project) | {"TMPDIR": str(tmp_path)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(240):
+            assert door.poll() is None, (tmp_path / "door.log").read_text()[-4000:]
+            if not port_is_free(port):
+                break
+            threading.Event().wait(0.25)
+        tasks = httpx.get(f"http://127.0.0.1:{port}/tasks", timeout=60).json()["tasks"]
+    finally:
+        door.terminate()
+        try:
+            door.wait(30)
+        except subprocess.TimeoutExpired:
+            door.kill()
+            door.wait()
+        log.close()
+    assert tasks and all(task["prompt"][-1]["role"] == "user" for task in tasks)

@@ -66,6 +66,7 @@ _EXPORTS = {
     "trl_dataset": "doors.trl",
     "trl_env_reward": "doors.trl",
     "trl_environment_factory": "doors.trl",
+    "verifiers_app": "doors.verifiers",
 }
 
 __all__ = [
@@ -107,6 +108,7 @@ __all__ = [
     "trl_dataset",
     "trl_env_reward",
     "trl_environment_factory",
+    "verifiers_app",
     "verify_in_sandbox",
     "verify_with_pytest",
     "weighted_score",
@@ -131,6 +133,7 @@ if TYPE_CHECKING:
         trl_env_reward,
         trl_environment_factory,
     )
+    from hermes_envgen.runtime.doors.verifiers import verifiers_app
     from hermes_envgen.runtime.errors import DatasetError, EnvConfigError
     from hermes_envgen.runtime.inference import ModelClient, judge_client
     from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
