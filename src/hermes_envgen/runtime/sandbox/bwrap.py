@@ -38,13 +38,17 @@ sandbox (``kill(-1)`` in its PID namespace: all of the rollout's, however they w
 empty ``/tmp`` (verification's ``HOME``) and ``/dev/shm``, and check that nothing the agent's
 processes could change of it was changed (its limits, priority, I/O priority, CPUs; no System
 V IPC object or POSIX message queue left); verification then runs in the same sandbox,
-without a second start. When the anchor cannot vouch for that (or does not answer), it is killed, and with it every process of the
-rollout: the next command starts a fresh sandbox over the same workspace, with ``HOME`` on its
-new empty ``/tmp``. ``install_checks`` writes the check files as root into a fresh directory
-of root's in the sandbox's sticky ``/tmp`` (through the anchor's ``/proc/PID/root``), where
-the sandbox's user can neither write them nor rename or replace their directory; when the
-host process is not root (so the sandbox's user is the host's), it binds them read-only at
-``/verify-<random>`` instead, which restarts the sandbox.
+without a second start. When the anchor cannot vouch for that (or does not answer), it is
+killed, and with it every process of the rollout: the next command starts a fresh sandbox
+over the same workspace, with ``HOME`` on its new empty ``/tmp``. ``install_checks`` writes
+the check files as root into a fresh directory of root's in the sandbox's sticky ``/tmp``
+(through the anchor's ``/proc/PID/root``), where the sandbox's user can neither write them nor
+rename or replace their directory; when the host process is not root (so the sandbox's user
+is the host's), it binds them read-only at ``/verify-<random>`` instead, which restarts the
+sandbox.
+
+Pool: with ``sandbox_pool``, sandboxes are started ahead of demand (see ``pool``); a task
+takes one that no task has used, and it is closed after its rollout as any other.
 
 Files: see ``workspace_files`` (a symlink to ``/workspace/x`` leads to the workspace's ``x``,
 one to any other absolute path is refused; opened below a descriptor of the workspace with
@@ -408,6 +412,10 @@ class BwrapSandbox(HostDirectorySandbox):
                 self.bwrap_argv(), {"PATH": PATH_INSIDE}, self._workspace_fd
             )
             return self._anchor
+
+    async def start_ahead(self) -> None:
+        """Start the sandbox (bwrap, its anchor) before a task has it: a pool's."""
+        await self._ensure_anchor()
 
     # -- commands --------------------------------------------------------------------------
 
