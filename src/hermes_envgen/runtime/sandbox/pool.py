@@ -42,6 +42,7 @@ class SandboxPool:
         self._filling: asyncio.Task | None = None
         self._paused_until = 0.0
         self._closed = False
+        self.served = 0  # sandboxes taken from the pool so far
 
     def __len__(self) -> int:
         """The sandboxes ready to be taken."""
@@ -50,6 +51,7 @@ class SandboxPool:
     def take(self) -> Sandbox | None:
         """A started sandbox no task has used (None if none is ready); the pool refills."""
         sandbox = self._ready.popleft() if self._ready else None
+        self.served += sandbox is not None
         self._refill()
         return sandbox
 
