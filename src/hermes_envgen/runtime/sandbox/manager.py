@@ -89,6 +89,10 @@ class SandboxManager:
         self.pool: SandboxPool | None = None
         if self.settings.pool > 0 and self.settings.backend in POOLED_BACKENDS:
             self.pool = SandboxPool(self.settings.pool, lambda: self._make("pooled"))
+            logger.info("up to %d sandboxes are started ahead of demand", self.settings.pool)
+        elif self.settings.pool > 0:
+            logger.info("sandbox_pool applies to bwrap only: the %s backend ignores it",
+                        self.settings.backend)  # fmt: skip
 
     def __contains__(self, task_id: str) -> bool:
         return task_id in self._sandboxes
