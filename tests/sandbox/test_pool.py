@@ -101,3 +101,26 @@ def test_the_pool_setting_is_off_by_default_and_bounded():
     assert HermesAgentEnvConfig(sandbox_pool=16).sandbox_settings().pool == 16
     with pytest.raises(ValueError, match="sandbox_pool"):
         HermesAgentEnvConfig(sandbox_pool=4096)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [BWRAP])
+def test_the_pool_serves_a_manager_used_from_one_event_loop_after_another(backend, tmp_path):
+    # As tests and a session's thread do: filled under one loop, taken and refilled under the
+    # next.
+    manager = make_manager(tmp_path, backend, pool=1)
+    assert manager.pool is not None
+    asyncio.run(manager.pool.fill())
+
+    async def second():
+        sandbox = manager.get("task")
+        assert manager.pool.served == 1
+        result = await sandbox.run("echo hi")
+        await manager.pool.fill()
+        refilled = len(manager.pool)
+        await manager.close_all()
+        return result, refilled
+
+    result, refilled = asyncio.run(second())
+    assert (result.exit_code, result.output, refilled) == (0, "hi\n", 1)
+    assert not manager.root.exists()

@@ -58,8 +58,9 @@ class SandboxPool:
     async def fill(self) -> None:
         """Start sandboxes until the pool is full (or a start fails); at the run's start, say."""
         self._refill()
-        while self._filling is not None and not self._filling.done():
-            await asyncio.shield(self._filling)
+        loop = asyncio.get_running_loop()
+        while (task := self._filling) is not None and not task.done() and task.get_loop() is loop:
+            await asyncio.shield(task)
 
     def _refill(self) -> None:
         """Start the background refill on the running loop, unless one is under way there."""
