@@ -63,6 +63,7 @@ ROLLOUTS_PER_LEVEL = 512  # at least two groups per level (--rollouts)
 FDS_PER_ROLLOUT = 8  # the env's descriptors per rollout in flight: its sandbox's (control
 # socket, pidfd, workspace), a command's pipe and reply socket, the model request's socket
 LEVEL_TIMEOUT = 1800.0  # seconds a level's process may take (--level-timeout)
+PROGRESS = "groups done:"  # a level's line on stderr after each group
 
 
 def terminal_turn(command: str) -> dict:
@@ -165,7 +166,7 @@ async def process_level(
         **({"sandbox_pool": pool} if pool else {}),  # the old code has no such setting
     )
     await env.setup()
-    groups = max(2, int(os.environ.get("BENCH_SCALE_ROLLOUTS", ROLLOUTS_PER_LEVEL)) // concurrency)
+    groups = max(1, int(os.environ.get("BENCH_SCALE_ROLLOUTS", ROLLOUTS_PER_LEVEL)) // concurrency)
     errors = 0
     sandbox_mb = 0.0
 
@@ -180,12 +181,15 @@ async def process_level(
     cpu_before, own_before = cpu_usage_seconds(cgroup), own_cpu_seconds()
     with open(os.path.join(workdir, "groups.jsonl"), "w") as out:
         start = time.perf_counter()
-        for _ in range(groups):
+        for number in range(groups):
             group, _ = await env.collect_trajectories(await env.get_next_item())
             if group is None:
                 errors += 1
-                continue
-            out.write(json.dumps(group) + "\n")
+            else:
+                out.write(json.dumps(group) + "\n")
+            # read by run_level if the level runs out of time: the groups done by then
+            elapsed = time.perf_counter() - start
+            print(f"{PROGRESS} {number + 1} {groups} {elapsed:.1f}", file=sys.stderr, flush=True)
         seconds = time.perf_counter() - start
     busy_after, total_after = cpu_ticks()
     busy = (busy_after - busy_before) / max(1, total_after - total_before)
@@ -234,11 +238,21 @@ def run_level(
                 [*argv, str(cgroup or "")],
                 capture_output=True, text=True, timeout=timeout, check=False, env=env,
             )  # fmt: skip
-        except subprocess.TimeoutExpired:  # killed: its sandboxes die with it (bwrap's parent)
-            return f"timed out after {timeout:g} s"
+        except subprocess.TimeoutExpired as exc:  # killed: its sandboxes die with it (bwrap's)
+            return f"timed out after {timeout:g} s; " + progress(exc.stderr, level)
     if completed.returncode != 0:
         return str(completed.stderr.strip().splitlines()[-1:])
     return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def progress(stderr: bytes | str | None, level: int) -> str:
+    """What a level that ran out of time had done: its groups, and their rate."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    lines = [line.split() for line in text.splitlines() if line.startswith(PROGRESS)]
+    if not lines:
+        return "no group done"
+    done, groups, seconds = int(lines[-1][-3]), int(lines[-1][-2]), float(lines[-1][-1])
+    return f"{done} of {groups} groups in {seconds:.0f} s: {done * level / seconds:.1f} rollouts/s"
 
 
 def format_row(label: str, row: dict | str) -> str:
