@@ -50,11 +50,12 @@ def median_ratio(pairs: list[tuple[float, float]]) -> float:
 @contextmanager
 def baseline_checkout(revision: str) -> Iterator[Path]:
     """The ``src`` directory of ``revision`` of this repository, extracted into a temporary
-    directory: put it first on PYTHONPATH to run that revision's code beside this one's."""
+    directory: put it first on PYTHONPATH to run that revision's code beside this one's. Its
+    ``examples`` are extracted beside it (``../examples``), as they import that code."""
     repository = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="bench-baseline.") as tmp:
         archive = subprocess.run(
-            ["git", "-C", str(repository), "archive", revision, "src"],
+            ["git", "-C", str(repository), "archive", revision, "src", "examples"],
             capture_output=True,
             check=True,
         )

@@ -11,7 +11,11 @@ rounds alternate the variants, and each round yields new / old (and variant / fl
 - ``start``: a sandbox of the backend opened, ``true`` run in it, closed (the code of this
   checkout, and of ``--baseline``, loaded from a ``git archive`` of that revision);
 - ``rollout``: the sandbox work of a rollout that is verified: open, ``true`` as the agent,
-  ``stop_agent_processes``, ``install_checks`` and the check, close.
+  ``stop_agent_processes``, ``install_checks`` and the check, close;
+- ``pooled start`` / ``pooled rollout``: the same with the sandbox taken from a pool
+  (``sandbox_pool``) filled before the count starts and not refilled during it: a pool made
+  ahead of demand is not counted (its starts cost what ``new start`` measures, but off the
+  rollouts' path).
 
     .venv/bin/python benchmarks/bench_sandbox_start.py [--rounds 5] [--starts 20] [--baseline REV]
 
@@ -59,7 +63,11 @@ async def child(variant: str, starts: int, root: str, cgroup: str | None) -> dic
         join_cgroup(cgroup)
     from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 
-    manager = SandboxManager(SandboxSettings(backend="bwrap", root=root))
+    pool = {"pool": starts + 1} if variant.startswith("pooled") else {}  # old code has none
+    manager = SandboxManager(SandboxSettings(backend="bwrap", root=root, **pool))
+    if pool:
+        await manager.pool.fill()  # ahead of demand: before the count starts
+        manager.pool.size = 0  # and not refilled during it
 
     async def start_once(n: int) -> None:
         sandbox = manager.get(f"s{n}")
@@ -123,7 +131,8 @@ def main() -> None:
     load = Path("/proc/loadavg").read_text().split()[0]
     print(f"bwrap sandbox starts, {args.rounds} rounds x {args.starts}, old = {args.baseline}"
           f" (load average {load})")  # fmt: skip
-    variants = ["floor", "floor+mounts", "old start", "new start", "old rollout", "new rollout"]
+    variants = ["floor", "floor+mounts", "old start", "new start", "pooled start",
+                "old rollout", "new rollout", "pooled rollout"]  # fmt: skip
     rows: dict[str, list[dict]] = {v: [] for v in variants}
     with baseline_checkout(args.baseline) as old_src:
         count = 0
@@ -146,10 +155,10 @@ def main() -> None:
         cpu_ratio = f"{ratio(variant, 'floor', 'cpu_ms'):10.1f}" if has_cpu else f"{'-':>10}"
         print(f"{variant:14} {median(variant, 'wall_ms'):8.1f} {cpu} "
               f"{ratio(variant, 'floor', 'wall_ms'):11.1f} {cpu_ratio}")  # fmt: skip
-    for what in ("start", "rollout"):
-        line = f"new/old {what}: wall {ratio(f'new {what}', f'old {what}', 'wall_ms'):.2f}"
+    for side, what in [(s, w) for s in ("new", "pooled") for w in ("start", "rollout")]:
+        line = f"{side}/old {what}: wall {ratio(f'{side} {what}', f'old {what}', 'wall_ms'):.2f}"
         if has_cpu:
-            line += f", CPU {ratio(f'new {what}', f'old {what}', 'cpu_ms'):.2f}"
+            line += f", CPU {ratio(f'{side} {what}', f'old {what}', 'cpu_ms'):.2f}"
         print(line)
 
 

@@ -13,6 +13,13 @@ Three parts, each against the stub server in its own process:
    bwrap's). With ``--baseline REV`` each level runs that revision's code too (a ``git
    archive`` of its ``src`` first on PYTHONPATH; ``--new REV`` likewise for the new side,
    else this checkout), old and new alternating (``--repeat`` times), and prints new / old.
+   ``--pool N`` adds a third side, ``pooled``: the new code with ``sandbox_pool`` set to N (at
+   most the level), not filled before the count starts: the run's first rollouts start their
+   own sandboxes while the pool fills, and its refills are counted like every other start.
+   Per level, the CPU a rollout costs in all (worker and sandboxes) and what it means for
+   sizing: rollouts/s per fully used core. At 1024 a level needs some 8 descriptors per
+   rollout in flight: the soft RLIMIT_NOFILE is raised to the hard one, and a level the hard
+   limit cannot hold is reported as skipped, not run; ``--level-timeout`` bounds each level.
    Target: throughput grows until the CPUs are full, RSS under 1 GB at 256, no error.
 2. ``evaluate``: 2,000 items x 4 samples through ``run_eval``; RSS is sampled as the run goes.
    Target: flat (no growth with the rollouts done).
@@ -53,6 +60,10 @@ from _common import (
 HERE = Path(__file__).resolve().parent
 LEVELS = (1, 8, 64, 256)
 ROLLOUTS_PER_LEVEL = 512  # at least two groups per level (--rollouts)
+FDS_PER_ROLLOUT = 8  # the env's descriptors per rollout in flight: its sandbox's (control
+# socket, pidfd, workspace), a command's pipe and reply socket, the model request's socket
+LEVEL_TIMEOUT = 1800.0  # seconds a level's process may take (--level-timeout)
+PROGRESS = "groups done:"  # a level's line on stderr after each group
 
 
 def terminal_turn(command: str) -> dict:
@@ -135,11 +146,15 @@ async def process_level(
     """Run process mode's loop (collect, tokenize, serialise) for one concurrency level."""
     if cgroup:
         join_cgroup(cgroup)
-    sys.path.insert(0, str(HERE.parent / "examples"))
+    # the example of the side's own revision: it imports that revision's runtime
+    side = os.environ.get("PYTHONPATH")
+    examples = Path(side).parent / "examples" if side else HERE.parent / "examples"
+    sys.path.insert(0, str(examples))
     from terminal_env import TerminalTaskEnv
 
     from hermes_envgen.testing.envs import build_env
 
+    pool = min(int(os.environ.get("BENCH_SCALE_POOL", "0")), concurrency)
     env = build_env(
         TerminalTaskEnv,
         base_url,
@@ -148,9 +163,10 @@ async def process_level(
         group_size=concurrency,
         sandbox_backend="bwrap",
         max_agent_turns=4,
+        **({"sandbox_pool": pool} if pool else {}),  # the old code has no such setting
     )
     await env.setup()
-    groups = max(2, int(os.environ.get("BENCH_SCALE_ROLLOUTS", ROLLOUTS_PER_LEVEL)) // concurrency)
+    groups = max(1, int(os.environ.get("BENCH_SCALE_ROLLOUTS", ROLLOUTS_PER_LEVEL)) // concurrency)
     errors = 0
     sandbox_mb = 0.0
 
@@ -165,12 +181,15 @@ async def process_level(
     cpu_before, own_before = cpu_usage_seconds(cgroup), own_cpu_seconds()
     with open(os.path.join(workdir, "groups.jsonl"), "w") as out:
         start = time.perf_counter()
-        for _ in range(groups):
+        for number in range(groups):
             group, _ = await env.collect_trajectories(await env.get_next_item())
             if group is None:
                 errors += 1
-                continue
-            out.write(json.dumps(group) + "\n")
+            else:
+                out.write(json.dumps(group) + "\n")
+            # read by run_level if the level runs out of time: the groups done by then
+            elapsed = time.perf_counter() - start
+            print(f"{PROGRESS} {number + 1} {groups} {elapsed:.1f}", file=sys.stderr, flush=True)
         seconds = time.perf_counter() - start
     busy_after, total_after = cpu_ticks()
     busy = (busy_after - busy_before) / max(1, total_after - total_before)
@@ -197,10 +216,16 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_level(level: int, base_url: str, tokenizer: str, pythonpath: str | None) -> dict | str:
+def run_level(
+    level: int, base_url: str, tokenizer: str, pythonpath: str | None, pool: int, timeout: float
+) -> dict | str:
     """One level in a fresh process (in a cpuacct cgroup of its own where one can be made);
     its row, or why it failed."""
-    env = dict(os.environ)
+    needed = level * FDS_PER_ROLLOUT + 256
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit != resource.RLIM_INFINITY and limit < needed:
+        return f"skipped: {needed} descriptors needed, RLIMIT_NOFILE is {limit} (raise it)"
+    env = dict(os.environ, BENCH_SCALE_POOL=str(pool))
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     with (
@@ -208,45 +233,70 @@ def run_level(level: int, base_url: str, tokenizer: str, pythonpath: str | None)
         cpuacct_cgroup(f"hermes-bench-scale-{os.getpid()}-{time.monotonic_ns()}") as cgroup,
     ):
         argv = [sys.executable, __file__, "--one-level", str(level), base_url, tokenizer, workdir]
-        completed = subprocess.run(
-            [*argv, str(cgroup or "")],
-            capture_output=True, text=True, timeout=3600, check=False, env=env,
-        )  # fmt: skip
+        try:
+            completed = subprocess.run(
+                [*argv, str(cgroup or "")],
+                capture_output=True, text=True, timeout=timeout, check=False, env=env,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as exc:  # killed: its sandboxes die with it (bwrap's)
+            return f"timed out after {timeout:g} s; " + progress(exc.stderr, level)
     if completed.returncode != 0:
         return str(completed.stderr.strip().splitlines()[-1:])
     return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def progress(stderr: bytes | str | None, level: int) -> str:
+    """What a level that ran out of time had done: its groups, and their rate."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    lines = [line.split() for line in text.splitlines() if line.startswith(PROGRESS)]
+    if not lines:
+        return "no group done"
+    done, groups, seconds = int(lines[-1][-3]), int(lines[-1][-2]), float(lines[-1][-1])
+    return f"{done} of {groups} groups in {seconds:.0f} s: {done * level / seconds:.1f} rollouts/s"
 
 
 def format_row(label: str, row: dict | str) -> str:
     if isinstance(row, str):
         return f"{label:>12}  failed: {row}"
     sandbox = row["sandbox_cpu_ms"]
+    # sizing: a fully used core's rollouts/s, from the CPU a rollout costs in all
+    per_core = "-" if sandbox is None else f"{1000 / (row['worker_cpu_ms'] + sandbox):.1f}"
     return (
         f"{label:>12} {row['rollouts_per_s']:>11.1f} {row['cpu_busy']:>10.0%} "
         f"{row['worker_cpu_ms']:>10.1f} {'-' if sandbox is None else f'{sandbox:.1f}':>11} "
-        f"{row['peak_rss_mb']:>12.0f} {row['sandbox_mb']:>13.0f} {row['errors']:>7}"
+        f"{per_core:>9} {row['peak_rss_mb']:>12.0f} {row['sandbox_mb']:>13.0f} "
+        f"{row['errors']:>7}"
     )
 
 
 def run_process_part(
-    base_url: str, tokenizer: str, levels: list[int], sides: dict[str, str | None], repeat: int
+    base_url: str,
+    tokenizer: str,
+    levels: list[int],
+    sides: dict[str, tuple[str | None, int]],
+    repeat: int,
+    timeout: float,
 ) -> None:
+    """Each level on each side (its PYTHONPATH, its pool size), alternating."""
     load = Path("/proc/loadavg").read_text().split()[0]
     print(f"process: 3-turn terminal tasks on bwrap against the stub (load average {load})")
     print(f"{'concurrency':>12} {'rollouts/s':>11} {'CPUs busy':>10} {'worker ms':>10} "
-          f"{'sandbox ms':>11} {'peak RSS MB':>12} {'sandboxes MB':>13} {'errors':>7}")  # fmt: skip
+          f"{'sandbox ms':>11} {'per core':>9} {'peak RSS MB':>12} {'sandboxes MB':>13} "
+          f"{'errors':>7}")  # fmt: skip
     for level in levels:
         rows: dict[str, list[dict | str]] = {side: [] for side in sides}
         for _ in range(repeat):
-            for side, pythonpath in sides.items():
-                row = run_level(level, base_url, tokenizer, pythonpath)
+            for side, (pythonpath, pool) in sides.items():
+                row = run_level(level, base_url, tokenizer, pythonpath, pool, timeout)
                 rows[side].append(row)
                 label = f"{level} {side}" if len(sides) > 1 else str(level)
                 print(format_row(label, row), flush=True)
-        if len(sides) > 1:
+        if "old" not in sides:
+            continue
+        for side in (s for s in sides if s != "old"):
             pairs = [
                 (new, old)
-                for new, old in zip(rows["new"], rows["old"])
+                for new, old in zip(rows[side], rows["old"])
                 if isinstance(new, dict) and isinstance(old, dict)
             ]
             if pairs:
@@ -256,7 +306,7 @@ def run_process_part(
                 worker = statistics.median(
                     n["worker_cpu_ms"] / o["worker_cpu_ms"] for n, o in pairs
                 )
-                line = f"{level:>12} new/old: rollouts/s {speed:.2f}, worker CPU {worker:.2f}"
+                line = f"{level:>12} {side}/old: rollouts/s {speed:.2f}, worker CPU {worker:.2f}"
                 if all(n["sandbox_cpu_ms"] and o["sandbox_cpu_ms"] for n, o in pairs):
                     box = statistics.median(
                         n["sandbox_cpu_ms"] / o["sandbox_cpu_ms"] for n, o in pairs
@@ -439,6 +489,14 @@ def long_script() -> dict:
     return {"conversations": [{"match": "long task", "turns": [*turns, {"content": "done"}]}]}
 
 
+def raise_descriptor_limit() -> None:
+    """The soft RLIMIT_NOFILE up to the hard one, for the levels' processes (inherited)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        print(f"RLIMIT_NOFILE raised from {soft} to {hard}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="process,evaluate,long")
@@ -449,6 +507,8 @@ def main() -> None:
     parser.add_argument("--new", help="a revision for the new side (default: this checkout)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each level and side")
     parser.add_argument("--rollouts", type=int, default=ROLLOUTS_PER_LEVEL, help="per level")
+    parser.add_argument("--pool", type=int, default=0, help="add a side with sandbox_pool N")
+    parser.add_argument("--level-timeout", type=float, default=LEVEL_TIMEOUT)
     parser.add_argument("--one-level", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ["BENCH_SCALE_ROLLOUTS"] = str(args.rollouts)  # for the levels' processes
@@ -465,15 +525,17 @@ def main() -> None:
         tokenizer = str(build_offline_tokenizer(Path(tok)))
         if "process" in parts:
             levels = [int(level) for level in args.levels.split(",")]
+            raise_descriptor_limit()
             with contextlib.ExitStack() as stack:
-                sides: dict[str, str | None] = {"new": None}
-                if args.new:
-                    sides["new"] = str(stack.enter_context(baseline_checkout(args.new)))
+                new = str(stack.enter_context(baseline_checkout(args.new))) if args.new else None
+                sides: dict[str, tuple[str | None, int]] = {}
                 if args.baseline:
-                    sides = {"old": str(stack.enter_context(baseline_checkout(args.baseline))),
-                             **sides}  # fmt: skip
+                    sides["old"] = (str(stack.enter_context(baseline_checkout(args.baseline))), 0)
+                sides["new"] = (new, 0)
+                if args.pool:
+                    sides["pooled"] = (new, args.pool)
                 url = stack.enter_context(stub_server_process(PROCESS_SCRIPT))
-                run_process_part(url, tokenizer, levels, sides, args.repeat)
+                run_process_part(url, tokenizer, levels, sides, args.repeat, args.level_timeout)
         if "evaluate" in parts:
             script = {"conversations": [], "default": {"turns": [{"content": "an answer"}]}}
             with stub_server_process(script) as url:

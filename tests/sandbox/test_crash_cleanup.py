@@ -23,6 +23,8 @@ from sandbox_helpers import (
     BWRAP,
     DOCKER,
     LOCAL,
+    alive,
+    descendants,
     docker_containers,
     docker_test_image,
     eventually,
@@ -71,6 +73,22 @@ def script(mark: str) -> dict:
 def test_a_killed_run_leaves_no_sandbox_behind(
     backend, signum, stub_server, offline_tokenizer, tmp_path
 ):
+    kill_a_run(backend, signum, stub_server, offline_tokenizer, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [BWRAP])
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_run_leaves_no_pooled_sandbox_behind(
+    backend, signum, stub_server, offline_tokenizer, tmp_path
+):
+    # Sandboxes started ahead of demand, waiting in the pool as the run is killed.
+    kill_a_run(backend, signum, stub_server, offline_tokenizer, tmp_path, pool=4)
+
+
+def kill_a_run(backend, signum, stub_server, offline_tokenizer, tmp_path, pool: int = 0) -> None:
+    """Kill an ``evaluate`` run with ``signum`` while its tasks' commands run; check that what
+    it left goes (``pool``: with that many sandboxes started ahead of demand)."""
     mark = f"{random.randrange(7000, 8000)}.{random.randrange(10**6)}"
     needle = f"sleep\0{mark}\0".encode()
     server = stub_server(script(mark))
@@ -81,7 +99,8 @@ def test_a_killed_run_leaves_no_sandbox_behind(
          "--env.tokenizer_name", str(offline_tokenizer), "--env.sandbox_root", str(root),
          "--env.data_dir_to_save_evals", str(tmp_path / "evals"),
          "--env.sandbox_backend", backend, "--env.sandbox_command_timeout", "300", *image,
-         "--env.sandbox_allow_unsafe_local", str(backend == "local").lower()],
+         "--env.sandbox_allow_unsafe_local", str(backend == "local").lower(),
+         *(["--env.sandbox_pool", str(pool)] if pool else [])],
         env=offline_environment(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -98,6 +117,10 @@ def test_a_killed_run_leaves_no_sandbox_behind(
             assert len(docker_containers(*containers)) >= 2
         else:
             assert eventually(lambda: len(started_markers(run.pid, root)) >= 2)
+        anchors = set()
+        if pool:  # the tasks' (2 or 3) and at least 2 pooled ones, all started
+            assert eventually(lambda: len(anchors_of(run.pid)) >= 5, seconds=60)
+            anchors = anchors_of(run.pid)
         run.send_signal(signum)
         run.wait(timeout=60)
     finally:
@@ -108,6 +131,7 @@ def test_a_killed_run_leaves_no_sandbox_behind(
     if signum != signal.SIGKILL or backend == "bwrap":
         # the run itself ended its sandboxes (on SIGKILL: the kernel, for bwrap's)
         assert eventually(lambda: not processes_running(needle), seconds=10)
+        assert eventually(lambda: not any(alive(pid) for pid in anchors), seconds=10)
     if signum != signal.SIGKILL:
         assert eventually(lambda: not list(root.rglob("started")), seconds=5)
         assert mounts_below(root) == [], "the run left size-limited workspaces mounted"
@@ -122,6 +146,16 @@ def test_a_killed_run_leaves_no_sandbox_behind(
     assert [path.name for path in (root / "hermes-envgen").iterdir()] == []
     assert mounts_below(root) == [], "size-limited workspaces left mounted"
     assert not run_cgroups(run_directory.name), "the run's cgroups were not removed"
+
+
+def anchors_of(pid: int) -> set[int]:
+    """The bwrap sandboxes' anchors among the descendants of ``pid``."""
+    found = set()
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{child}/comm").read_text().strip() == "sandbox-anchor":
+                found.add(child)
+    return found
 
 
 def started_markers(pid: int, root: Path) -> list[Path]:

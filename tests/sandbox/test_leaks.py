@@ -89,7 +89,21 @@ async def rollout(manager, number: int, linger: str) -> str:
 @pytest.mark.timeout(900)  # past TIME_LIMIT, which says how long it took
 @pytest.mark.parametrize("backend", [LOCAL, BWRAP, DOCKER])
 def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
-    manager = make_manager(tmp_path, backend)
+    leave_nothing_behind(tmp_path, backend)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("backend", [BWRAP])
+def test_two_hundred_rollouts_from_a_pool_leave_nothing_behind(backend, tmp_path):
+    # Sandboxes started ahead of demand: those taken, and those still waiting at the end.
+    manager = leave_nothing_behind(tmp_path, backend, pool=8)
+    assert manager.pool is not None and manager.pool.served > 0
+
+
+def leave_nothing_behind(tmp_path, backend: str, **settings):
+    """Run the rollouts, check that nothing of them is left; the manager."""
+    manager = make_manager(tmp_path, backend, **settings)
     root = manager.root
     linger = sleep_mark(987)  # the rollouts' background sleeps: this run's alone on the host
     processes_before = descendants()
@@ -127,3 +141,4 @@ def test_two_hundred_rollouts_leave_nothing_behind(backend, tmp_path):
     if backend == "docker":
         assert run_containers(root) == set()
     assert elapsed < TIME_LIMIT[backend], f"{ROLLOUTS} rollouts took {elapsed:.1f} s"
+    return manager

@@ -197,10 +197,14 @@ ANCHOR_TAMPERING = {
     "file limit": "prlimit --pid $anchor --nofile=100:100",
     "cpus": "taskset -p 1 $anchor",
     "ipc": "ipcmk -M 4096",
+    "io priority": "ionice -c 3 -p $anchor",
+    "message queue": "python3 -c \"import ctypes,os; ctypes.CDLL(None).mq_open(b'/agent',"
+    ' os.O_CREAT | os.O_RDWR, 0o600, None)" && ls /dev/mqueue | grep -qx agent',
 }
 PRISTINE = (
     "echo nice=$(nice) files=$(ulimit -n) $(grep Cpus_allowed_list /proc/self/status | tr -d '\\t')"
-    " shm=$(ipcs -m | grep -c '^0x') sleeping=$(pgrep -c -x sleep)"
+    " shm=$(ipcs -m | grep -c '^0x') sleeping=$(pgrep -c -x sleep) io=\"$(ionice)\""
+    " queues=$(ls /dev/mqueue | wc -l)"
 )
 
 
@@ -228,7 +232,7 @@ def test_verification_reuses_the_sandbox_only_when_the_agent_changed_nothing(bac
     assert not left
     pristine = results["untouched"][2]
     assert pristine["exit_code"] == 0 and "nice=0 " in pristine["output"], pristine
-    assert "shm=0 sleeping=0" in pristine["output"], pristine
+    assert "shm=0 sleeping=0 io=none: prio 0 queues=0" in pristine["output"], pristine
     for case, (done, reused, outcome) in results.items():
         assert done["exit_code"] == 0, (case, done)
         assert reused == (case == "untouched"), case

@@ -145,6 +145,15 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
         description="CPUs a sandbox's processes may use together (docker: --cpus; bwrap as "
         "root: a cgroup; 1.0 by default).",
     )
+    sandbox_pool: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="bwrap sandboxes kept started ahead of demand, so that a rollout takes one "
+        "instead of starting its own. Each is fresh (an empty workspace, nothing run in it), "
+        "serves one rollout and is then closed; each holds some 2-5 MB while it waits. 0: "
+        "none (other backends ignore it).",
+    )
     sandbox_command_timeout: float = Field(
         default=60.0,
         gt=0,
@@ -447,6 +456,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
             max_file_mb=self.sandbox_max_file_mb,
             workspace_mb=self.sandbox_workspace_mb,
             cpus=self.sandbox_cpus,
+            pool=self.sandbox_pool,
             docker_image=self.sandbox_image,
             docker_hosts=list(self.sandbox_docker_hosts),
         )

@@ -25,7 +25,8 @@ Protocol, over the SOCK_SEQPACKET socket the host passes as file descriptor ``ar
 - to end the agent's turn the host sends ``K`` (or ``k``: and leave ``/tmp`` as it is) with
   one reply socket: the anchor kills every other process of the sandbox, empties ``/tmp``
   and ``/dev/shm`` and checks that nothing of the sandbox it keeps was changed (its limits,
-  priority, CPUs; no System V IPC object left), then answers ``K`` (the sandbox is as it
+  priority, I/O priority, CPUs; no System V IPC object or POSIX message queue left), then
+  answers ``K`` (the sandbox is as it
   started: verification may run in it) or ``N<why>`` (it is not: the host starts a fresh one).
 
 The agent's processes run as the same user: the anchor makes itself non-dumpable, so they
@@ -58,6 +59,11 @@ RESET_SECONDS = 5.0  # for the killed processes to be gone
 MAX_TMP_ENTRIES = 100_000  # more left in /tmp: a fresh sandbox is cheaper than the clean-up
 MAX_TMP_DEPTH = 64
 SCRATCH = ("/tmp", "/dev/shm")  # what the agent can write besides the workspace
+MQUEUE = "/dev/mqueue"  # the sandbox's own mqueue filesystem: its POSIX message queues
+# ioprio_get(2)'s number by machine (os.uname); IOPRIO_WHO_PROCESS, with 0 for the caller
+IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "riscv64": 31, "i686": 290, "i386": 290,
+              "armv7l": 315, "ppc64le": 274, "ppc64": 274, "s390x": 283}  # fmt: skip
+IOPRIO_WHO_PROCESS = 1
 DEFAULT_SIGNALS = tuple(
     n for n in _signal.valid_signals() if n not in (_signal.SIGKILL, _signal.SIGSTOP)
 )
@@ -157,9 +163,18 @@ def finish(pidfd, running, poller):
     reply.close()
 
 
+def io_priority():
+    """This process's I/O priority (ioprio_get(2)); None where its system call is not known
+    (``reset`` then cannot vouch for it, and the sandbox restarts for verification)."""
+    number = IOPRIO_GET.get(os.uname().machine)
+    if number is None:
+        return None
+    return libc("syscall", number, IOPRIO_WHO_PROCESS, 0)
+
+
 def own_state():
     """What of this process an agent's process of the same user could change, and every
-    command inherits: limits, priority, scheduling, CPUs (see ``reset``)."""
+    command inherits: limits, priority, I/O priority, scheduling, CPUs (see ``reset``)."""
     with open("/proc/self/limits") as file:
         limits = file.read()
     with open("/proc/self/stat", "rb") as file:
@@ -167,7 +182,7 @@ def own_state():
     with open("/proc/self/status") as file:
         cpus = [line for line in file if line.startswith("Cpus_allowed")]
     # fields from the state on: 16 nice, 38 policy, 37 rt priority (stat(5) minus 3)
-    return limits, fields[16], fields[37], fields[38], cpus
+    return limits, fields[16], fields[37], fields[38], cpus, io_priority()
 
 
 def others():
@@ -248,6 +263,12 @@ def leftover_ipc():
     return None
 
 
+def leftover_message_queues():
+    """Whether a POSIX message queue is left in the sandbox's IPC namespace (its mqueue
+    filesystem is mounted at ``MQUEUE``; an OSError if it is not: no vouching then)."""
+    return bool(os.listdir(MQUEUE))
+
+
 def reset(data, fds, running, poller, state):
     """End the agent's turn (see the protocol above) and tell the host how it went."""
     for fd in fds[1:]:
@@ -261,8 +282,12 @@ def reset(data, fds, running, poller, state):
             why = "too much left in /tmp"
         elif leftover_ipc():
             why = "System V IPC objects left"
+        elif leftover_message_queues():
+            why = "POSIX message queues left"
+        elif state[-1] is None:
+            why = "the anchor's I/O priority cannot be read on this machine"
         elif own_state() != state:
-            why = "the anchor's limits or scheduling were changed"
+            why = "the anchor's limits, scheduling or I/O priority were changed"
     except (OSError, RecursionError) as exc:
         why = str(exc)
     try:

@@ -69,6 +69,7 @@ class SandboxSettings:
     max_processes: int | None = None
     max_file_mb: int | None = None
     workspace_mb: int | None = None  # the workspace's size (and 64 files per MiB)
+    pool: int = 0  # bwrap sandboxes started ahead of demand (see ``pool``); 0: none
     cpus: float | None = None  # CPUs the sandbox's processes may use together
     docker_image: str = DEFAULT_DOCKER_IMAGE  # the docker backend's image
     # The docker backend's engines (Docker host URLs); empty: the environment's DOCKER_HOST.
@@ -164,6 +165,10 @@ class Sandbox(ABC):
             raise SandboxError(f"sandbox {self.task_id} is closed")
         self.touch()
         await self._prepare()
+
+    async def start_ahead(self) -> None:
+        """Start the sandbox before a task has it (``sandbox_pool``); by default as ``start``."""
+        await self.start()
 
     async def _prepare(self) -> None:  # noqa: B027  (a hook: most backends need nothing)
         """Start what the sandbox needs before a command runs (a container, say); optional."""

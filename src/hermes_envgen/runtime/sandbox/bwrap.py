@@ -36,15 +36,19 @@ it to the limit before anything else runs); it is non-dumpable, so no command ca
 Verification. ``stop_agent_processes`` has the anchor kill every other process of the
 sandbox (``kill(-1)`` in its PID namespace: all of the rollout's, however they were started),
 empty ``/tmp`` (verification's ``HOME``) and ``/dev/shm``, and check that nothing the agent's
-processes could change of it was changed (its limits, priority, CPUs; no System V IPC object
-left); verification then runs in the same sandbox, without a second start. When the anchor
-cannot vouch for that (or does not answer), it is killed, and with it every process of the
-rollout: the next command starts a fresh sandbox over the same workspace, with ``HOME`` on its
-new empty ``/tmp``. ``install_checks`` writes the check files as root into a fresh directory
-of root's in the sandbox's sticky ``/tmp`` (through the anchor's ``/proc/PID/root``), where
-the sandbox's user can neither write them nor rename or replace their directory; when the
-host process is not root (so the sandbox's user is the host's), it binds them read-only at
-``/verify-<random>`` instead, which restarts the sandbox.
+processes could change of it was changed (its limits, priority, I/O priority, CPUs; no System
+V IPC object or POSIX message queue left); verification then runs in the same sandbox,
+without a second start. When the anchor cannot vouch for that (or does not answer), it is
+killed, and with it every process of the rollout: the next command starts a fresh sandbox
+over the same workspace, with ``HOME`` on its new empty ``/tmp``. ``install_checks`` writes
+the check files as root into a fresh directory of root's in the sandbox's sticky ``/tmp``
+(through the anchor's ``/proc/PID/root``), where the sandbox's user can neither write them nor
+rename or replace their directory; when the host process is not root (so the sandbox's user
+is the host's), it binds them read-only at ``/verify-<random>`` instead, which restarts the
+sandbox.
+
+Pool: with ``sandbox_pool``, sandboxes are started ahead of demand (see ``pool``); a task
+takes one that no task has used, and it is closed after its rollout as any other.
 
 Files: see ``workspace_files`` (a symlink to ``/workspace/x`` leads to the workspace's ``x``,
 one to any other absolute path is refused; opened below a descriptor of the workspace with
@@ -290,6 +294,9 @@ def device_mounts() -> list[str]:
     """bwrap arguments for /dev: the usual device nodes, a capped /dev/shm, nothing writable."""
     args = ["--dev", "/dev"]  # includes a private devpts, so ptys work
     args += ["--perms", "1777", "--size", str(SHM_SIZE_MB << 20), "--tmpfs", "/dev/shm"]
+    # The IPC namespace's POSIX message queues, listed there: the anchor's reset finds any
+    # the agent left (mq_open works without the mount; only the listing needs it).
+    args += ["--mqueue", "/dev/mqueue"]
     return [*args, "--remount-ro", "/dev"]
 
 
@@ -405,6 +412,10 @@ class BwrapSandbox(HostDirectorySandbox):
                 self.bwrap_argv(), {"PATH": PATH_INSIDE}, self._workspace_fd
             )
             return self._anchor
+
+    async def start_ahead(self) -> None:
+        """Start the sandbox (bwrap, its anchor) before a task has it: a pool's."""
+        await self._ensure_anchor()
 
     # -- commands --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
+from hermes_envgen.runtime.sandbox.pool import SandboxPool
 from hermes_envgen.runtime.sandbox.runs import (
     RunDirectory,
     reap_dead_runs_on_host,
@@ -63,6 +64,7 @@ def check_backend(name: str) -> None:
 
 
 DEFAULT_IDLE_LIFETIME = 600.0  # seconds a sandbox may sit idle before it is reaped
+POOLED_BACKENDS = ("bwrap",)  # whose starts a pool takes off the rollouts' path
 
 
 class SandboxManager:
@@ -83,6 +85,14 @@ class SandboxManager:
         reap_dead_runs_on_host()  # and under roots no run uses again
         self._run = RunDirectory(parent)
         self.root = self._run.path
+        # Fresh sandboxes started ahead of demand: a task takes one instead of making its own.
+        self.pool: SandboxPool | None = None
+        if self.settings.pool > 0 and self.settings.backend in POOLED_BACKENDS:
+            self.pool = SandboxPool(self.settings.pool, lambda: self._make("pooled"))
+            logger.info("up to %d sandboxes are started ahead of demand", self.settings.pool)
+        elif self.settings.pool > 0:
+            logger.info("sandbox_pool applies to bwrap only: the %s backend ignores it",
+                        self.settings.backend)  # fmt: skip
 
     def __contains__(self, task_id: str) -> bool:
         return task_id in self._sandboxes
@@ -94,17 +104,25 @@ class SandboxManager:
         """The task's sandbox, made on first use."""
         sandbox = self._sandboxes.get(task_id)
         if sandbox is None:
-            # Numbered: task ids that read alike once made safe ("a b", "a_b") stay apart, and
-            # no name is "." or ".." or another sandbox's "<name>.checks".
-            self._made += 1
-            readable = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:80]
-            workspace = self.root / f"{self._made}-{readable}"
-            self._run.claim()  # makes the run's directory, once until close_all
-            sandbox = BACKENDS[self.settings.backend](task_id, self.settings, workspace)
+            sandbox = self.pool.take() if self.pool is not None else None
+            if sandbox is None:
+                sandbox = self._make(task_id)
+            else:  # never used: nothing of another task's in it
+                sandbox.task_id = task_id
             self._sandboxes[task_id] = sandbox
             self._start_reaper()
         sandbox.touch()
         return sandbox
+
+    def _make(self, task_id: str) -> Sandbox:
+        """A new sandbox of the backend (not started), its workspace in the run's directory."""
+        # Numbered: task ids that read alike once made safe ("a b", "a_b") stay apart, and
+        # no name is "." or ".." or another sandbox's "<name>.checks".
+        self._made += 1
+        readable = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:80]
+        workspace = self.root / f"{self._made}-{readable}"
+        self._run.claim()  # makes the run's directory, once until close_all
+        return BACKENDS[self.settings.backend](task_id, self.settings, workspace)
 
     async def stop_agent_processes(self, task_id: str) -> None:
         """End the task's rollout: kill what it started, if it has a sandbox."""
@@ -129,6 +147,12 @@ class SandboxManager:
         Until then the run keeps its (possibly empty) directory and lock between rollouts:
         claiming and releasing them around every sandbox cost a dozen system calls each.
         """
+        if self.pool is not None:
+            try:
+                await self.pool.close()
+            except BaseException:  # cut short: reaped at exit, as a release cut short
+                self._close_failed = True
+                raise
         for task_id in list(self._sandboxes):
             await self.release(task_id)
         if not self._close_failed:
