@@ -21,6 +21,15 @@ Three parts, each against the stub server in its own process:
    rollout in flight: the soft RLIMIT_NOFILE is raised to the hard one, and a level the hard
    limit cannot hold is reported as skipped, not run; ``--level-timeout`` bounds each level.
    Target: throughput grows until the CPUs are full, RSS under 1 GB at 256, no error.
+   ``--backend docker --image IMAGE`` runs the same loop on docker (needs root and an engine
+   of ``scripts/docker-engine.sh``, HERMES_ENVGEN_DOCKER_STATE set): old is this code with a
+   ``docker exec`` per command (``kept_channel = False``), new the kept channel per container
+   (or ``--baseline REV``'s code as old). The CPU per rollout is counted in four parts: the
+   worker (the env process), its docker clients (the rest of its cgroup), the engine
+   (dockerd and containerd moved into a cpuacct cgroup of their own for the run, so the shims
+   and runc they start count there too) and the containers (a ``--cgroup-parent`` per level,
+   which also gives their peak memory). Every container carries a label of its level's and is
+   removed when the level ends, fails or times out.
 2. ``evaluate``: 2,000 items x 4 samples through ``run_eval``; RSS is sampled as the run goes.
    Target: flat (no growth with the rollouts done).
 3. long rollouts: 50 turns with 20 KB tool outputs. Per turn: the loop's time outside the HTTP
@@ -42,14 +51,18 @@ import contextlib
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from _common import (
+    CPUACCT,
     baseline_checkout,
     cpu_usage_seconds,
     cpuacct_cgroup,
@@ -155,14 +168,18 @@ async def process_level(
     from hermes_envgen.testing.envs import build_env
 
     pool = min(int(os.environ.get("BENCH_SCALE_POOL", "0")), concurrency)
+    image = os.environ.get("BENCH_SCALE_DOCKER_IMAGE")
+    if image:
+        docker_side(os.environ["BENCH_SCALE_DOCKER_TOKEN"], os.environ["BENCH_SCALE_KEPT"] == "1")
     env = build_env(
         TerminalTaskEnv,
         base_url,
         tokenizer,
         workdir,
         group_size=concurrency,
-        sandbox_backend="bwrap",
+        sandbox_backend="docker" if image else "bwrap",
         max_agent_turns=4,
+        **({"sandbox_image": image} if image else {}),
         **({"sandbox_pool": pool} if pool else {}),  # the old code has no such setting
     )
     await env.setup()
@@ -207,7 +224,134 @@ async def process_level(
         "sandbox_mb": sandbox_mb,
         "cpu_busy": busy,
         "errors": errors,
+        "rollouts": rollouts,
     }
+
+
+# -- docker: its containers and its engine, counted apart ---------------------------------------
+
+DOCKER_LABEL = "hermes-bench-scale"  # every container of a level: hermes-bench-scale=<token>
+
+
+def docker_side(token: str, kept: bool) -> None:
+    """In a level's process: its containers carry the level's label and live below a cgroup
+    parent of the level's (counted there after they are removed: cgroup v1 charges a child's
+    CPU to its parent as it runs); ``kept`` False is the code before the kept channel (a
+    ``docker exec`` per command, as ``bench_docker_channel.py``'s old side)."""
+    from hermes_envgen.runtime.sandbox.docker import DockerSandbox
+
+    run_argv, init = DockerSandbox.run_argv, DockerSandbox.__init__
+
+    def labelled_run_argv(self: DockerSandbox) -> list[str]:
+        argv = run_argv(self)
+        at = argv.index("run") + 1
+        extra = [
+            "--label",
+            f"{DOCKER_LABEL}={token}",
+            "--cgroup-parent",
+            f"/{DOCKER_LABEL}-{token}",
+        ]
+        return [*argv[:at], *extra, *argv[at:]]
+
+    def side_init(self: DockerSandbox, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.kept_channel = kept
+
+    DockerSandbox.run_argv = labelled_run_argv  # type: ignore[method-assign]
+    DockerSandbox.__init__ = side_init  # type: ignore[method-assign]
+
+
+def remove_level_containers(token: str) -> int:
+    """Remove every container of a level (a level killed on its timeout leaves them); how many."""
+    listed = subprocess.run(
+        ["docker", "ps", "--all", "--quiet", "--filter", f"label={DOCKER_LABEL}={token}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    ids = listed.stdout.split()
+    for start in range(0, len(ids), 100):
+        subprocess.run(
+            ["docker", "rm", "--force", "--volumes", *ids[start : start + 100]],
+            capture_output=True, timeout=300, check=False,
+        )  # fmt: skip
+    return len(ids)
+
+
+def containers_usage(token: str) -> tuple[float | None, float | None]:
+    """CPU seconds and peak memory (MB) of a level's containers together, from their cgroup
+    parent (memory: what the kernel charged them, page cache of their tmpfs included); then
+    the parent's directories, which docker leaves, are removed."""
+    name = f"{DOCKER_LABEL}-{token}"
+    root = Path("/sys/fs/cgroup")
+    seconds = megabytes = None
+    with contextlib.suppress(OSError, ValueError):
+        seconds = int((root / "cpuacct" / name / "cpuacct.usage").read_text()) / 1e9
+    with contextlib.suppress(OSError, ValueError):
+        peak = (root / "memory" / name / "memory.max_usage_in_bytes").read_text()
+        megabytes = int(peak) / 2**20
+    for hierarchy in root.iterdir():  # docker made it in every hierarchy
+        with contextlib.suppress(OSError):
+            (hierarchy / name).rmdir()
+    return seconds, megabytes
+
+
+@contextlib.contextmanager
+def engine_cgroup() -> Iterator[Path | None]:
+    """The engine scripts/docker-engine.sh started (HERMES_ENVGEN_DOCKER_STATE), dockerd and
+    containerd, moved into a cpuacct cgroup of its own for the run: the containers' shims (and
+    the runc they run) that containerd starts from then on are counted there too. Moved back
+    after. None where the engine is not one started here, or without root."""
+    state = os.environ.get("HERMES_ENVGEN_DOCKER_STATE")
+    try:
+        dockerd = int(Path(state or "/nonexistent", "dockerd.pid").read_text())
+    except (OSError, ValueError):
+        yield None
+        return
+    pids = [dockerd, *children_of(dockerd)]
+    origin = {pid: cgroup_of(pid, "cpuacct") for pid in pids}
+    with cpuacct_cgroup(f"hermes-bench-scale-engine-{os.getpid()}") as cgroup:
+        if cgroup is None:
+            yield None
+            return
+        try:
+            for pid in pids:
+                (cgroup / "cgroup.procs").write_text(str(pid))
+            yield cgroup
+        finally:
+            for pid in (int(p) for p in (cgroup / "cgroup.procs").read_text().split()):
+                with contextlib.suppress(OSError):
+                    back = CPUACCT / origin.get(pid, origin[dockerd]).lstrip("/")
+                    (back / "cgroup.procs").write_text(str(pid))
+
+
+def children_of(parent: int) -> list[int]:
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            if int(fields[1]) == parent:
+                found.append(int(name))
+    return found
+
+
+def cgroup_of(pid: int, hierarchy: str) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if hierarchy in controllers.split(","):
+            return path
+    return "/"
+
+
+def cgroup_pss_mb(cgroup: Path) -> float:
+    """The proportional memory (PSS) of a cgroup's processes, in MB."""
+    total_kb = 0
+    with contextlib.suppress(OSError):
+        for pid in (cgroup / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError, ValueError):
+                text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+                total_kb += sum(
+                    int(line.split()[1]) for line in text.splitlines() if line.startswith("Pss:")
+                )
+    return total_kb / 1024
 
 
 def own_cpu_seconds() -> float:
@@ -216,16 +360,78 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class Docker:
+    """A docker level's setting: the image, the kept channel or not, the engine's cgroup."""
+
+    def __init__(self, image: str, kept: bool, engine: Path | None) -> None:
+        self.image, self.kept, self.engine = image, kept, engine
+
+
 def run_level(
-    level: int, base_url: str, tokenizer: str, pythonpath: str | None, pool: int, timeout: float
+    level: int,
+    base_url: str,
+    tokenizer: str,
+    pythonpath: str | None,
+    pool: int,
+    timeout: float,
+    docker: Docker | None = None,
 ) -> dict | str:
     """One level in a fresh process (in a cpuacct cgroup of its own where one can be made);
-    its row, or why it failed."""
+    its row, or why it failed. On docker, the level's containers are removed on every way
+    out, and the engine's and the containers' CPU and memory join the row."""
     needed = level * FDS_PER_ROLLOUT + 256
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if limit != resource.RLIM_INFINITY and limit < needed:
         return f"skipped: {needed} descriptors needed, RLIMIT_NOFILE is {limit} (raise it)"
-    env = dict(os.environ, BENCH_SCALE_POOL=str(pool))
+    if docker is None:
+        return run_level_process(level, base_url, tokenizer, pythonpath, pool, timeout, {})
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    env = {
+        "BENCH_SCALE_DOCKER_IMAGE": docker.image,
+        "BENCH_SCALE_DOCKER_TOKEN": token,
+        "BENCH_SCALE_KEPT": "1" if docker.kept else "0",
+    }
+    engine_before = cpu_usage_seconds(docker.engine)
+    engine_mb = 0.0
+    sampling = threading.Event()
+
+    def sample_engine() -> None:
+        nonlocal engine_mb
+        while docker.engine is not None and not sampling.wait(0.5):
+            engine_mb = max(engine_mb, cgroup_pss_mb(docker.engine))
+
+    sampler = threading.Thread(target=sample_engine, daemon=True)
+    sampler.start()
+    try:
+        row = run_level_process(level, base_url, tokenizer, pythonpath, pool, timeout, env)
+    finally:
+        sampling.set()
+        sampler.join()
+        left = remove_level_containers(token)
+        engine_seconds = cpu_usage_seconds(docker.engine) - engine_before
+        container_seconds, container_mb = containers_usage(token)
+    if isinstance(row, str):
+        return row + (f" ({left} containers left, removed)" if left else "")
+    rollouts = row["rollouts"]
+    row["engine_cpu_ms"] = engine_seconds / rollouts * 1000 if docker.engine else None
+    row["engine_mb"] = engine_mb if docker.engine else None
+    row["containers_cpu_ms"] = (
+        None if container_seconds is None else container_seconds / rollouts * 1000
+    )
+    row["containers_mb"] = container_mb
+    return row
+
+
+def run_level_process(
+    level: int,
+    base_url: str,
+    tokenizer: str,
+    pythonpath: str | None,
+    pool: int,
+    timeout: float,
+    extra_env: dict[str, str],
+) -> dict | str:
+    env = dict(os.environ, BENCH_SCALE_POOL=str(pool), **extra_env)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     with (
@@ -259,6 +465,8 @@ def format_row(label: str, row: dict | str) -> str:
     if isinstance(row, str):
         return f"{label:>12}  failed: {row}"
     sandbox = row["sandbox_cpu_ms"]
+    if "engine_cpu_ms" in row:
+        return format_docker_row(label, row)
     # sizing: a fully used core's rollouts/s, from the CPU a rollout costs in all
     per_core = "-" if sandbox is None else f"{1000 / (row['worker_cpu_ms'] + sandbox):.1f}"
     return (
@@ -269,25 +477,67 @@ def format_row(label: str, row: dict | str) -> str:
     )
 
 
+DOCKER_HEADER = (
+    f"{'concurrency':>12} {'rollouts/s':>11} {'CPUs busy':>10} {'worker ms':>10} "
+    f"{'clients ms':>11} {'engine ms':>10} {'contnrs ms':>11} {'per core':>9} "
+    f"{'peak RSS MB':>12} {'clients MB':>11} {'engine MB':>10} {'contnrs MB':>11} {'errors':>7}"
+)
+
+
+def format_docker_row(label: str, row: dict) -> str:
+    """worker: the env process; clients: the docker clients it runs (the level's cgroup less
+    the worker); engine: dockerd, containerd, the shims and runc; containers: their cgroups."""
+    costs = [row[key] for key in ("worker_cpu_ms", "sandbox_cpu_ms", "engine_cpu_ms")]
+    costs.append(row["containers_cpu_ms"])
+    per_core = "-" if None in costs else f"{1000 / sum(costs):.1f}"
+
+    def number(value: float | None, width: int, digits: int = 1) -> str:
+        return f"{'-' if value is None else f'{value:.{digits}f}':>{width}}"
+
+    return (
+        f"{label:>12} {row['rollouts_per_s']:>11.1f} {row['cpu_busy']:>10.0%} "
+        f"{number(costs[0], 10)} {number(costs[1], 11)} {number(costs[2], 10)} "
+        f"{number(costs[3], 11)} {per_core:>9} {row['peak_rss_mb']:>12.0f} "
+        f"{row['sandbox_mb']:>11.0f} {number(row['engine_mb'], 10, 0)} "
+        f"{number(row['containers_mb'], 11, 0)} {row['errors']:>7}"
+    )
+
+
+RATIO_COLUMNS = {
+    "worker CPU": "worker_cpu_ms",
+    "sandbox CPU": "sandbox_cpu_ms",  # on docker: the docker clients'
+    "engine CPU": "engine_cpu_ms",
+    "containers CPU": "containers_cpu_ms",
+}
+
+
 def run_process_part(
     base_url: str,
     tokenizer: str,
     levels: list[int],
-    sides: dict[str, tuple[str | None, int]],
+    sides: dict[str, tuple[str | None, int, bool]],
     repeat: int,
     timeout: float,
+    docker_image: str | None = None,
+    engine: Path | None = None,
 ) -> None:
-    """Each level on each side (its PYTHONPATH, its pool size), alternating."""
+    """Each level on each side (its PYTHONPATH, its pool size, on docker whether it keeps a
+    channel per container), alternating."""
     load = Path("/proc/loadavg").read_text().split()[0]
-    print(f"process: 3-turn terminal tasks on bwrap against the stub (load average {load})")
-    print(f"{'concurrency':>12} {'rollouts/s':>11} {'CPUs busy':>10} {'worker ms':>10} "
-          f"{'sandbox ms':>11} {'per core':>9} {'peak RSS MB':>12} {'sandboxes MB':>13} "
-          f"{'errors':>7}")  # fmt: skip
+    backend = f"docker ({docker_image})" if docker_image else "bwrap"
+    print(f"process: 3-turn terminal tasks on {backend} against the stub (load average {load})")
+    if docker_image:
+        print(DOCKER_HEADER)
+    else:
+        print(f"{'concurrency':>12} {'rollouts/s':>11} {'CPUs busy':>10} {'worker ms':>10} "
+              f"{'sandbox ms':>11} {'per core':>9} {'peak RSS MB':>12} {'sandboxes MB':>13} "
+              f"{'errors':>7}")  # fmt: skip
     for level in levels:
         rows: dict[str, list[dict | str]] = {side: [] for side in sides}
         for _ in range(repeat):
-            for side, (pythonpath, pool) in sides.items():
-                row = run_level(level, base_url, tokenizer, pythonpath, pool, timeout)
+            for side, (pythonpath, pool, kept) in sides.items():
+                docker = Docker(docker_image, kept, engine) if docker_image else None
+                row = run_level(level, base_url, tokenizer, pythonpath, pool, timeout, docker)
                 rows[side].append(row)
                 label = f"{level} {side}" if len(sides) > 1 else str(level)
                 print(format_row(label, row), flush=True)
@@ -303,15 +553,11 @@ def run_process_part(
                 speed = statistics.median(
                     n["rollouts_per_s"] / o["rollouts_per_s"] for n, o in pairs
                 )
-                worker = statistics.median(
-                    n["worker_cpu_ms"] / o["worker_cpu_ms"] for n, o in pairs
-                )
-                line = f"{level:>12} {side}/old: rollouts/s {speed:.2f}, worker CPU {worker:.2f}"
-                if all(n["sandbox_cpu_ms"] and o["sandbox_cpu_ms"] for n, o in pairs):
-                    box = statistics.median(
-                        n["sandbox_cpu_ms"] / o["sandbox_cpu_ms"] for n, o in pairs
-                    )
-                    line += f", sandbox CPU {box:.2f}"
+                line = f"{level:>12} {side}/old: rollouts/s {speed:.2f}"
+                for name, key in RATIO_COLUMNS.items():
+                    if all(n.get(key) and o.get(key) for n, o in pairs):
+                        ratio = statistics.median(n[key] / o[key] for n, o in pairs)
+                        line += f", {name} {ratio:.2f}"
                 print(line, flush=True)
 
 
@@ -509,15 +755,28 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=ROLLOUTS_PER_LEVEL, help="per level")
     parser.add_argument("--pool", type=int, default=0, help="add a side with sandbox_pool N")
     parser.add_argument("--level-timeout", type=float, default=LEVEL_TIMEOUT)
+    parser.add_argument("--backend", choices=("bwrap", "docker"), default="bwrap")
+    parser.add_argument(
+        "--image",
+        default=os.environ.get("HERMES_ENVGEN_TEST_DOCKER_IMAGE"),
+        help="on docker, the image (with bash and python3) the sandboxes run",
+    )
     parser.add_argument("--one-level", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    os.environ["BENCH_SCALE_ROLLOUTS"] = str(args.rollouts)  # for the levels' processes
+    image = args.image if args.backend == "docker" else None
+    if args.backend == "docker" and not image:
+        parser.error("--backend docker needs --image (or HERMES_ENVGEN_TEST_DOCKER_IMAGE)")
     if args.one_level:
         level, url, tokenizer, workdir, cgroup = args.one_level
         row = asyncio.run(process_level(url, tokenizer, workdir, int(level), cgroup or None))
         print(json.dumps(row))
         return
 
+    # for the levels' processes (which are started without --rollouts)
+    os.environ["BENCH_SCALE_ROLLOUTS"] = str(args.rollouts)
+    # a TERM (timeout's) unwinds like Ctrl-C: the level's containers are removed, the engine's
+    # processes moved back to their cgroup
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
     parts = args.parts.split(",")
@@ -528,14 +787,20 @@ def main() -> None:
             raise_descriptor_limit()
             with contextlib.ExitStack() as stack:
                 new = str(stack.enter_context(baseline_checkout(args.new))) if args.new else None
-                sides: dict[str, tuple[str | None, int]] = {}
+                sides: dict[str, tuple[str | None, int, bool]] = {}
                 if args.baseline:
-                    sides["old"] = (str(stack.enter_context(baseline_checkout(args.baseline))), 0)
-                sides["new"] = (new, 0)
+                    old = str(stack.enter_context(baseline_checkout(args.baseline)))
+                    sides["old"] = (old, 0, True)
+                elif args.backend == "docker":  # this code, a docker exec per command
+                    sides["old"] = (new, 0, False)
+                sides["new"] = (new, 0, True)
                 if args.pool:
-                    sides["pooled"] = (new, args.pool)
+                    sides["pooled"] = (new, args.pool, True)
                 url = stack.enter_context(stub_server_process(PROCESS_SCRIPT))
-                run_process_part(url, tokenizer, levels, sides, args.repeat, args.level_timeout)
+                engine = stack.enter_context(engine_cgroup()) if args.backend == "docker" else None
+                run_process_part(
+                    url, tokenizer, levels, sides, args.repeat, args.level_timeout, image, engine
+                )
         if "evaluate" in parts:
             script = {"conversations": [], "default": {"turns": [{"content": "an answer"}]}}
             with stub_server_process(script) as url:
