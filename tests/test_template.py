@@ -496,6 +496,18 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
             {"project_name": "ok-env", "toolsets": ["terminal", "mcp"], "mcp_server": "a`b"},
             "no backticks",
         ),
+        (
+            {"project_name": "ok-env", "toolsets": ["terminal", "mcp"], "mcp_server": "echo 😀"},
+            "beyond U\\+FFFF",
+        ),
+        (
+            {
+                "project_name": "ok-env",
+                "toolsets": ["terminal", "mcp"],
+                "mcp_server": "https://host/a b",
+            },
+            "with no spaces",
+        ),
         ({"project_name": "ok-env", "provider": "openrouter"}, '"model_name" is required'),
         (
             {"project_name": "ok-env", "provider": "openrouter", "model_name": " "},
