@@ -56,6 +56,10 @@ JUDGES = {
     "openai_compatible": {"judge_model": "my-judge-model"},
 }
 POLICY_JUDGE = {"judge_base_url": "policy"}
+# The longest project name copier.yml allows (40 characters): with no hyphen, the longest package
+# and class names too; a name of words runs its own suite below.
+LONGEST_NAME = "abcdefghijklmnopqrstuvwxyzabcdefghijklmn"
+LONGEST_NAME_WITH_WORDS = "ts-python-web-tavily-at-the-longest-name"
 
 
 def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
@@ -176,6 +180,38 @@ TOOLSETS = [
     {"toolsets": ["terminal", "web", "mcp"], "mcp_server": "https://mcp.example.com/mcp"},
 ]
 
+# Files of data, which read best unwrapped: task texts, pinned versions, the system prompt.
+UNWRAPPED = {"samples.py", "constraints.txt", "system_prompt.txt"}
+
+
+@pytest.mark.slow  # three renders
+def test_the_longest_project_name_renders_ruff_clean_within_100_columns(tmp_path):
+    # Every toolset, a judge of its own, a dataset and CI: every file and branch that names the
+    # package or class. 32 and 33 characters: config_init's signature fits on one line, or not.
+    data = (
+        answers("atropos", "judge", True, True)
+        | JUDGE_OF_ITS_OWN
+        | {"toolsets": ["terminal", "file", "python", "web", "mcp"]}
+    )
+    names = [LONGEST_NAME, LONGEST_NAME[:33], LONGEST_NAME[:32]]
+    for name in names:
+        render(tmp_path, data | {"project_name": name})
+    assert len(LONGEST_NAME) == len(LONGEST_NAME_WITH_WORDS) == 40
+    env_py = (tmp_path / LONGEST_NAME / "src" / LONGEST_NAME / "env.py").read_text()
+    assert f"class {LONGEST_NAME.capitalize()}Env(" in env_py  # 43 characters
+    for args in (["check"], ["format", "--check"]):
+        result = ruff(tmp_path, *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+    wide = [
+        f"{path.relative_to(tmp_path)}:{number}"
+        for name in names
+        for path in (tmp_path / name).rglob("*")
+        if path.is_file() and ".git" not in path.parts and path.name not in UNWRAPPED
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if len(line) > 100
+    ]
+    assert wide == []
+
 
 def judge_of_its_own(provider: str) -> dict:
     """A judge project whose judge is not the policy's server (for vLLM: Atropos's, no chat)."""
@@ -197,7 +233,7 @@ EXTRAS = {
     ("atropos", "multi_signal"): {"project_name": "ts-python", **TOOLSETS[0]},
     ("openrouter", "binary"): {"project_name": "ts-file-web", **TOOLSETS[1]},
     ("openrouter", "multi_signal"): {"project_name": "ts-web-mcp-http", **TOOLSETS[5]},
-    ("vllm", "binary"): {"project_name": "ts-python-web-tavily", **TOOLSETS[2]},
+    ("vllm", "binary"): {"project_name": LONGEST_NAME_WITH_WORDS, **TOOLSETS[2]},
     ("vllm", "judge"): judge_of_its_own("vllm"),
     ("openai_compatible", "binary"): {"project_name": "ts-mcp-own-server", **TOOLSETS[4]},
     ("openai_compatible", "judge"): {"project_name": "policy-judge", **POLICY_JUDGE},
@@ -453,11 +489,24 @@ def test_generated_config_holds_no_key(tmp_path, monkeypatch):
     ("data", "message"),
     [
         ({"project_name": "My Env"}, "lowercase letters"),
+        ({"project_name": LONGEST_NAME + "a"}, "at most 40 characters"),
         ({"project_name": "class"}, "cannot be used"),
         ({"project_name": "mcp"}, "would clash with Python or a dependency"),
         (
             {"project_name": "ok-env", "toolsets": ["terminal", "mcp"], "mcp_server": "a`b"},
             "no backticks",
+        ),
+        (
+            {"project_name": "ok-env", "toolsets": ["terminal", "mcp"], "mcp_server": "echo 😀"},
+            "beyond U\\+FFFF",
+        ),
+        (
+            {
+                "project_name": "ok-env",
+                "toolsets": ["terminal", "mcp"],
+                "mcp_server": "https://host/a b",
+            },
+            "with no spaces",
         ),
         ({"project_name": "ok-env", "provider": "openrouter"}, '"model_name" is required'),
         (

@@ -10,6 +10,7 @@ project also runs its own tests (the stub model sees the emoji system prompt).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shlex
@@ -276,6 +277,41 @@ def test_text_a_file_cannot_hold_is_refused_with_a_reason(
         data = {**FIXED, "project_name": "refused", "model_name": "m", key: value}
         render(template_dir, tmp_path / "refused", data)
     assert not (tmp_path / "refused").exists()
+
+
+# The one free text rendered into Python source (env.py): up to 300 characters, any quotes,
+# backslashes and CJK; a URL is printable ASCII.
+MCP_SERVERS = [
+    "npx -y @example/files-server --root .",
+    """python -c "print('x')" C:\\path 'it''s' \\" {{ x }} 中文 é""" * 5,
+    "node server.js " + "x" * 285,
+    "https://mcp.example.com/" + "a/" * 138,
+]
+
+
+@pytest.mark.slow  # four renders
+def test_an_mcp_server_of_any_allowed_text_renders_ruff_clean_and_exact(
+    template_dir: Path, tmp_path: Path
+):
+    for index, server in enumerate(MCP_SERVERS):
+        assert len(server) <= 300
+        name = f"mcp-server-{index}"
+        data = {"project_name": name, "toolsets": ["terminal", "mcp"], "mcp_server": server}
+        render(template_dir, tmp_path / name, data)
+    for args in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
+        result = run([sys.executable, "-m", "ruff", *args], tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    for index, server in enumerate(MCP_SERVERS):
+        source = (tmp_path / f"mcp-server-{index}/src/mcp_server_{index}/env.py").read_text()
+        values = {
+            node.targets[0].id: node.value
+            for node in ast.parse(source).body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+        }
+        if server.startswith("http"):
+            assert ast.literal_eval(values["MCP_SERVERS"])[0]["url"] == server
+        else:
+            assert ast.literal_eval(values["MCP_COMMAND"].args[0]) == server
 
 
 HOSTILE_PROJECT = {
