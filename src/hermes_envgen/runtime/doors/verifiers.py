@@ -24,13 +24,16 @@ Nothing here imports verifiers.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes_envgen.errors import exit_code
 from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.doors import require, shared_sessions
 from hermes_envgen.runtime.errors import DoorUnavailable, EnvConfigError
 from hermes_envgen.runtime.session import DEFAULT_SESSION_IDLE_TIMEOUT, SessionThread
+
+if TYPE_CHECKING:
+    from starlette.responses import JSONResponse
 
 SUPPORTED = ("0.4", "0.5")  # the verifiers releases this door was tested with
 INSTALL = (
@@ -184,7 +187,7 @@ async def _json_body(request: Any) -> Any:
         return None
 
 
-def _error(status: int, message: str) -> Any:
+def _error(status: int, message: str) -> JSONResponse:
     from starlette.responses import JSONResponse
 
     return JSONResponse({"error": message}, status_code=status)
