@@ -391,7 +391,7 @@ def judge_injection(env: Any, sample: dict) -> InjectionOutcome | None:
     judge = getattr(env, "judge", None)
     if judge is None:
         return None
-    self_judged = judge is getattr(env, "model", None)
+    self_judged = judge is getattr(env, "policy", None)
     url = judge.endpoints[0].base_url if getattr(judge, "endpoints", None) else "?"
     verdict = asyncio.run(ask_judge(judge, sample["prompt"], INJECTION_ANSWER, reference(sample)))
     where = f"{url} (the policy's own server)" if self_judged else url
