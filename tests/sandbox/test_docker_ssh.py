@@ -234,7 +234,9 @@ def test_sandboxes_run_and_move_files_on_an_engine_over_ssh(ssh_engine, tmp_path
     assert [p.read_bytes() for p in downloaded] == [blob]
     assert f"{len(blob)}" in tool
     assert timed_out["exit_code"] != 0  # a timeout still kills the command through ssh
-    assert ssh_engine.logins() >= 6  # every docker command went through sshd
+    # through sshd: the container's start and removal and its kept channel, one session that
+    # carried all eight operations above (a docker exec each before, each a login)
+    assert 3 <= ssh_engine.logins() < 8
     # the workspace never existed on this side: everything went through the engine's API
     assert not any(p.is_file() for p in (tmp_path / "docker").rglob("made.txt"))
 
