@@ -390,7 +390,11 @@ class ServeDelivery(_EnvBase):  # type: ignore[misc]  # atroposlib: no types
             # as SIGTERM's default would (128 + 15), the worker disconnected on the way out.
             for task in [manager, *getattr(self, "workers", ())]:
                 task.cancel()
-            await asyncio.gather(manager, return_exceptions=True)
+            # Bounded: a rollout that does not end on cancellation (its host cut off) must
+            # not hold the stop up; what it had under way is not delivered.
+            done, _ = await asyncio.wait({manager}, timeout=SHUTDOWN_FLUSH)
+            if manager in done and not manager.cancelled():
+                manager.exception()  # retrieved: the stop is what this run reports
             if self._delivery is not None:
                 await self._delivery.drain(within=SHUTDOWN_FLUSH)
             raise SystemExit(128 + signal.SIGTERM)
