@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -490,6 +491,36 @@ def test_each_doors_install_line_names_an_extra_of_the_project_made_of_hermes_en
         assert extra in ours
 
 
+@contextlib.contextmanager
+def readme_server(command: str, project: Path, env: dict, log_path: Path, port: int):
+    """A server line of a generated README, run as written by bash in the project, until
+    ``port`` is taken (its log is shown if it exits first); stopped when the block ends."""
+    log = open(log_path, "w")  # noqa: SIM115 (closed in the finally below)
+    server = subprocess.Popen(
+        ["bash", "-euo", "pipefail", "-c", command],
+        cwd=project,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(240):
+            assert server.poll() is None, log_path.read_text()[-4000:]
+            if not port_is_free(port):
+                break
+            threading.Event().wait(0.25)
+        yield
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_openenv_server_line_runs_as_written_and_serves_the_env(readmes, tmp_path):
@@ -524,15 +555,7 @@ def test_the_openenv_server_line_runs_as_written_and_serves_the_env(readmes, tmp
     env = user_env(project)
     env["PYTHONPATH"] += os.pathsep + str(TRAINERS_DIRECTORY)
     env |= {"PORT": str(port), "TMPDIR": str(tmp_path)}
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 (closed in the finally below)
-    server = subprocess.Popen(
-        ["bash", "-euo", "pipefail", "-c", line.replace("=TOKENIZER", f"={tokenizer}")],
-        cwd=project,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
+    command = line.replace("=TOKENIZER", f"={tokenizer}")
 
     async def give_up() -> tuple[dict, object]:
         async with MCPToolClient(base_url=f"http://127.0.0.1:{port}") as client:
@@ -540,21 +563,8 @@ def test_the_openenv_server_line_runs_as_written_and_serves_the_env(readmes, tmp
             action = CallToolAction(tool_name="finish", arguments={"answer": "I give up."})
             return opened, await client.step(action)
 
-    try:
-        for _ in range(240):
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-4000:]
-            if not port_is_free(port):
-                break
-            threading.Event().wait(0.25)
+    with readme_server(command, project, env, tmp_path / "server.log", port):
         opened, finished = asyncio.run(give_up())
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
     assert opened["messages"][-1]["role"] == "user"
     assert finished.done and finished.reward == 0.0
 
@@ -580,28 +590,7 @@ def test_the_verifiers_door_line_runs_as_written_and_serves_the_envs_tasks(readm
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command = f"{line.replace(' TOKENIZER', f' {tokenizer}')} --port {port}"
-    log = open(tmp_path / "door.log", "w")  # noqa: SIM115 (closed in the finally below)
-    door = subprocess.Popen(
-        ["bash", "-euo", "pipefail", "-c", command],
-        cwd=project,
-        env=user_env(project) | {"TMPDIR": str(tmp_path)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(240):
-            assert door.poll() is None, (tmp_path / "door.log").read_text()[-4000:]
-            if not port_is_free(port):
-                break
-            threading.Event().wait(0.25)
+    env = user_env(project) | {"TMPDIR": str(tmp_path)}
+    with readme_server(command, project, env, tmp_path / "door.log", port):
         tasks = httpx.get(f"http://127.0.0.1:{port}/tasks", timeout=60).json()["tasks"]
-    finally:
-        door.terminate()
-        try:
-            door.wait(30)
-        except subprocess.TimeoutExpired:
-            door.kill()
-            door.wait()
-        log.close()
     assert tasks and all(task["prompt"][-1]["role"] == "user" for task in tasks)
