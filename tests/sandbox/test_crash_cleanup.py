@@ -364,10 +364,20 @@ def test_a_run_killed_in_either_pid_namespace_is_reaped_by_the_next_run(tmp_path
 
 
 def cgroup_processes(directories: list[Path]) -> str:
-    """The pids in the cgroups below ``directories`` (the sandboxes' of a run)."""
-    return "".join(
-        (sandbox / "cgroup.procs").read_text()
-        for directory in directories
-        for sandbox in directory.iterdir()
-        if sandbox.is_dir()
-    )
+    """The pids in the cgroups below ``directories`` (the sandboxes' of a run).
+
+    A cgroup that is gone counts as empty: any other run on this machine (another test worker's)
+    may reap a killed run's cgroups first, and only empty ones are ever removed.
+    """
+    pids = []
+    for directory in directories:
+        try:
+            sandboxes = [sandbox for sandbox in directory.iterdir() if sandbox.is_dir()]
+        except FileNotFoundError:
+            continue
+        for sandbox in sandboxes:
+            try:
+                pids.append((sandbox / "cgroup.procs").read_text())
+            except FileNotFoundError:
+                continue
+    return "".join(pids)
