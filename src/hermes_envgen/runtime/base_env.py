@@ -384,7 +384,8 @@ class HermesAgentBaseEnv(
         """The agent loop of one rollout of ``item``; ``ctx`` is its tools' and sandbox's.
 
         Override it for a loop of your own per task: change the one made here (``max_turns``,
-        ``max_seconds``) or return a ``HermesAgentLoop`` subclass. Its hooks are this env's
+        ``max_seconds``: any field of its ``settings``, by name on the loop) or return a
+        ``HermesAgentLoop`` subclass. Its hooks are this env's
         (``new_state``, ``turn_reward``, ``should_stop``, ``env_response``), its task ``item``.
         """
         backend = None
@@ -400,19 +401,11 @@ class HermesAgentBaseEnv(
             self.policy,
             schemas,
             names,
-            max_turns=self.config.max_agent_turns,
-            task_id=ctx.task_id,
+            settings=self.config.loop_settings(split),
             temperature=temperature,
-            max_tokens=self.config.max_tokens_per_turn,
-            extra_body=self.config.extra_body,
             tool_context=ctx,
-            max_tool_output_chars=self.config.max_tool_output_chars,
-            max_parallel_tools=self.config.max_parallel_tools,
             split=split,
-            request_retries=0,  # the model client retries, by kind of failure
             backend=backend,
-            tool_choice=self.config.tool_choice,
-            max_seconds=self.config.max_rollout_seconds,
             hooks=self,
             task=item,
         )
@@ -430,9 +423,7 @@ class HermesAgentBaseEnv(
         task_id = f"{split}-{uuid.uuid4().hex[:16]}"
         ctx = ToolContext(task_id, self.sandboxes, self.tool_registry, self.tool_services)
         if temperature is None:
-            temperature = (
-                self.config.agent_temperature if split == "train" else self.config.eval_temperature
-            )
+            temperature = self.config.loop_settings(split).temperature
         loop = self.make_loop(item, ctx, split=split, temperature=temperature, tools=tools)
         try:
             try:

@@ -11,6 +11,7 @@ from atroposlib.envs.server_handling.server_baseline import (
 )
 from pydantic import Field, Json, field_validator, model_validator
 
+from hermes_envgen.runtime.agent_loop import LoopSettings
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxSettings
 from hermes_envgen.runtime.sandbox.docker_pool import SCHEMES as DOCKER_HOST_SCHEMES
@@ -410,6 +411,21 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
     def terminal_backend(self) -> str:
         """sandbox_backend, by the Hermes skill's name for it."""
         return self.sandbox_backend
+
+    def loop_settings(self, split: str = "train") -> LoopSettings:
+        """The agent loop's settings for a rollout of ``split`` (its temperature is the
+        split's: agent_temperature for training, eval_temperature for evaluation)."""
+        return LoopSettings(
+            max_turns=self.max_agent_turns,
+            temperature=self.agent_temperature if split == "train" else self.eval_temperature,
+            max_tokens=self.max_tokens_per_turn,
+            extra_body=self.extra_body,
+            max_tool_output_chars=self.max_tool_output_chars,
+            max_parallel_tools=self.max_parallel_tools,
+            request_retries=0,  # the policy's ModelClient retries (request_retries), by kind
+            tool_choice=self.tool_choice,
+            max_seconds=self.max_rollout_seconds,
+        )
 
     def tool_services(self, tools: set[str] | None = None) -> dict[str, Any]:
         """The toolsets' settings and shared objects, by toolset name (see ToolContext).
