@@ -31,12 +31,12 @@ from hermes_envgen.runtime.agent_loop import (
     TaskT,
     TurnHooks,
     briefly,
-    check_hooks,
 )
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
-from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
+from hermes_envgen.runtime.env_cli import run_env_cli
 from hermes_envgen.runtime.env_overrides import TrainingBuffer, guard_overrides
+from hermes_envgen.runtime.env_startup import ENV_CHECKS, SETTINGS_CHECKS
 from hermes_envgen.runtime.env_tasks import EnvTasks
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
@@ -61,7 +61,6 @@ from hermes_envgen.runtime.inference import (
     ModelClient,
     check_model_server,
 )
-from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import (
     EVAL,
@@ -75,15 +74,10 @@ from hermes_envgen.runtime.records import (
 )
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
-from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
-from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
-from hermes_envgen.runtime.sandbox.docker_pool import check_hosts
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable
 from hermes_envgen.runtime.serve_log import EqualScoreSkips
-from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, Tool, ToolRegistry
-from hermes_envgen.runtime.tools.extras import require_toolsets
-from hermes_envgen.runtime.tools.mcp_tools import mcp_registry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
@@ -108,8 +102,12 @@ class HermesAgentBaseEnv(
     # The client of the reward's LLM judge (from make_judge): checked at start-up beside the
     # policy's server; a judge that fails every request for good stops the run.
     judge: ModelClient | None = None
-    # The client of the policy's server (every rollout's requests): made in __init__.
+    # The client of the policy's server (every rollout's requests): made at start-up.
     policy: ModelClient
+    # The toolsets' settings and shared objects, by toolset name (each rollout's ToolContext).
+    tool_services: dict[str, Any]
+    _token_mode: bool  # the policy samples exact tokens (vllm/sglang)
+    _sandbox_settings: SandboxSettings  # the rollouts' sandboxes, their backend chosen
     # The toolsets this env is made for: a hint beside the enabled_toolsets setting, which
     # decides; used when the setting is left unset (None).
     default_toolsets: ClassVar[list[str] | None] = None
@@ -140,25 +138,8 @@ class HermesAgentBaseEnv(
         slurm: bool = False,
         testing: bool = False,
     ) -> None:
-        if not config.wandb_name:
-            # run-api rejects a registration without a name (HTTP 422): default to the env's.
-            config.wandb_name = self.name or type(self).__name__
-        if config.use_wandb and not wandb_configured():
-            logger.warning(
-                "W&B logging is off: no WANDB_API_KEY is set (set it, or WANDB_MODE, to log)"
-            )
-            config.use_wandb = False
-        check_hooks(self)  # hooks of the earlier contract: one line naming the change, exit 2
-        if not config.tokenizer_name or config.tokenizer_name == "none":
-            raise EnvConfigError(
-                "tokenizer_name is not set: pass --env.tokenizer_name with the Hugging Face "
-                "repo id (or local directory) of the model's tokenizer"
-            )
-        for server_config in server_configs if isinstance(server_configs, list) else []:
-            check_api_key(server_config)
-            if getattr(server_config, "tokenizer_name", None) == "none":
-                # vllm/sglang servers load a tokenizer too: the env's is the model's.
-                server_config.tokenizer_name = config.tokenizer_name
+        for check in SETTINGS_CHECKS:  # the settings alone (see env_startup)
+            check(self, config, server_configs)
         try:
             super().__init__(config, server_configs, slurm=slurm, testing=testing)
         except OSError as exc:  # in BaseEnv.__init__ this is the tokenizer failing to load
@@ -167,81 +148,16 @@ class HermesAgentBaseEnv(
                 + " (offline? pass --env.tokenizer_name with a local directory)"
             ) from None
         self.config: HermesAgentEnvConfig = config
-        sandbox_settings = config.sandbox_settings()
-        try:  # auto: bwrap where it works; local as root only when opted in (say it, either way)
-            sandbox_settings.backend = choose_backend(
-                sandbox_settings.backend, config.sandbox_allow_unsafe_local
-            )
-        except EnvConfigError:
-            self._discard_empty_output()
-            raise
-        if sandbox_settings.backend == "docker" and sandbox_settings.docker_hosts:
-            try:  # every engine of the pool answers, or the run stops here (exit 2)
-                check_hosts(sandbox_settings.docker_hosts)
-            except EnvConfigError:
-                self._discard_empty_output()
-                raise
-        if sandbox_settings.backend == "local":
-            hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
-        if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
-            try:  # in a sandbox of the backend the rollouts use, resolved above
-                require_toolsets(["mcp"])  # the MCP SDK installed (hermes-envgen[mcp])
-                self.tool_registry = mcp_registry(
-                    self.tool_registry, config.mcp_servers, sandbox_settings
-                )
-            except EnvConfigError:
-                self._discard_empty_output()
-                raise
-        # An unknown toolset fails here, at startup, and so does one whose library is not
-        # installed (the extra that installs it named).
-        offered = self._offered_tools()
-        try:
-            require_toolsets(tool.toolset for tool in offered)
-        except EnvConfigError:
-            self._discard_empty_output()
-            raise
-        # Every request to the policy goes through one client: its retries, its errors.
-        self.policy = ModelClient.of(
-            [s.config for s in self.server.servers],
-            api=config.inference_api,
-            retries=config.request_retries,
-        )
-        self._token_mode = self.policy.token_mode  # the exact tokens and their logprobs
+        self._sandbox_settings = config.sandbox_settings()  # its backend chosen by a check
         try:  # a setting that cannot work stops the env here, in one line, with no output
-            if self._token_mode:
-                try:
-                    get_parser(config.tool_call_parser)
-                except UnknownParserError as exc:
-                    raise EnvConfigError(str(exc)) from None
-            # A template that drops tool calls or results.
-            prepare_chat_template(
-                self.tokenizer,
-                config.chat_template,
-                config.tokenizer_name,
-                token_mode=self._token_mode,
-                system_prompt=config.system_prompt,
-                template_variables=(config.extra_body or {}).get("chat_template_kwargs"),
-                server_type=self.policy.endpoints[0].server_type,
-            )
-            self.judge = self.make_judge()
-            if self.judge is not None and self.judge is self.policy:
-                logger.warning(
-                    "warning: the judge is the policy's own server: the policy grades its own "
-                    "answers, and an answer can try to talk it into a high score; set "
-                    "judge_base_url to a separate judge"
-                )
-            # The toolsets' settings and clients, in every rollout's ToolContext; those the
-            # env names in enabled_toolsets are checked now.
-            named = (
-                self._resolve_tools()[1]
-                if config.enabled_toolsets or self.default_toolsets
-                else set()
-            )
-            self.tool_services = config.tool_services(named)
+            for env_check in ENV_CHECKS:
+                env_check(self)
         except EnvConfigError:
             self._discard_empty_output()
             raise
-        self.sandboxes = SandboxManager(sandbox_settings, lifetime=config.sandbox_idle_lifetime)
+        self.sandboxes = SandboxManager(
+            self._sandbox_settings, lifetime=config.sandbox_idle_lifetime
+        )
         set_default_sandbox_manager(self.sandboxes)
         self._sandbox_errors_logged: set[str] = set()
         self._train_stats = RolloutStats()
