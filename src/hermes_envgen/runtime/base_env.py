@@ -262,9 +262,10 @@ class HermesAgentBaseEnv(
     def _offered_tools(self) -> list[Tool]:
         """The tools of the enabled toolsets (the env's default ones when unset), less the
         disabled."""
-        enabled = self.config.enabled_toolsets
+        settings = self.config.tool_settings()
+        enabled = settings.enabled_toolsets
         return self.tool_registry.resolve(
-            self.default_toolsets if enabled is None else enabled, self.config.disabled_toolsets
+            self.default_toolsets if enabled is None else enabled, settings.disabled_toolsets
         )
 
     def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:

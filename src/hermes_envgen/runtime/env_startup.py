@@ -105,11 +105,10 @@ def local_commands_cannot_read_keys(env: HermesAgentBaseEnv[Any, Any]) -> None:
 def mcp_servers_listed(env: HermesAgentBaseEnv[Any, Any]) -> None:
     """mcp_servers: their tools listed now, in a sandbox of the rollouts' backend (a server
     that cannot start stops here), with the MCP SDK installed (hermes-envgen[mcp])."""
-    if env.config.mcp_servers:
+    servers = env.config.tool_settings().mcp_servers
+    if servers:
         require_toolsets(["mcp"])
-        env.tool_registry = mcp_registry(
-            env.tool_registry, env.config.mcp_servers, env._sandbox_settings
-        )
+        env.tool_registry = mcp_registry(env.tool_registry, servers, env._sandbox_settings)
 
 
 def toolsets_installed(env: HermesAgentBaseEnv[Any, Any]) -> None:
@@ -165,10 +164,9 @@ def judge_made(env: HermesAgentBaseEnv[Any, Any]) -> None:
 def tool_services_ready(env: HermesAgentBaseEnv[Any, Any]) -> None:
     """The toolsets' settings and clients, for every rollout's ToolContext; those the env
     names (enabled_toolsets, default_toolsets) are checked now."""
-    named = (
-        env._resolve_tools()[1] if env.config.enabled_toolsets or env.default_toolsets else set()
-    )
-    env.tool_services = env.config.tool_services(named)
+    settings = env.config.tool_settings()
+    names = settings.enabled_toolsets or env.default_toolsets
+    env.tool_services = settings.services(env._resolve_tools()[1] if names else set())
 
 
 EnvCheck = Callable[["HermesAgentBaseEnv[Any, Any]"], None]
