@@ -496,21 +496,19 @@ class HermesAgentBaseEnv(
         never into training buffers. See :mod:`hermes_envgen.runtime.evaluation`.
         """
         start = time.time()
-        config = self.config
+        settings = self.config.evaluation_settings()
         try:
-            journal = SampleJournal(
-                config.data_dir_to_save_evals, eval_settings(self), resume=config.resume
-            )
+            journal = SampleJournal(settings.save_dir, eval_settings(self), resume=settings.resume)
         except ResumeError as exc:
             raise EnvConfigError(str(exc)) from None
-        tasks = plan_eval(items, config.eval_samples_per_item)
+        tasks = plan_eval(items, settings.samples_per_item)
         saved = [journal.records[t.key] for t in tasks if t.key in journal.records]
         if len(saved) < len(journal.records):
             logger.warning(
                 "%d saved rollout(s) belong to no item of this evaluation; left out",
                 len(journal.records) - len(saved),
             )
-        if config.resume:
+        if settings.resume:
             print(f"resuming: {len(saved)} of {len(tasks)} rollouts already saved", file=sys.stderr)
         progress = resumed_progress(len(tasks), saved)
         pending = (t for t in tasks if t.key not in journal.records)
@@ -524,16 +522,16 @@ class HermesAgentBaseEnv(
                 progress.advance()
 
         try:
-            await asyncio.gather(*(worker() for _ in range(max(1, config.max_eval_workers))))
+            await asyncio.gather(*(worker() for _ in range(settings.workers)))
         finally:
             progress.close()
             journal.close()
         records = [journal.records[t.key] for t in tasks]  # earlier runs' and this one's
         metrics = summarize(
             records,
-            config.eval_samples_per_item,
-            config.eval_pass_threshold,
-            failure_score=config.failure_score,
+            settings.samples_per_item,
+            settings.pass_threshold,
+            failure_score=settings.failure_score,
         )
         self._pending_eval_metrics = dict(metrics)
         await self.evaluate_log(
@@ -542,23 +540,23 @@ class HermesAgentBaseEnv(
             start_time=start,
             end_time=time.time(),
             generation_parameters={
-                "temperature": config.eval_temperature,
+                "temperature": settings.temperature,
                 # What each request asked for (atroposlib would record max_token_length).
                 "max_new_tokens": self._max_tokens_per_request(),
-                "max_agent_turns": config.max_agent_turns,
-                "samples_per_item": config.eval_samples_per_item,
+                "max_agent_turns": self.config.max_agent_turns,
+                "samples_per_item": settings.samples_per_item,
             },
             samples=None,  # already in samples.jsonl, written as the rollouts finished
         )
-        if config.data_dir_to_save_evals is not None:
-            record_run(Path(config.data_dir_to_save_evals) / METRICS_FILE, run_record(self))
+        if settings.save_dir is not None:
+            record_run(Path(settings.save_dir) / METRICS_FILE, run_record(self))
         failed = [r for r in records if r.get("failure")]
         if failed and len(failed) > FAILURE_WARN_SHARE * len(records):
             # Loud: these numbers measure what broke more than the model.
             print(
                 f"warning: {len(failed)} of {len(records)} rollouts failed "
                 f"({metric(EVAL, Metric.FAILURE_RATE)} {len(failed) / len(records):.2f}), each "
-                f"counted at failure_score {config.failure_score:g}; the first: "
+                f"counted at failure_score {settings.failure_score:g}; the first: "
                 f"{failed[0]['failure']} (the rest in {FAILURES_FILE})",
                 file=sys.stderr,
             )

@@ -14,6 +14,7 @@ from pydantic import Field, Json, field_validator, model_validator
 from hermes_envgen.runtime.agent_loop import LoopSettings
 from hermes_envgen.runtime.datasets import DataSettings
 from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.evaluation.settings import EvalSettings
 from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxSettings
 from hermes_envgen.runtime.sandbox.docker_pool import SCHEMES as DOCKER_HOST_SCHEMES
 from hermes_envgen.runtime.sandbox.manager import DEFAULT_IDLE_LIFETIME
@@ -441,6 +442,19 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
             eval_size=self.eval_size,
             split_seed=self.split_seed,
             seed=self.seed,
+        )
+
+    def evaluation_settings(self) -> EvalSettings:
+        """How evaluation runs and is scored (``eval_*``, ``data_dir_to_save_evals``,
+        ``resume``, ``max_eval_workers``, ``failure_score``)."""
+        return EvalSettings(
+            save_dir=self.data_dir_to_save_evals,
+            samples_per_item=self.eval_samples_per_item,
+            pass_threshold=self.eval_pass_threshold,
+            temperature=self.eval_temperature,
+            failure_score=self.failure_score,
+            resume=self.resume,
+            workers=max(1, self.max_eval_workers),
         )
 
     def tool_settings(self) -> ToolSettings:
