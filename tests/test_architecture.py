@@ -148,6 +148,7 @@ RUNTIME_API = [
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
     "JudgeVerdict",
+    "LoopSettings",
     "Metric",
     "ModelClient",
     "Reward",

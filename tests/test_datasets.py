@@ -10,7 +10,12 @@ import sys
 
 import pytest
 
-from hermes_envgen.runtime.datasets import configured_tasks, split_train_eval, training_order
+from hermes_envgen.runtime.datasets import (
+    DataSettings,
+    configured_tasks,
+    split_train_eval,
+    training_order,
+)
 from hermes_envgen.runtime.tasks import Task
 
 
@@ -54,9 +59,9 @@ def test_a_dataset_folder_loads_as_tasks_of_its_prompt_and_answer_fields(tmp_pat
     (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     code = (
         "import json, sys\n"
-        "from hermes_envgen.runtime.datasets import configured_tasks\n"
-        "items, source = configured_tasks(sys.argv[1], 'train', 'question', 'solution', "
-        "samples=[])\n"
+        "from hermes_envgen.runtime.datasets import DataSettings, configured_tasks\n"
+        "data = DataSettings(sys.argv[1], 'train', 'question', 'solution')\n"
+        "items, source = configured_tasks(data, samples=[])\n"
         "print(json.dumps([items, source]))\n"
     )
     out = subprocess.run(
@@ -78,5 +83,5 @@ def test_a_dataset_folder_loads_as_tasks_of_its_prompt_and_answer_fields(tmp_pat
 
 def test_no_dataset_gives_a_copy_of_the_built_in_tasks():
     samples = [Task(prompt="What is 3 + 4?", answer="7")]
-    items, source = configured_tasks(None, "train", "prompt", "answer", samples=samples)
+    items, source = configured_tasks(DataSettings(), samples=samples)
     assert items == samples and items is not samples and source == "built-in tasks"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_envgen.runtime.datasets import configured_tasks
+from hermes_envgen.runtime.datasets import DataSettings, configured_tasks
 from hermes_envgen.runtime.errors import DatasetError
 from hermes_envgen.testing import OfflineRun, build_env, offline_environment, scripted_policy
 
@@ -60,13 +60,13 @@ SAMPLES = [{"prompt": "Say yes.", "answer": "yes"}, {"prompt": "Say no.", "answe
 
 
 def test_no_dataset_means_the_built_in_samples():
-    tasks, source = configured_tasks(None, "train", "prompt", "answer", samples=SAMPLES)
+    tasks, source = configured_tasks(DataSettings(), samples=SAMPLES)
     assert tasks == SAMPLES and source == "built-in tasks"
 
 
 def test_a_dataset_that_cannot_be_loaded_is_an_error_naming_it_and_the_cause():
     with pytest.raises(DatasetError) as raised:
-        configured_tasks(MISTYPED, "train", "prompt", "answer", samples=SAMPLES)
+        configured_tasks(DataSettings(MISTYPED), samples=SAMPLES)
     message = str(raised.value)
     assert "\n" not in message
     assert f"dataset {MISTYPED} (split train) could not be loaded: ConnectionError" in message
@@ -76,16 +76,14 @@ def test_a_dataset_that_cannot_be_loaded_is_an_error_naming_it_and_the_cause():
 
 def test_the_samples_stand_in_for_a_dataset_only_when_asked(caplog):
     with caplog.at_level(logging.WARNING):
-        tasks, source = configured_tasks(
-            MISTYPED, "train", "prompt", "answer", samples=SAMPLES, fallback=True
-        )
+        tasks, source = configured_tasks(DataSettings(MISTYPED, fallback=True), samples=SAMPLES)
     assert tasks == SAMPLES and MISTYPED in source
     assert f"dataset {MISTYPED} could not be loaded" in caplog.text
 
 
 def test_no_dataset_and_no_samples_is_an_error():
     with pytest.raises(DatasetError, match="no dataset is configured"):
-        configured_tasks(None, "train", "prompt", "answer", samples=[])
+        configured_tasks(DataSettings(), samples=[])
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 ``__all__`` is what an env author uses: the base env, its settings, its model servers' settings
 (``APIServerConfig``, atroposlib's) and the errors it raises, the task type and its
-loaders, the agent loop with its turn hooks and its result, the reward building blocks, the
+loaders, the agent loop with its settings, turn hooks and result, the reward building blocks, the
 rollout's sandbox as a reward sees it, the tool decorator and the metric names. Everything else
 is internal and imported by its module path (``hermes_envgen.runtime.tools.REGISTRY``). Names
 are loaded on first use, so ``import hermes_envgen.runtime`` (or the CLI) does not pay for
@@ -27,8 +27,9 @@ _EXPORTS = {
     "Task": "tasks",
     "split_train_eval": "datasets",
     "training_order": "datasets",
-    # the agent loop, its hooks and its result
+    # the agent loop, its settings, its hooks and its result
     "HermesAgentLoop": "agent_loop",
+    "LoopSettings": "agent_loop",
     "TurnHooks": "agent_loop",
     "RolloutState": "agent_loop",
     "AgentResult": "agent_loop",
@@ -82,6 +83,7 @@ __all__ = [
     "HermesAgentEnvConfig",
     "HermesAgentLoop",
     "JudgeVerdict",
+    "LoopSettings",
     "Metric",
     "ModelClient",
     "Reward",
@@ -121,6 +123,7 @@ if TYPE_CHECKING:
     from hermes_envgen.runtime.agent_loop import (
         AgentResult,
         HermesAgentLoop,
+        LoopSettings,
         RolloutState,
         TurnHooks,
     )

@@ -26,11 +26,12 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Real
-from typing import Any, Generic, NoReturn, Protocol, TypeAlias, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeAlias, TypedDict, TypeVar, overload
 
 from typing_extensions import TypeVar as DefaultedTypeVar
+from typing_extensions import Unpack
 
 from hermes_envgen.runtime.errors import EnvConfigError, InferenceError
 from hermes_envgen.runtime.parsers.base import new_alnum_id
@@ -379,52 +380,113 @@ class ChatCompletionBackend:
         )
 
 
+@dataclass(frozen=True)
+class LoopSettings:
+    """How the agent loop runs its rollouts: turns, sampling, tool output, retries, time.
+
+    A base env makes it from its flags (``config.loop_settings(split)``) and hands it to each
+    loop whole; ``dataclasses.replace`` makes a variant.
+    """
+
+    max_turns: int = 30  # most model turns before the rollout is cut off (max_agent_turns)
+    temperature: float = 1.0  # sampling temperature of every request
+    max_tokens: int | None = None  # per request (max_tokens_per_turn); None: the server's own
+    extra_body: dict[str, Any] | None = None  # extra JSON fields of every request
+    max_tool_output_chars: int = 20_000  # longer tool output is cut, with a notice
+    max_parallel_tools: int = 8  # tool calls of one message run concurrently, up to this
+    request_retries: int = 2  # extra tries of a failed request (0 with a ModelClient: it retries)
+    retry_backoff: float = 0.5  # seconds before the first retry, doubled each time
+    request_timeout: float | None = None  # seconds per request; None: the server's own
+    tool_choice: str | None = None  # sent with requests that offer tools ('auto', 'required')
+    max_seconds: float | None = None  # the rollout's wall-clock budget; None: no limit
+
+
+class LoopSettingsByName(TypedDict, total=False):
+    """``LoopSettings``' fields as ``HermesAgentLoop`` keywords (the Hermes skill's call)."""
+
+    max_turns: int
+    temperature: float
+    max_tokens: int | None
+    extra_body: dict[str, Any] | None
+    max_tool_output_chars: int
+    max_parallel_tools: int
+    request_retries: int
+    retry_backoff: float
+    request_timeout: float | None
+    tool_choice: str | None
+    max_seconds: float | None
+
+
+class _Setting(Generic[_T]):
+    """A field of the loop's ``settings``, read and set by its name on the loop
+    (``loop.max_turns = 5`` in a ``make_loop`` override)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, loop: None, owner: type) -> _Setting[_T]: ...
+    @overload
+    def __get__(self, loop: HermesAgentLoop, owner: type) -> _T: ...
+    def __get__(self, loop: HermesAgentLoop | None, owner: type) -> _T | _Setting[_T]:
+        if loop is None:
+            return self
+        value: _T = getattr(loop.settings, self.name)
+        return value
+
+    def __set__(self, loop: HermesAgentLoop, value: _T) -> None:
+        changed: dict[str, Any] = {self.name: value}
+        loop.settings = replace(loop.settings, **changed)
+
+
 class HermesAgentLoop:
-    """Runs one rollout of a tool-using agent against an inference server."""
+    """Runs one rollout of a tool-using agent against an inference server.
+
+    ``settings`` says how (turns, sampling, tool output, retries, time); the Hermes skill's
+    keywords (``max_turns=``, ``temperature=``, ``max_tokens=``, ``extra_body=``, any field of
+    ``LoopSettings``) set single fields over it. The rest is the rollout's own: its server and
+    tools, ``task_id`` (the tool context's when one is given), ``tool_context``, ``split``,
+    ``backend`` (token mode's; chat completions by default), ``hooks`` and ``task``.
+    """
+
+    # Each setting by its name on the loop, read and set (``loop.max_turns = 5``).
+    max_turns = _Setting[int]()
+    temperature = _Setting[float]()
+    max_tokens = _Setting[int | None]()
+    extra_body = _Setting[dict[str, Any] | None]()
+    max_tool_output_chars = _Setting[int]()
+    max_parallel_tools = _Setting[int]()
+    request_retries = _Setting[int]()
+    retry_backoff = _Setting[float]()
+    request_timeout = _Setting[float | None]()
+    tool_choice = _Setting[str | None]()
+    max_seconds = _Setting[float | None]()
 
     def __init__(
         self,
         server: ChatServer,
         tool_schemas: list[dict[str, Any]],
         valid_tool_names: set[str] | list[str],
-        max_turns: int = 30,
-        task_id: str | None = None,
-        temperature: float = 1.0,
-        max_tokens: int | None = None,
-        extra_body: dict[str, Any] | None = None,
         *,
+        settings: LoopSettings | None = None,
+        task_id: str | None = None,
         tool_context: ToolContext | None = None,
-        max_tool_output_chars: int = 20_000,
-        max_parallel_tools: int = 8,
         split: str = "train",
-        request_retries: int = 2,
-        retry_backoff: float = 0.5,
-        request_timeout: float | None = None,
         backend: Any = None,
-        tool_choice: str | None = None,
-        max_seconds: float | None = None,
         hooks: TurnHooks | None = None,
         task: Any = None,
+        **by_name: Unpack[LoopSettingsByName],
     ) -> None:
+        self.settings = replace(settings or LoopSettings(), **by_name)
         self.tool_schemas = tool_schemas
         self.valid_tool_names = set(valid_tool_names)
-        self.max_turns = max_turns
-        self.task_id = task_id or uuid.uuid4().hex
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.extra_body = extra_body
+        self.task_id = task_id or (tool_context.task_id if tool_context else uuid.uuid4().hex)
         self.tool_context = tool_context or ToolContext(self.task_id)
-        self.max_tool_output_chars = max_tool_output_chars
         self.split = split
-        self.request_retries = request_retries
-        self.retry_backoff = retry_backoff
-        self.request_timeout = request_timeout
         self.backend = backend or ChatCompletionBackend(server)
-        self.tool_choice = tool_choice
-        self.max_seconds = max_seconds  # the rollout's wall-clock budget; None: no limit
         self.hooks = hooks or TurnHooks()  # the env's turn logic; the defaults add nothing
         self.task = task  # what the hooks see as ``state.task``
-        self._tool_slots = asyncio.Semaphore(max_parallel_tools)
+        self._tool_slots: asyncio.Semaphore | None = None
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         """Run the conversation until the model answers without a tool call (and the env adds
@@ -433,20 +495,20 @@ class HermesAgentLoop:
         check_hooks(self.hooks)
         result: AgentResult[Any] = AgentResult(messages=[dict(m) for m in messages])
         try:
-            if self.max_seconds is None:
+            if self.settings.max_seconds is None:
                 await self._turns(result)
                 return result
             try:
                 # Cancelling the turns kills the commands under way (finish_command) and drops
                 # a request or a hook in flight; ``result`` keeps every message up to that point.
-                await asyncio.wait_for(self._turns(result), self.max_seconds)
+                await asyncio.wait_for(self._turns(result), self.settings.max_seconds)
             except asyncio.TimeoutError:
                 result.timed_out = True
-                _answer_stopped_calls(result.messages, self.max_seconds)
+                _answer_stopped_calls(result.messages, self.settings.max_seconds)
                 logger.warning(
                     "task %s: the rollout ran past its %g s budget (max_rollout_seconds); ended",
                     self.task_id,
-                    self.max_seconds,
+                    self.settings.max_seconds,
                 )
             return result
         finally:
@@ -460,7 +522,7 @@ class HermesAgentLoop:
             result.data = await self._hook("new_state", state, self.task)
         except _HookFailed:
             return
-        for turn in range(1, self.max_turns + 1):
+        for turn in range(1, self.settings.max_turns + 1):
             try:
                 reply = await self._complete(result.messages)
             except Exception as exc:  # the server failed every retry: end this rollout only
@@ -579,28 +641,32 @@ class HermesAgentLoop:
         raise _HookFailed(name)
 
     async def _complete(self, messages: list[dict[str, Any]]) -> AssistantTurn:
-        kwargs: dict[str, Any] = {"n": 1, "temperature": self.temperature, "split": self.split}
+        kwargs: dict[str, Any] = {
+            "n": 1,
+            "temperature": self.settings.temperature,
+            "split": self.split,
+        }
         if self.tool_schemas:
             kwargs["tools"] = self.tool_schemas
-            if self.tool_choice:
-                kwargs["tool_choice"] = self.tool_choice
-        if self.max_tokens is not None:
-            kwargs["max_tokens"] = self.max_tokens
-        if self.extra_body:
-            kwargs["extra_body"] = self.extra_body
+            if self.settings.tool_choice:
+                kwargs["tool_choice"] = self.settings.tool_choice
+        if self.settings.max_tokens is not None:
+            kwargs["max_tokens"] = self.settings.max_tokens
+        if self.settings.extra_body:
+            kwargs["extra_body"] = self.settings.extra_body
 
         async def attempt(number: int) -> AssistantTurn:
             del number
             return await asyncio.wait_for(
-                self.backend.complete(messages, **kwargs), self.request_timeout
+                self.backend.complete(messages, **kwargs), self.settings.request_timeout
             )
 
         # A server of its own (not a ModelClient, which retries by kind) is asked again unless
         # its error says it cannot succeed.
         return await with_retries(
             attempt,
-            retries=self.request_retries,
-            backoff=self.retry_backoff,
+            retries=self.settings.request_retries,
+            backoff=self.settings.retry_backoff,
             may_pass=lambda exc: getattr(exc, "retryable", True),
             what=f"task {self.task_id}: request failed",
         )
@@ -631,6 +697,8 @@ class HermesAgentLoop:
             return refuse(f"the arguments of {name} are not valid JSON ({exc}); it was not run")
         if not isinstance(arguments, dict):
             return refuse(f"the arguments of {name} must be a JSON object; it was not run")
+        if self._tool_slots is None:  # made on first use: a setting changed after __init__ counts
+            self._tool_slots = asyncio.Semaphore(self.settings.max_parallel_tools)
         async with self._tool_slots:
             try:
                 output = await self.tool_context.call_tool(name, arguments)
@@ -641,7 +709,7 @@ class HermesAgentLoop:
         return self._cap(output)
 
     def _cap(self, output: str) -> str:
-        limit = self.max_tool_output_chars
+        limit = self.settings.max_tool_output_chars
         if len(output) <= limit:
             return output
         return output[:limit] + (

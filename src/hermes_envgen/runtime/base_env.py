@@ -31,12 +31,12 @@ from hermes_envgen.runtime.agent_loop import (
     TaskT,
     TurnHooks,
     briefly,
-    check_hooks,
 )
 from hermes_envgen.runtime.config import HermesAgentEnvConfig
 from hermes_envgen.runtime.delivery import GROUP_ID_KEY, GroupDelivery, ServeDelivery
-from hermes_envgen.runtime.env_cli import check_api_key, run_env_cli, wandb_configured
+from hermes_envgen.runtime.env_cli import run_env_cli
 from hermes_envgen.runtime.env_overrides import TrainingBuffer, guard_overrides
+from hermes_envgen.runtime.env_startup import ENV_CHECKS, SETTINGS_CHECKS
 from hermes_envgen.runtime.env_tasks import EnvTasks
 from hermes_envgen.runtime.errors import (
     ChatTemplateError,
@@ -61,7 +61,6 @@ from hermes_envgen.runtime.inference import (
     ModelClient,
     check_model_server,
 )
-from hermes_envgen.runtime.parsers import UnknownParserError, get_parser
 from hermes_envgen.runtime.progress import RunProgress
 from hermes_envgen.runtime.records import (
     EVAL,
@@ -75,15 +74,10 @@ from hermes_envgen.runtime.records import (
 )
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout_view import write_groups_page
-from hermes_envgen.runtime.sandbox import SandboxManager, SandboxUnavailable
-from hermes_envgen.runtime.sandbox.choice import choose_backend, hide_run_from_commands
-from hermes_envgen.runtime.sandbox.docker_pool import check_hosts
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable
 from hermes_envgen.runtime.serve_log import EqualScoreSkips
-from hermes_envgen.runtime.template_check import prepare_chat_template
 from hermes_envgen.runtime.tool_context import ToolContext, set_default_sandbox_manager
 from hermes_envgen.runtime.tools import REGISTRY, Tool, ToolRegistry
-from hermes_envgen.runtime.tools.extras import require_toolsets
-from hermes_envgen.runtime.tools.mcp_tools import mcp_registry
 from hermes_envgen.runtime.trajectory import tokenize_conversation
 
 logger = logging.getLogger(__name__)
@@ -108,8 +102,12 @@ class HermesAgentBaseEnv(
     # The client of the reward's LLM judge (from make_judge): checked at start-up beside the
     # policy's server; a judge that fails every request for good stops the run.
     judge: ModelClient | None = None
-    # The client of the policy's server (every rollout's requests): made in __init__.
+    # The client of the policy's server (every rollout's requests): made at start-up.
     policy: ModelClient
+    # The toolsets' settings and shared objects, by toolset name (each rollout's ToolContext).
+    tool_services: dict[str, Any]
+    _token_mode: bool  # the policy samples exact tokens (vllm/sglang)
+    _sandbox_settings: SandboxSettings  # the rollouts' sandboxes, their backend chosen
     # The toolsets this env is made for: a hint beside the enabled_toolsets setting, which
     # decides; used when the setting is left unset (None).
     default_toolsets: ClassVar[list[str] | None] = None
@@ -140,25 +138,8 @@ class HermesAgentBaseEnv(
         slurm: bool = False,
         testing: bool = False,
     ) -> None:
-        if not config.wandb_name:
-            # run-api rejects a registration without a name (HTTP 422): default to the env's.
-            config.wandb_name = self.name or type(self).__name__
-        if config.use_wandb and not wandb_configured():
-            logger.warning(
-                "W&B logging is off: no WANDB_API_KEY is set (set it, or WANDB_MODE, to log)"
-            )
-            config.use_wandb = False
-        check_hooks(self)  # hooks of the earlier contract: one line naming the change, exit 2
-        if not config.tokenizer_name or config.tokenizer_name == "none":
-            raise EnvConfigError(
-                "tokenizer_name is not set: pass --env.tokenizer_name with the Hugging Face "
-                "repo id (or local directory) of the model's tokenizer"
-            )
-        for server_config in server_configs if isinstance(server_configs, list) else []:
-            check_api_key(server_config)
-            if getattr(server_config, "tokenizer_name", None) == "none":
-                # vllm/sglang servers load a tokenizer too: the env's is the model's.
-                server_config.tokenizer_name = config.tokenizer_name
+        for check in SETTINGS_CHECKS:  # the settings alone (see env_startup)
+            check(self, config, server_configs)
         try:
             super().__init__(config, server_configs, slurm=slurm, testing=testing)
         except OSError as exc:  # in BaseEnv.__init__ this is the tokenizer failing to load
@@ -167,81 +148,16 @@ class HermesAgentBaseEnv(
                 + " (offline? pass --env.tokenizer_name with a local directory)"
             ) from None
         self.config: HermesAgentEnvConfig = config
-        sandbox_settings = config.sandbox_settings()
-        try:  # auto: bwrap where it works; local as root only when opted in (say it, either way)
-            sandbox_settings.backend = choose_backend(
-                sandbox_settings.backend, config.sandbox_allow_unsafe_local
-            )
-        except EnvConfigError:
-            self._discard_empty_output()
-            raise
-        if sandbox_settings.backend == "docker" and sandbox_settings.docker_hosts:
-            try:  # every engine of the pool answers, or the run stops here (exit 2)
-                check_hosts(sandbox_settings.docker_hosts)
-            except EnvConfigError:
-                self._discard_empty_output()
-                raise
-        if sandbox_settings.backend == "local":
-            hide_run_from_commands()  # the agent's commands, this user's, cannot read our keys
-        if config.mcp_servers:  # their tools, listed now: a server that cannot start stops here
-            try:  # in a sandbox of the backend the rollouts use, resolved above
-                require_toolsets(["mcp"])  # the MCP SDK installed (hermes-envgen[mcp])
-                self.tool_registry = mcp_registry(
-                    self.tool_registry, config.mcp_servers, sandbox_settings
-                )
-            except EnvConfigError:
-                self._discard_empty_output()
-                raise
-        # An unknown toolset fails here, at startup, and so does one whose library is not
-        # installed (the extra that installs it named).
-        offered = self._offered_tools()
-        try:
-            require_toolsets(tool.toolset for tool in offered)
-        except EnvConfigError:
-            self._discard_empty_output()
-            raise
-        # Every request to the policy goes through one client: its retries, its errors.
-        self.policy = ModelClient.of(
-            [s.config for s in self.server.servers],
-            api=config.inference_api,
-            retries=config.request_retries,
-        )
-        self._token_mode = self.policy.token_mode  # the exact tokens and their logprobs
+        self._sandbox_settings = config.sandbox_settings()  # its backend chosen by a check
         try:  # a setting that cannot work stops the env here, in one line, with no output
-            if self._token_mode:
-                try:
-                    get_parser(config.tool_call_parser)
-                except UnknownParserError as exc:
-                    raise EnvConfigError(str(exc)) from None
-            # A template that drops tool calls or results.
-            prepare_chat_template(
-                self.tokenizer,
-                config.chat_template,
-                config.tokenizer_name,
-                token_mode=self._token_mode,
-                system_prompt=config.system_prompt,
-                template_variables=(config.extra_body or {}).get("chat_template_kwargs"),
-                server_type=self.policy.endpoints[0].server_type,
-            )
-            self.judge = self.make_judge()
-            if self.judge is not None and self.judge is self.policy:
-                logger.warning(
-                    "warning: the judge is the policy's own server: the policy grades its own "
-                    "answers, and an answer can try to talk it into a high score; set "
-                    "judge_base_url to a separate judge"
-                )
-            # The toolsets' settings and clients, in every rollout's ToolContext; those the
-            # env names in enabled_toolsets are checked now.
-            named = (
-                self._resolve_tools()[1]
-                if config.enabled_toolsets or self.default_toolsets
-                else set()
-            )
-            self.tool_services = config.tool_services(named)
+            for env_check in ENV_CHECKS:
+                env_check(self)
         except EnvConfigError:
             self._discard_empty_output()
             raise
-        self.sandboxes = SandboxManager(sandbox_settings, lifetime=config.sandbox_idle_lifetime)
+        self.sandboxes = SandboxManager(
+            self._sandbox_settings, lifetime=config.sandbox_idle_lifetime
+        )
         set_default_sandbox_manager(self.sandboxes)
         self._sandbox_errors_logged: set[str] = set()
         self._train_stats = RolloutStats()
@@ -346,9 +262,10 @@ class HermesAgentBaseEnv(
     def _offered_tools(self) -> list[Tool]:
         """The tools of the enabled toolsets (the env's default ones when unset), less the
         disabled."""
-        enabled = self.config.enabled_toolsets
+        settings = self.config.tool_settings()
+        enabled = settings.enabled_toolsets
         return self.tool_registry.resolve(
-            self.default_toolsets if enabled is None else enabled, self.config.disabled_toolsets
+            self.default_toolsets if enabled is None else enabled, settings.disabled_toolsets
         )
 
     def _resolve_tools_for_group(self) -> tuple[list[dict[str, Any]], set[str]]:
@@ -384,7 +301,8 @@ class HermesAgentBaseEnv(
         """The agent loop of one rollout of ``item``; ``ctx`` is its tools' and sandbox's.
 
         Override it for a loop of your own per task: change the one made here (``max_turns``,
-        ``max_seconds``) or return a ``HermesAgentLoop`` subclass. Its hooks are this env's
+        ``max_seconds``: any field of its ``settings``, by name on the loop) or return a
+        ``HermesAgentLoop`` subclass. Its hooks are this env's
         (``new_state``, ``turn_reward``, ``should_stop``, ``env_response``), its task ``item``.
         """
         backend = None
@@ -400,19 +318,11 @@ class HermesAgentBaseEnv(
             self.policy,
             schemas,
             names,
-            max_turns=self.config.max_agent_turns,
-            task_id=ctx.task_id,
+            settings=self.config.loop_settings(split),
             temperature=temperature,
-            max_tokens=self.config.max_tokens_per_turn,
-            extra_body=self.config.extra_body,
             tool_context=ctx,
-            max_tool_output_chars=self.config.max_tool_output_chars,
-            max_parallel_tools=self.config.max_parallel_tools,
             split=split,
-            request_retries=0,  # the model client retries, by kind of failure
             backend=backend,
-            tool_choice=self.config.tool_choice,
-            max_seconds=self.config.max_rollout_seconds,
             hooks=self,
             task=item,
         )
@@ -430,9 +340,7 @@ class HermesAgentBaseEnv(
         task_id = f"{split}-{uuid.uuid4().hex[:16]}"
         ctx = ToolContext(task_id, self.sandboxes, self.tool_registry, self.tool_services)
         if temperature is None:
-            temperature = (
-                self.config.agent_temperature if split == "train" else self.config.eval_temperature
-            )
+            temperature = self.config.loop_settings(split).temperature
         loop = self.make_loop(item, ctx, split=split, temperature=temperature, tools=tools)
         try:
             try:
@@ -588,21 +496,19 @@ class HermesAgentBaseEnv(
         never into training buffers. See :mod:`hermes_envgen.runtime.evaluation`.
         """
         start = time.time()
-        config = self.config
+        settings = self.config.evaluation_settings()
         try:
-            journal = SampleJournal(
-                config.data_dir_to_save_evals, eval_settings(self), resume=config.resume
-            )
+            journal = SampleJournal(settings.save_dir, eval_settings(self), resume=settings.resume)
         except ResumeError as exc:
             raise EnvConfigError(str(exc)) from None
-        tasks = plan_eval(items, config.eval_samples_per_item)
+        tasks = plan_eval(items, settings.samples_per_item)
         saved = [journal.records[t.key] for t in tasks if t.key in journal.records]
         if len(saved) < len(journal.records):
             logger.warning(
                 "%d saved rollout(s) belong to no item of this evaluation; left out",
                 len(journal.records) - len(saved),
             )
-        if config.resume:
+        if settings.resume:
             print(f"resuming: {len(saved)} of {len(tasks)} rollouts already saved", file=sys.stderr)
         progress = resumed_progress(len(tasks), saved)
         pending = (t for t in tasks if t.key not in journal.records)
@@ -616,16 +522,16 @@ class HermesAgentBaseEnv(
                 progress.advance()
 
         try:
-            await asyncio.gather(*(worker() for _ in range(max(1, config.max_eval_workers))))
+            await asyncio.gather(*(worker() for _ in range(settings.workers)))
         finally:
             progress.close()
             journal.close()
         records = [journal.records[t.key] for t in tasks]  # earlier runs' and this one's
         metrics = summarize(
             records,
-            config.eval_samples_per_item,
-            config.eval_pass_threshold,
-            failure_score=config.failure_score,
+            settings.samples_per_item,
+            settings.pass_threshold,
+            failure_score=settings.failure_score,
         )
         self._pending_eval_metrics = dict(metrics)
         await self.evaluate_log(
@@ -634,23 +540,23 @@ class HermesAgentBaseEnv(
             start_time=start,
             end_time=time.time(),
             generation_parameters={
-                "temperature": config.eval_temperature,
+                "temperature": settings.temperature,
                 # What each request asked for (atroposlib would record max_token_length).
                 "max_new_tokens": self._max_tokens_per_request(),
-                "max_agent_turns": config.max_agent_turns,
-                "samples_per_item": config.eval_samples_per_item,
+                "max_agent_turns": self.config.max_agent_turns,
+                "samples_per_item": settings.samples_per_item,
             },
             samples=None,  # already in samples.jsonl, written as the rollouts finished
         )
-        if config.data_dir_to_save_evals is not None:
-            record_run(Path(config.data_dir_to_save_evals) / METRICS_FILE, run_record(self))
+        if settings.save_dir is not None:
+            record_run(Path(settings.save_dir) / METRICS_FILE, run_record(self))
         failed = [r for r in records if r.get("failure")]
         if failed and len(failed) > FAILURE_WARN_SHARE * len(records):
             # Loud: these numbers measure what broke more than the model.
             print(
                 f"warning: {len(failed)} of {len(records)} rollouts failed "
                 f"({metric(EVAL, Metric.FAILURE_RATE)} {len(failed) / len(records):.2f}), each "
-                f"counted at failure_score {config.failure_score:g}; the first: "
+                f"counted at failure_score {settings.failure_score:g}; the first: "
                 f"{failed[0]['failure']} (the rest in {FAILURES_FILE})",
                 file=sys.stderr,
             )

@@ -11,11 +11,15 @@ from atroposlib.envs.server_handling.server_baseline import (
 )
 from pydantic import Field, Json, field_validator, model_validator
 
+from hermes_envgen.runtime.agent_loop import LoopSettings
+from hermes_envgen.runtime.datasets import DataSettings
 from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.evaluation.settings import EvalSettings
 from hermes_envgen.runtime.sandbox import DEFAULT_DOCKER_IMAGE, SandboxSettings
 from hermes_envgen.runtime.sandbox.docker_pool import SCHEMES as DOCKER_HOST_SCHEMES
 from hermes_envgen.runtime.sandbox.manager import DEFAULT_IDLE_LIFETIME
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings
+from hermes_envgen.runtime.tools.settings import ToolSettings
 
 # The Hermes skill's name of a setting this runtime calls otherwise: it works for good, in
 # config files, config_init and --env. flags, without a warning.
@@ -411,17 +415,61 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
         """sandbox_backend, by the Hermes skill's name for it."""
         return self.sandbox_backend
 
-    def tool_services(self, tools: set[str] | None = None) -> dict[str, Any]:
-        """The toolsets' settings and shared objects, by toolset name (see ToolContext).
+    def loop_settings(self, split: str = "train") -> LoopSettings:
+        """The agent loop's settings for a rollout of ``split`` (its temperature is the
+        split's: agent_temperature for training, eval_temperature for evaluation)."""
+        return LoopSettings(
+            max_turns=self.max_agent_turns,
+            temperature=self.agent_temperature if split == "train" else self.eval_temperature,
+            max_tokens=self.max_tokens_per_turn,
+            extra_body=self.extra_body,
+            max_tool_output_chars=self.max_tool_output_chars,
+            max_parallel_tools=self.max_parallel_tools,
+            request_retries=0,  # the policy's ModelClient retries (request_retries), by kind
+            tool_choice=self.tool_choice,
+            max_seconds=self.max_rollout_seconds,
+        )
 
-        ``tools``: the names the agent gets; a toolset among them whose settings cannot work
-        fails here, at start-up (EnvConfigError naming the setting).
-        """
+    def data_settings(self) -> DataSettings:
+        """Where the tasks come from and how they are split and ordered (``dataset_*``,
+        ``eval_size``, ``split_seed``, ``seed``)."""
+        return DataSettings(
+            dataset_name=self.dataset_name,
+            dataset_split=self.dataset_split,
+            prompt_field=self.prompt_field,
+            answer_field=self.answer_field,
+            fallback=self.dataset_fallback,
+            eval_size=self.eval_size,
+            split_seed=self.split_seed,
+            seed=self.seed,
+        )
+
+    def evaluation_settings(self) -> EvalSettings:
+        """How evaluation runs and is scored (``eval_*``, ``data_dir_to_save_evals``,
+        ``resume``, ``max_eval_workers``, ``failure_score``)."""
+        return EvalSettings(
+            save_dir=self.data_dir_to_save_evals,
+            samples_per_item=self.eval_samples_per_item,
+            pass_threshold=self.eval_pass_threshold,
+            temperature=self.eval_temperature,
+            failure_score=self.failure_score,
+            resume=self.resume,
+            workers=max(1, self.max_eval_workers),
+        )
+
+    def tool_settings(self) -> ToolSettings:
+        """The tools' settings: toolsets offered and taken away, MCP servers, and the
+        ``python_*`` and ``web_*`` settings of those toolsets."""
         from hermes_envgen.runtime.tools.interpreter import PythonSettings
-        from hermes_envgen.runtime.tools.web import WebSettings, WebToolset
+        from hermes_envgen.runtime.tools.web import WebSettings
 
-        web = WebToolset(
-            WebSettings(
+        return ToolSettings(
+            python=PythonSettings(
+                timeout=self.python_timeout,
+                max_output_bytes=self.python_max_output_bytes,
+                command=self.python_command,
+            ),
+            web=WebSettings(
                 backend=self.web_backend,
                 corpus=self.web_corpus,
                 api_key_env=self.web_api_key_env,
@@ -430,18 +478,11 @@ class HermesAgentEnvConfig(BaseEnvConfig):  # type: ignore[misc]  # atroposlib: 
                 max_page_bytes=self.web_max_page_bytes,
                 max_page_chars=self.web_max_page_chars,
                 timeout=self.web_timeout,
-            )
-        )
-        if tools is None or tools & {"web_search", "web_fetch"}:
-            web.check()
-        return {
-            "python": PythonSettings(
-                timeout=self.python_timeout,
-                max_output_bytes=self.python_max_output_bytes,
-                command=self.python_command,
             ),
-            "web": web,
-        }
+            enabled_toolsets=self.enabled_toolsets,
+            disabled_toolsets=list(self.disabled_toolsets),
+            mcp_servers=list(self.mcp_servers),
+        )
 
     def sandbox_settings(self) -> SandboxSettings:
         """The settings of the rollouts' sandboxes (the ``sandbox_*`` fields)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from hermes_envgen.runtime.errors import DatasetError
@@ -14,6 +15,21 @@ logger = logging.getLogger(__name__)
 
 # Splits and orders keep whatever items they are given: Tasks, or an env's own dicts.
 Item = TypeVar("Item")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Where an env's tasks come from, and how they are split and ordered (its ``dataset_*``,
+    ``eval_size`` and seed settings: ``config.data_settings()``)."""
+
+    dataset_name: str | None = None  # a hub dataset; None (or empty): the built-in tasks
+    dataset_split: str = "train"
+    prompt_field: str = "prompt"  # the dataset's field with the task
+    answer_field: str = "answer"  # the dataset's field with the reference answer
+    fallback: bool = False  # the built-in tasks when the dataset cannot be loaded (said)
+    eval_size: int = 20  # tasks held out for evaluation (see split_train_eval)
+    split_seed: int = 0  # of the train/eval split: the same on every worker of a run
+    seed: int = 0  # of the order this worker draws training tasks in
 
 
 def load_hub_items(name: str, split: str, prompt_field: str, answer_field: str) -> list[Task]:
@@ -30,22 +46,16 @@ def load_hub_items(name: str, split: str, prompt_field: str, answer_field: str) 
     return [Task(prompt=str(r[prompt_field]), answer=str(r[answer_field])) for r in rows]
 
 
-def configured_tasks(
-    name: str | None,
-    split: str,
-    prompt_field: str,
-    answer_field: str,
-    *,
-    samples: Sequence[Task],
-    fallback: bool = False,
-) -> tuple[list[Task], str]:
+def configured_tasks(data: DataSettings, samples: Sequence[Task]) -> tuple[list[Task], str]:
     """The tasks of a run and where they came from (for the log): the dataset's when one is
     named, else the built-in ``samples``.
 
     A named dataset that cannot be loaded is a ``DatasetError`` naming it and the cause: a
-    mistyped or private name must not train on the built-in tasks unnoticed. Only with ``fallback``
-    (``dataset_fallback``, asked for by the user) do the built-in tasks stand in, with a warning.
+    mistyped or private name must not train on the built-in tasks unnoticed. Only with
+    ``data.fallback`` (``dataset_fallback``, asked for by the user) do the built-in tasks stand
+    in, with a warning.
     """
+    name, split = data.dataset_name, data.dataset_split
     if not name:
         if not samples:
             raise DatasetError(
@@ -54,14 +64,15 @@ def configured_tasks(
             )
         return list(samples), "built-in tasks"
     try:
-        return load_hub_items(name, split, prompt_field, answer_field), f"{name}[{split}]"
+        items = load_hub_items(name, split, data.prompt_field, data.answer_field)
+        return items, f"{name}[{split}]"
     except DatasetError:
         raise
     # datasets raises a zoo (ConnectionError offline, DatasetNotFoundError, ValueError for a
     # split...): each one stops the run with its reason, none is ignored.
     except Exception as exc:
         cause = f"{type(exc).__name__}: {str(exc).strip()}".splitlines()[0]
-        if not (fallback and samples):
+        if not (data.fallback and samples):
             raise DatasetError(
                 f"dataset {name} (split {split}) could not be loaded: {cause}; check "
                 "--env.dataset_name, or pass --env.dataset_fallback true to use the built-in "

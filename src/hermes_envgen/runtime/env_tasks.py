@@ -46,29 +46,24 @@ class EnvTasks:
         """Every task of the env, before the split: the rows of ``dataset_name``, else
         ``samples`` (the class's ``samples`` when None). A dataset that cannot be loaded stops
         the run (``DatasetError``) unless ``dataset_fallback`` is set."""
-        config = self.config
-        if config.dataset_name and config.dataset_fallback:
+        data = self.config.data_settings()
+        if data.dataset_name and data.fallback:
             logger.warning(
                 "warning: dataset_fallback is on: if %s cannot be loaded, the run uses the "
                 "built-in tasks instead",
-                config.dataset_name,
+                data.dataset_name,
             )
         tasks, self.task_source = configured_tasks(
-            config.dataset_name,
-            config.dataset_split,
-            config.prompt_field,
-            config.answer_field,
-            samples=self.samples if samples is None else samples,
-            fallback=config.dataset_fallback,
+            data, self.samples if samples is None else samples
         )
         return tasks
 
     def split_tasks(self, tasks: Sequence[Task]) -> tuple[list[Task], list[Task]]:
         """Training and evaluation tasks: ``eval_size`` held out by ``split_seed`` (the same on
         every worker of a run), the rest in the order of this worker's ``seed``."""
-        config = self.config
-        train, held_out = split_train_eval(tasks, config.eval_size, config.split_seed)
-        train = training_order(train, config.seed)
+        data = self.config.data_settings()
+        train, held_out = split_train_eval(tasks, data.eval_size, data.split_seed)
+        train = training_order(train, data.seed)
         print(f"{len(train)} training and {len(held_out)} evaluation tasks from {self.task_source}")
         return train, held_out
 

@@ -110,9 +110,7 @@ class EnvSession:
             self.task_id, env.sandboxes, env.tool_registry, env.tool_services
         )
         self._schemas, self._names = env._resolve_tools()
-        temperature = (
-            env.config.agent_temperature if split == "train" else env.config.eval_temperature
-        )
+        temperature = env.config.loop_settings(split).temperature
         # The env's own loop for this task: its tool checks and output cap, its hooks (the env).
         self.loop: HermesAgentLoop = env.make_loop(
             item,
