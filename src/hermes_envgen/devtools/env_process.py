@@ -197,9 +197,10 @@ def replays_report(
 def doors_report(
     env_cls: type[Any], tokenizer: str, workdir: str, noop: str, rewards: dict
 ) -> dict:
-    """The gold solutions through a session (what the doors to other trainers run) against
-    their rewards through the env's loop (the replays'), and a no-op and tampering through one
-    (see testing.door_parity)."""
+    """The gold solutions through each door to another trainer (TRL's environment_factory,
+    the OpenEnv server, the verifiers door's server: each driven through its own adapter, the
+    servers on 127.0.0.1 and stopped when done) against their rewards through the env's loop
+    (the replays'), and a no-op and tampering through each (see testing.door_parity)."""
     from hermes_envgen.testing.door_parity import door_parity
 
     samples = builtin_samples(env_cls)

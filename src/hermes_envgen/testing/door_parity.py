@@ -377,9 +377,7 @@ async def _verifiers_replays(url: str, samples: list[Any], plays: Plays) -> Rewa
         )
 
 
-async def _verifiers_rollout(
-    http: Any, url: str, task: str, turns: list[dict[str, Any]]
-) -> float:
+async def _verifiers_rollout(http: Any, url: str, task: str, turns: list[dict[str, Any]]) -> float:
     opened = await http.post("/sessions", json={"task": task, "split": "eval"})
     if opened.status_code != 200:
         raise RuntimeError(f"POST /sessions: {opened.status_code} {opened.text[:200]}")
@@ -396,10 +394,13 @@ async def _verifiers_rollout(
                 "role": "assistant",
                 "content": turn.get("content") or None,
                 "tool_calls": [
-                    {"id": i, "type": "function",
-                     "function": {"name": name, "arguments": json.dumps(arguments)}}
+                    {
+                        "id": i,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(arguments)},
+                    }
                     for i, (name, arguments) in zip(ids, calls)
-                ],  # fmt: skip
+                ],
             }
         )
         outputs = await _mcp_calls(f"{url}/mcp?session={session}", calls)
