@@ -126,8 +126,8 @@ def door_parity(
 ) -> DoorParityReport:
     """Replay every sample's gold solution through ``process``'s loop and through each of
     ``doors``; a no-op and tampering through each door (see the module's docstring), the
-    doors at once. ``atropos_gold``: the loop's gold rewards, when the caller has them already
-    (check's replays)."""
+    doors at once. ``atropos_gold``: the loop's gold rewards, when the caller has them (check's
+    replays, which run beside these and set them on the report once done)."""
     from hermes_envgen.testing.envs import build_env, offers_tools, offline_settings, with_prompts
     from hermes_envgen.testing.stub_server import StubServer
 
