@@ -150,16 +150,17 @@ def door_parity(
         else:
             env = build_env(env_cls, stub.base_url, tokenizer, workdir / "loop", **backend)
             report.atropos_gold += asyncio.run(_through_loop(env, samples))
-        hooked = _played_through_hooks(plays["gold"])
+        hooks = _turn_hooks(env_cls)
 
         def replay(door: str) -> DoorReplays:
             settings = offline_settings(env_cls, stub.base_url, tokenizer, workdir / door)
             settings |= backend
             replays = DoorReplays(door)
-            if hooked:
+            if hooks:
                 replays.unavailable = (
-                    f"the env plays its turns through its hooks (a game, a simulated user: "
-                    f"{hooked}), which the {door} door does not run: train it through Atropos"
+                    f"the env answers between turns through its hooks ({hooks}: a game, a "
+                    f"simulated user), which the {door} door does not run: train it through "
+                    "Atropos"
                 )
                 return replays
             try:
@@ -193,14 +194,21 @@ async def _through_loop(env: Any, samples: list[Any]) -> list[float]:
         await env.sandboxes.close_all()
 
 
-def _played_through_hooks(plays: list[list[dict[str, Any]]]) -> str | None:
-    """Why a task's solution needs the env's turn hooks (more than one reply that calls no
-    tool: the env answers between them), which no door runs; None when none does."""
-    for index, turns in enumerate(plays):
-        replies = [t for t in turns if not t.get("tool_calls")]
-        if len(replies) > 1:
-            return f"task {index}'s solution is {len(replies)} replies"
-    return None
+# The turn hooks a door never runs: its trainer's loop, not the env's, goes from turn to turn.
+TURN_HOOKS = ("env_response", "turn_reward", "should_stop")
+
+
+def _turn_hooks(env_cls: type[Any]) -> str | None:
+    """The env's turn hooks (a game's moves, a simulated user's replies), which no door runs;
+    None when it has none."""
+    from hermes_envgen.runtime.agent_loop import TurnHooks
+
+    found = [
+        name
+        for name in TURN_HOOKS
+        if getattr(env_cls, name, None) not in (None, getattr(TurnHooks, name))
+    ]
+    return ", ".join(found) or None
 
 
 def _close_sessions(env_cls: type[Any], settings: dict[str, Any]) -> None:
