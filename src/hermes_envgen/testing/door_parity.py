@@ -26,6 +26,7 @@ naming the extra; one that crashes, as that error's first line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pickle
 import shutil
@@ -335,22 +336,25 @@ def replay_openenv(
         env_cls, max_concurrent_envs=AT_ONCE, idle_timeout=IDLE_TIMEOUT, **settings
     )
     tasks = [json.dumps(sample) for sample in samples]
-    with served(app) as url:
-        return asyncio.run(_replay_all(lambda task, turns: _openenv_rollout(url, task, turns),
-                                       tasks, plays))  # fmt: skip
-
-
-async def _openenv_rollout(url: str, task: str, turns: list[dict[str, Any]]) -> float:
-    from openenv.core.env_server.mcp_types import CallToolAction
     from openenv.core.mcp_client import MCPToolClient
 
-    async with MCPToolClient(base_url=url) as client:
-        await client.reset(task=task)
-        for turn in turns:
-            for name, arguments in _calls(turn):
-                await client.call_tool(name, **arguments)
-        finish = CallToolAction(tool_name="finish", arguments={"answer": _answer(turns)})
-        finished = await client.step(finish)
+    with served(app) as url:
+        return asyncio.run(
+            _replay_all(_openenv_rollout, tasks, plays, lambda: MCPToolClient(base_url=url))
+        )
+
+
+async def _openenv_rollout(client: Any, task: str, turns: list[dict[str, Any]]) -> float:
+    """One episode over the client's WebSocket session: reset to the task, the tool calls,
+    ``finish`` with the answer; its step reward."""
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    await client.reset(task=task)
+    for turn in turns:
+        for name, arguments in _calls(turn):
+            await client.call_tool(name, **arguments)
+    finish = CallToolAction(tool_name="finish", arguments={"answer": _answer(turns)})
+    finished = await client.step(finish)
     if not finished.done or finished.reward is None:
         raise RuntimeError(f"finish did not end the episode with a reward: {finished!r:.200}")
     return float(finished.reward)
@@ -381,7 +385,7 @@ async def _verifiers_replays(url: str, samples: list[Any], plays: Plays) -> Rewa
             rows += listed.json()["tasks"]
         tasks = [row["task"] for row in _rows_for(rows, samples, "verifiers")]
         return await _replay_all(
-            lambda task, turns: _verifiers_rollout(http, url, task, turns), tasks, plays
+            lambda _, task, turns: _verifiers_rollout(http, url, task, turns), tasks, plays
         )
 
 
@@ -440,19 +444,27 @@ async def _mcp_calls(url: str, calls: list[tuple[str, dict[str, Any]]]) -> list[
 
 
 async def _replay_all(
-    rollout: Callable[[str, list[dict[str, Any]]], Any], tasks: list[str], plays: Plays
+    rollout: Callable[[Any, str, list[dict[str, Any]]], Any],
+    tasks: list[str],
+    plays: Plays,
+    connect: Callable[[], Any] = contextlib.nullcontext,
 ) -> Rewards:
-    """Every kind's replays through ``rollout``, a few at once, each bounded in time."""
-    slots = asyncio.Semaphore(AT_ONCE)
+    """Every kind's replays through ``rollout`` (given its worker's connection, ``connect()``'s,
+    kept from episode to episode as a trainer's client keeps it), a few workers at once, each
+    replay bounded in time."""
+    jobs = [(kind, i, task, turns) for kind in KINDS for i, (task, turns) in
+            enumerate(zip(tasks, plays[kind]))]  # fmt: skip
+    rewards: Rewards = {kind: [0.0] * len(tasks) for kind in KINDS}
 
-    async def one(task: str, turns: list[dict[str, Any]]) -> float:
-        async with slots:
-            return float(await asyncio.wait_for(rollout(task, turns), ROLLOUT_TIMEOUT))
+    async def worker() -> None:
+        async with connect() as connection:
+            while jobs:
+                kind, index, task, turns = jobs.pop(0)
+                reward = await asyncio.wait_for(rollout(connection, task, turns), ROLLOUT_TIMEOUT)
+                rewards[kind][index] = float(reward)
 
-    return {
-        kind: list(await asyncio.gather(*(one(t, p) for t, p in zip(tasks, plays[kind]))))
-        for kind in KINDS
-    }
+    await asyncio.gather(*(worker() for _ in range(min(AT_ONCE, len(jobs)))))
+    return rewards
 
 
 REPLAYERS: dict[str, Callable[[type[Any], dict[str, Any], list[Any], Plays], Rewards]] = {
