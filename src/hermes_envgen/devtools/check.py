@@ -411,7 +411,8 @@ def started_runs(
         # their own (on 2 cores a check took 38 s one after another, 20 s of it replays).
         progress(
             "replaying each task's gold solution, a no-op, a tool touch, a shotgun answer, two "
-            "shots and asking the judge to grade an injection answer, beside process and evaluate"
+            "shots (and the gold, a no-op and tampering through each door to another trainer) "
+            "and asking the judge to grade an injection answer, beside process and evaluate"
         )
         replay.start(judge_url, model)
         replays = replays_pool.submit(replay.rows, stubbed=endpoint is None)
