@@ -115,3 +115,24 @@ def test_an_adapter_that_crashes_fails_its_row_with_the_first_line(
     (row,) = [r for r in door_rows(report.as_dict(), 0.1) if r.name == "door verifiers: parity"]
     assert row.status == FAIL
     assert row.reason == "the verifiers door's server crashed: RuntimeError: the door's app broke"
+
+
+def test_a_door_that_fails_mid_replay_fails_its_row_and_leaves_nothing_running(
+    binary_env, offline_tokenizer, tmp_path, monkeypatch
+):
+    import threading
+
+    from hermes_envgen.runtime.session import EnvSession
+
+    async def broken_score(self, messages=None):  # every door's scoring breaks (500 over HTTP)
+        raise RuntimeError("scoring broke")
+
+    monkeypatch.setattr(EnvSession, "score", broken_score)
+    samples = builtin_samples(binary_env)[:2]
+    work = tmp_path / "work"
+    report = door_parity(binary_env, samples, offline_tokenizer, work, doors=("verifiers",))
+    error = report.doors["verifiers"].error
+    assert error and error.startswith("RuntimeError: POST /sessions/.../score: 500"), error
+    # the door's server was stopped and every session's sandbox closed
+    assert not [t for t in threading.enumerate() if t.name.startswith("served-")]
+    assert not list((work / "verifiers").rglob("hermes-envgen/*"))
