@@ -124,3 +124,22 @@ def test_a_gold_solution_below_the_pass_threshold_warns_how_to_set_it(tmp_path):
     assert gold.status == "WARN"
     assert "1 earn less than eval_pass_threshold 1 (sample 0: 0.93)" in gold.reason
     assert gold.reason.endswith("set eval_pass_threshold to what a solved task earns at least")
+
+
+def test_replays_that_run_past_the_timeout_fail_every_replay_and_door_row(tmp_path):
+    import subprocess
+    import sys
+
+    from hermes_envgen.devtools.check import DOOR_ROWS, REPLAY_ROWS
+
+    replays = ReplayChecks(find_env(EXAMPLES / "guess_number_env.py"), tmp_path, 0.9, 0.1, 0.5)
+    replays.process = subprocess.Popen(  # an env process that never reports in time
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rows = replays.rows(stubbed=True)
+    assert [row.name for row in rows] == [*REPLAY_ROWS, "judge injection", *DOOR_ROWS]
+    assert {row.status for row in rows} == {FAIL}
+    assert rows[-1].reason == "the env's reward replays took more than 0.5 s (--timeout)"

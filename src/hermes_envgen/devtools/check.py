@@ -793,7 +793,8 @@ class ReplayChecks:
         try:
             report = env_process_report(self.process, self.timeout, REPLAYS)
         except CheckError as exc:  # rows still: the rows above them are printed
-            return [CheckResult(name, FAIL, str(exc)) for name in (*REPLAY_ROWS, INJECTION_ROW)]
+            names = (*REPLAY_ROWS, INJECTION_ROW, *DOOR_ROWS)
+            return [CheckResult(name, FAIL, str(exc)) for name in names]
         rows = self.reward_rows(report["rewards"])
         rows.append(self.injection_row(report["injection"], stubbed))
         rows += door_rows(report.get("doors"), self.noop)
