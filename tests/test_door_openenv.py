@@ -8,8 +8,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import socket
-import threading
 import time
 
 import pytest
@@ -29,9 +27,8 @@ def served(offline_tokenizer, tmp_path_factory):
         if os.environ.get(REQUIRE_VARIABLE) == "1":
             pytest.fail(f"{REQUIRE_VARIABLE}=1 but {reason}", pytrace=False)
         pytest.skip(reason)
-    import uvicorn
-
     from hermes_envgen.runtime.doors import openenv as door
+    from hermes_envgen.testing.serving import served
 
     sandboxes = tmp_path_factory.mktemp("openenv-sandboxes")
     app = door.openenv_app(
@@ -41,19 +38,8 @@ def served(offline_tokenizer, tmp_path_factory):
         tokenizer_name=str(offline_tokenizer),
         sandbox_root=str(sandboxes),
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", sandboxes
-    server.should_exit = True
-    thread.join(timeout=30)
+    with served(app) as url:
+        yield url, sandboxes
 
 
 async def solve(url: str, content: str) -> tuple[dict, list[str], object]:

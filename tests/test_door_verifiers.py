@@ -14,8 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -60,11 +58,10 @@ def evaluated(offline_tokenizer, tmp_path_factory):
         if os.environ.get(REQUIRE_VARIABLE) == "1":
             pytest.fail(f"{REQUIRE_VARIABLE}=1 but {reason}", pytrace=False)
         pytest.skip(reason)
-    import uvicorn
-
     from hermes_envgen.runtime.doors import shared_sessions
     from hermes_envgen.runtime.doors import verifiers as door
     from hermes_envgen.testing.envs import build_env
+    from hermes_envgen.testing.serving import served
 
     gold = gold_conversations()
     noop = [{"match": c["match"], "turns": [{"content": NOOP_REPLY}]} for c in gold]
@@ -86,17 +83,9 @@ def evaluated(offline_tokenizer, tmp_path_factory):
 
     settings = {"tokenizer_name": str(offline_tokenizer), "sandbox_root": str(sandboxes)}
     app = door.verifiers_app(TerminalTaskEnv, idle_timeout=120.0, **settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the door did not start"
-        time.sleep(0.05)
     # Gold first, then the no-op, for each task (the stub hands matching conversations in turn).
     script = {"model": model, "conversations": [c for pair in zip(gold, noop) for c in pair]}
-    try:
+    with served(app) as url:
         with StubServer(script) as stub:
             environment = {
                 **os.environ,
@@ -114,7 +103,7 @@ def evaluated(offline_tokenizer, tmp_path_factory):
                 str(VERIFIERS_VENV / "bin" / "python"),
                 "-m",
                 "hermes_envgen_verifiers",  # vf-eval hermes-envgen-verifiers, the chat harness
-                f"http://127.0.0.1:{port}",
+                url,
                 "--env.taskset.split",
                 "train",  # the example env keeps its tasks as one list
                 "-r",
@@ -139,12 +128,9 @@ def evaluated(offline_tokenizer, tmp_path_factory):
             "loop_rewards": by_prompt,
             "sessions": thread_of_env.sessions,
             "sandboxes": sandboxes,
-            "url": f"http://127.0.0.1:{port}",
+            "url": url,
             "work": work,
         }
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def rollouts_by_task(episodes: list[dict]) -> dict[str, list[dict]]:

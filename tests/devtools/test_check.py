@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import render_template
+from conftest import TRAINERS_DIRECTORY, render_template
 
 from hermes_envgen.runtime.sandbox import procfs
 
@@ -20,13 +20,22 @@ from hermes_envgen.runtime.sandbox import procfs
 pytestmark = pytest.mark.timeout(1000)
 
 
-def run_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_check(
+    *args: str, timeout: float = 600, trainers: bool = True
+) -> subprocess.CompletedProcess:
+    """``check`` in a subprocess; ``trainers``: with the trainers' libraries the doors' tests
+    use (openenv-core, in .venv-trl), as a project with the openenv extra has them."""
+    environment = dict(os.environ)
+    if trainers and TRAINERS_DIRECTORY.is_dir():
+        paths = [environment.get("PYTHONPATH", ""), str(TRAINERS_DIRECTORY)]
+        environment["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return subprocess.run(
         [sys.executable, "-m", "hermes_envgen", "check", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
+        env=environment,
     )
 
 
@@ -60,9 +69,13 @@ def test_a_generated_project_is_ready(project):
     result = run_check(str(project))
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(rows(result).values()) == {"PASS"}
-    assert len(rows(result)) == 20 and "ready to train" in result.stdout
-    assert rows(result)["doors: gold parity"] == "PASS"  # a session pays what process pays
-    assert "pays all 24 gold solutions what process pays" in result.stdout
+    assert len(rows(result)) == 21 and "ready to train" in result.stdout
+    # each door, driven through its own adapter, pays what process pays and nothing for nothing
+    for door in ("trl", "openenv", "verifiers"):
+        if door == "openenv" and not TRAINERS_DIRECTORY.is_dir():
+            continue  # openenv-core is not installed (scripts/install-trainers.sh): a WARN
+        assert rows(result)[f"door {door}: parity"] == "PASS", result.stdout
+    assert result.stdout.count("pays all 24 gold solutions what process pays") == 3
     assert rows(result)["token fidelity"] == "PASS"  # the atropos provider samples token ids
     assert rows(result)["tool calls in training data"] == "PASS"
     assert rows(result)["trainer-ready"] == "PASS"  # token mode: logprobs on every token
@@ -98,11 +111,16 @@ def test_a_reward_that_pays_for_nothing_fails(project, tmp_path):
         'passed = outcome["exit_code"] == 0',
         "passed = True  # a bug: every rollout passes",
     )
-    result = run_check(str(broken))
+    result = run_check(str(broken), trainers=False)
     assert result.returncode == 1
     table = rows(result)
     assert table["reward range"] == "FAIL" and table["no-op"] == "FAIL"
     assert table["gold solutions"] == "PASS"
+    # through the doors too; a door whose library is missing warns, naming the extra
+    assert table["door trl: parity"] == table["door verifiers: parity"] == "FAIL"
+    assert "through TRL's environment_factory: task 0: no-op earned 1" in result.stdout
+    assert table["door openenv: parity"] == "WARN"
+    assert "pip install 'hermes-envgen[openenv]'" in result.stdout
     assert "every reward is the same" in result.stdout
     assert "sample 0 (" in result.stdout and "answering without tools earned 1" in result.stdout
 

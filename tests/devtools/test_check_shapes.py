@@ -22,8 +22,12 @@ def test_a_game_and_a_simulated_user_pass_check_through_their_players(example):
     result = run_check(str(EXAMPLES / example), "--trainer", "none")
     assert result.returncode == 0, result.stdout + result.stderr
     table = rows(result)
+    doors = [f"door {door}: parity" for door in ("trl", "openenv", "verifiers")]
+    # no door runs the turn hooks that play the game: each door's row says so
+    assert {table.pop(door) for door in doors} == {"WARN"}, result.stdout
+    assert result.stdout.count("the env answers between turns through its hooks") == 3
     assert set(table.values()) == {PASS}, result.stdout
-    assert len(table) == 18 and "ready to train" in result.stdout
+    assert len(table) == 16 and "ready to train" in result.stdout
     assert "all 2 samples earn >= 0.9" in result.stdout  # the players, replayed
     assert "no tools offered" in result.stdout
     assert "a 5,000-digit number, a claim of victory" in result.stdout  # tampering, by words
@@ -120,3 +124,22 @@ def test_a_gold_solution_below_the_pass_threshold_warns_how_to_set_it(tmp_path):
     assert gold.status == "WARN"
     assert "1 earn less than eval_pass_threshold 1 (sample 0: 0.93)" in gold.reason
     assert gold.reason.endswith("set eval_pass_threshold to what a solved task earns at least")
+
+
+def test_replays_that_run_past_the_timeout_fail_every_replay_and_door_row(tmp_path):
+    import subprocess
+    import sys
+
+    from hermes_envgen.devtools.check import DOOR_ROWS, REPLAY_ROWS
+
+    replays = ReplayChecks(find_env(EXAMPLES / "guess_number_env.py"), tmp_path, 0.9, 0.1, 0.5)
+    replays.process = subprocess.Popen(  # an env process that never reports in time
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rows = replays.rows(stubbed=True)
+    assert [row.name for row in rows] == [*REPLAY_ROWS, "judge injection", *DOOR_ROWS]
+    assert {row.status for row in rows} == {FAIL}
+    assert rows[-1].reason == "the env's reward replays took more than 0.5 s (--timeout)"

@@ -411,7 +411,8 @@ def started_runs(
         # their own (on 2 cores a check took 38 s one after another, 20 s of it replays).
         progress(
             "replaying each task's gold solution, a no-op, a tool touch, a shotgun answer, two "
-            "shots and asking the judge to grade an injection answer, beside process and evaluate"
+            "shots (and the gold, a no-op and tampering through each door to another trainer) "
+            "and asking the judge to grade an injection answer, beside process and evaluate"
         )
         replay.start(judge_url, model)
         replays = replays_pool.submit(replay.rows, stubbed=endpoint is None)
@@ -792,7 +793,8 @@ class ReplayChecks:
         try:
             report = env_process_report(self.process, self.timeout, REPLAYS)
         except CheckError as exc:  # rows still: the rows above them are printed
-            return [CheckResult(name, FAIL, str(exc)) for name in (*REPLAY_ROWS, INJECTION_ROW)]
+            names = (*REPLAY_ROWS, INJECTION_ROW, *DOOR_ROWS)
+            return [CheckResult(name, FAIL, str(exc)) for name in names]
         rows = self.reward_rows(report["rewards"])
         rows.append(self.injection_row(report["injection"], stubbed))
         rows += door_rows(report.get("doors"), self.noop)
@@ -916,14 +918,20 @@ class ReplayChecks:
         )
 
 
-DOOR_ROWS = ("doors: gold parity", "doors: no-op and tampering")
+# A row per door to another trainer, each replayed through that door's own adapter.
+DOORS = {
+    "trl": "TRL's environment_factory",
+    "openenv": "the OpenEnv server",
+    "verifiers": "the verifiers door's server",
+}
+DOOR_ROWS = tuple(f"door {door}: parity" for door in DOORS)
 
 
 def door_rows(report: dict | None, noop: float) -> list[CheckResult]:
-    """Whether the session every door to another trainer runs (TRL's environment_factory, the
-    OpenEnv server, the verifiers taskset's server) pays the gold solutions what the env's loop
-    pays, and nothing for a no-op or tampering (testing.door_parity); no rows from an env
-    process that made no report."""
+    """Per door to another trainer, driven through its own adapter as its trainer drives it
+    (testing.door_parity): whether it pays the gold solutions what the env's loop pays, and
+    nothing for a no-op or tampering. A door whose library is missing warns, naming the extra;
+    no rows from an env process that made no report."""
     if report is None:
         return []
     if "error" in report:
@@ -931,18 +939,28 @@ def door_rows(report: dict | None, noop: float) -> list[CheckResult]:
                 for name in DOOR_ROWS]  # fmt: skip
     if "skipped" in report:
         return [CheckResult(name, WARN, report["skipped"]) for name in DOOR_ROWS]
-    n = len(report["session_gold"])
     rows = []
-    for name, failures, passing in (
-        (DOOR_ROWS[0], report["gold_mismatches"],
-         f"a session (TRL, OpenEnv, verifiers) pays all {n} gold solutions what process pays"),
-        (DOOR_ROWS[1], report["paid_for_nothing"],
-         f"through a session, a no-op and tampering earn <= {noop:g} on all {n}"),
-    ):  # fmt: skip
-        if failures:
-            rows.append(CheckResult(name, FAIL, _some(failures)))
+    for (door, adapter), name in zip(DOORS.items(), DOOR_ROWS):
+        found = report["doors"].get(door)
+        if found is None:
+            rows.append(CheckResult(name, WARN, f"the {door} door was not replayed"))
+        elif found["error"]:
+            rows.append(CheckResult(name, FAIL, f"{adapter} crashed: {found['error']}"))
+        elif found["unavailable"]:
+            rows.append(CheckResult(name, WARN, f"not replayed: {found['unavailable']}"))
+        elif found["gold_mismatches"] or found["paid_for_nothing"]:
+            failures = found["gold_mismatches"] + found["paid_for_nothing"]
+            rows.append(CheckResult(name, FAIL, f"through {adapter}: {_some(failures)}"))
         else:
-            rows.append(CheckResult(name, PASS, passing))
+            n = len(found["gold"])
+            rows.append(
+                CheckResult(
+                    name,
+                    PASS,
+                    f"{adapter} pays all {n} gold solutions what process pays; a no-op and "
+                    f"tampering earn <= {noop:g}",
+                )
+            )
     return rows
 
 

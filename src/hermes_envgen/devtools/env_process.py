@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +174,10 @@ def replays_report(
     base_url: str,
     model: str,
 ) -> dict:
-    """The reward replays and the judge injection, in one import of the env: each part's
-    report, or its own error (one failing leaves the other's report)."""
+    """The reward replays, the judge injection and the door replays, in one import of the
+    env: each part's report, or its own error (one failing leaves the others' reports). The
+    doors are replayed beside the other two (a thread of their own: they mostly wait on their
+    servers and sandboxes)."""
     parts = {
         "rewards": lambda: reward_report(env_cls, tokenizer, f"{workdir}/replays", gold, noop),
         "injection": lambda: injection_report(
@@ -182,39 +185,48 @@ def replays_report(
         ),
     }
     report = {}
-    for name, part in parts.items():
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        doors = pool.submit(door_replays, env_cls, tokenizer, workdir, noop)
+        for name, part in parts.items():
+            try:
+                report[name] = part()
+            except BaseException as exc:  # as data, SystemExit included; see main
+                report[name] = {"error": failure(exc)}
         try:
-            report[name] = part()
-        except BaseException as exc:  # as data, SystemExit included; see main
-            report[name] = {"error": failure(exc)}
-    try:
-        report["doors"] = doors_report(env_cls, tokenizer, workdir, noop, report["rewards"])
-    except BaseException as exc:
-        report["doors"] = {"error": failure(exc)}
+            report["doors"] = doors_report(doors.result(), report["rewards"])
+        except BaseException as exc:
+            report["doors"] = {"error": failure(exc)}
     return report
 
 
-def doors_report(
-    env_cls: type[Any], tokenizer: str, workdir: str, noop: str, rewards: dict
-) -> dict:
-    """The gold solutions through a session (what the doors to other trainers run) against
-    their rewards through the env's loop (the replays'), and a no-op and tampering through one
-    (see testing.door_parity)."""
+def door_replays(env_cls: type[Any], tokenizer: str, workdir: str, noop: str) -> Any:
+    """The gold solutions, a no-op and tampering through each door to another trainer (TRL's
+    environment_factory, the OpenEnv server, the verifiers door's server: each driven through
+    its own adapter, the servers on 127.0.0.1 and stopped when done; see
+    testing.door_parity); None for an env without gold solutions to replay."""
     from hermes_envgen.testing.door_parity import door_parity
+    from hermes_envgen.testing.policy import has_gold
 
     samples = builtin_samples(env_cls)
-    if "outcomes" not in rewards or not samples:
-        return {"skipped": rewards.get("skipped") or "no gold replays to compare with"}
-    gold = [outcome["gold"] for outcome in rewards["outcomes"]]
-    report = door_parity(
+    if not samples or not all(has_gold(s) for s in replayable_samples(env_cls) or []):
+        return None
+    return door_parity(
         env_cls,
         samples,
         tokenizer,
         f"{workdir}/replays/doors",
         noop_threshold=float(noop),
-        atropos_gold=gold,
+        atropos_gold=[],  # the reward replays' (doors_report), once they are done
     )
-    return report.as_dict()
+
+
+def doors_report(parity: Any, rewards: dict) -> dict:
+    """The door replays against the gold rewards through the env's loop (the reward
+    replays')."""
+    if "outcomes" not in rewards or parity is None:
+        return {"skipped": rewards.get("skipped") or "no gold replays to compare with"}
+    parity.atropos_gold = [outcome["gold"] for outcome in rewards["outcomes"]]
+    return parity.as_dict()
 
 
 def failure(exc: BaseException) -> str:

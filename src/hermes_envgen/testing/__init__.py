@@ -32,6 +32,7 @@ _EXPORTS = {
     "MinimalTrainer": "trainer",
     "RunApi": "trainer",
     "notes_server": "mcp_notes",
+    "served": "serving",
 }
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "read_eval_results",
     "run_env_mode",
     "scripted_policy",
+    "served",
     "validate_groups",
 ]
 
