@@ -9,7 +9,10 @@ Two ways in, for the two ways TRL takes an environment:
   messages, ``task``: the task as JSON, which ``reset`` starts in a fresh sandbox);
   :func:`env_reward` is the reward function (``reward_funcs=[env_reward]``): the env's
   ``compute_reward`` over each rollout's transcript and sandbox, its named signals logged as
-  metrics of their own.
+  metrics of their own. An env with turn hooks (a game, a simulated user) gets one more
+  method, ``reply(message)``: the model's message to the other side, answered by the env's
+  hooks as its loop answers a turn (``EnvSession.reply``); the transcript the session keeps
+  that way is what ``compute_reward`` scores, as the loop's would be.
 - ``rollout_func`` (our loop: the env's own agent loop, its parser and hooks, in token mode):
   :func:`rollout_func` samples through the trainer's generation server (a vLLM server, or any
   server the env's token mode speaks to) and returns the tokens, logprobs and masks the model
@@ -38,8 +41,11 @@ from hermes_envgen.runtime.errors import DoorUnavailable
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.session import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
+    REPLY_DOC,
+    REPLY_TOOL,
     EnvSession,
     SessionThread,
+    turn_hooks,
 )
 from hermes_envgen.runtime.tools.registry import Tool
 
@@ -87,6 +93,13 @@ class EnvironmentFactory:
             methods: dict[str, Any] = {"factory": self}
             for tool in tools:
                 methods[tool.name] = _method(tool)
+            if turn_hooks(type(env)):
+                if REPLY_TOOL in methods:
+                    raise DoorUnavailable(
+                        f"the tool {REPLY_TOOL!r} clashes with the method through which TRL "
+                        "plays an env with turn hooks: rename it"
+                    )
+                methods[REPLY_TOOL] = _reply
             self._cls = type(f"{type(env).__name__}TRL", (Environment,), methods)
         return self._cls
 
@@ -128,6 +141,11 @@ class Environment:
             return "Error: no task was started (reset was not called)"
         return self.factory.thread.run(self.session.call_tool(name, arguments))
 
+    def _reply(self, message: str) -> str:
+        if self.session is None:
+            return "Error: no task was started (reset was not called)"
+        return self.factory.thread.run(self.session.reply(message)).text
+
     def _score(self, completion: Sequence[dict[str, Any]]) -> Reward:
         """The env's ``compute_reward`` over this rollout (``completion``: TRL's messages after
         the prompt); the sandbox is closed after it."""
@@ -148,6 +166,15 @@ class Environment:
             session, self.session = self.session, None
             thread = self.factory.thread
             thread.run(thread.sessions.close(session.task_id))
+
+
+def _reply(self: Environment, message: str) -> str:
+    return self._reply(message)
+
+
+_reply.__name__ = _reply.__qualname__ = REPLY_TOOL
+_reply.__annotations__ = {"message": str, "return": str}  # what TRL describes to the model
+_reply.__doc__ = REPLY_DOC
 
 
 def _new_environment(factory: EnvironmentFactory) -> Environment:
