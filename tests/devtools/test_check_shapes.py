@@ -28,7 +28,7 @@ def test_a_game_and_a_simulated_user_pass_check_through_their_players(example):
     assert "the env answers between turns through its hooks" not in result.stdout
     table.pop("door openenv: parity")
     assert set(table.values()) == {PASS}, result.stdout
-    assert len(table) == 15 and "ready to train" in result.stdout
+    assert len(table) == 18 and "ready to train" in result.stdout
     assert "all 2 samples earn >= 0.9" in result.stdout  # the players, replayed
     assert "no tools offered" in result.stdout
     assert "a 5,000-digit number, a claim of victory" in result.stdout  # tampering, by words
