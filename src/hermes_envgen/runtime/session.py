@@ -140,12 +140,19 @@ class EnvReply:
     text: str  # what the model reads back
 
     def as_dict(self) -> dict[str, Any]:
+        """The reply as JSON (the verifiers door's ``POST /sessions/<id>/turn`` answer)."""
         return {
             "messages": self.messages,
             "reward": self.reward,
             "over": self.over,
             "text": self.text,
         }
+
+
+def _called_tools(messages: list[dict[str, Any]]) -> bool:
+    """Whether the model's last turn in ``messages`` called tools (rather than answered)."""
+    last: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
+    return bool(last.get("tool_calls"))
 
 
 class SessionClosed(EnvConfigError):
@@ -246,21 +253,14 @@ class EnvSession:
         content = message if isinstance(message, str) else json.dumps(message, default=str)
         said = {"role": "assistant", "content": content}
         turn = await self.end_turn([*self.result.messages, said])
-        if turn.done:
-            self.over = "the env ended the conversation"
-            self._ended_naturally = self.result.error is None
-        elif not turn.added:
-            self.over = "the env had nothing more to say"
-            self._ended_naturally = True
-        elif self._state.turn >= self.loop.settings.max_turns:
-            self.over = f"the {self.loop.settings.max_turns} turns of the task ran out"
         answer = "\n\n".join(str(m.get("content") or "") for m in turn.added)
         if self.over is not None:
             answer = f"{answer}\n\n({OVER})" if answer else f"({OVER})"
         return EnvReply(turn.added, turn.reward, self.over is not None, answer)
 
     async def end_turn(self, messages: list[dict[str, Any]]) -> TurnEnd:
-        """After a turn of the model (``messages``: the conversation so far), ask its hooks."""
+        """After a turn of the model (``messages``: the conversation so far), ask its hooks;
+        the conversation is over (``over``) where the env's loop would end it."""
         self._use()
         self.result.messages[:] = [dict(m) for m in messages]
         before = len(self.result.messages)
@@ -271,6 +271,15 @@ class EnvSession:
             done = True
         added = self.result.messages[before:]
         reward = self.result.turn_rewards[-1] if self.result.turn_rewards else None
+        if self.over is None:  # where the loop would end the conversation
+            if done:
+                self.over = "the env ended the conversation"
+                self._ended_naturally = self.result.error is None
+            elif not added and not _called_tools(messages):  # an answer left unanswered
+                self.over = "the env had nothing more to say"
+                self._ended_naturally = True
+            elif self._state.turn >= self.loop.settings.max_turns:
+                self.over = f"the {self.loop.settings.max_turns} turns of the task ran out"
         return TurnEnd(added=[dict(m) for m in added], reward=reward, done=done)
 
     async def score(self, messages: list[dict[str, Any]] | None = None) -> Reward:
