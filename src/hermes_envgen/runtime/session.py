@@ -284,7 +284,9 @@ class EnvSession:
 
     async def score(self, messages: list[dict[str, Any]] | None = None) -> Reward:
         """The env's ``compute_reward`` over the finished transcript (``messages``, else the
-        session's own) and the sandbox as the agent left it; asked once, then remembered.
+        session's own) and the sandbox as the agent left it; asked once, then remembered. A
+        session of an env with turn hooks scores the conversation it kept (``reply``,
+        ``end_turn``), ``messages``' closing answer without a tool call its last word.
 
         A reward that fails scores 0.0 with the failure named (as in every Atropos mode).
         """
