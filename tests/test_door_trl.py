@@ -355,6 +355,8 @@ def test_a_game_is_played_through_the_reply_method_and_paid_what_its_loop_pays(
 ):
     from transformers.utils import get_json_schema
 
+    from hermes_envgen.runtime.doors import trl as door
+
     factory, row, env_cls, task, work = game
     schema = get_json_schema(factory.environment_class.reply)["function"]
     assert schema["name"] == "reply" and "your move in the game" in schema["description"]
@@ -375,6 +377,14 @@ def test_a_game_is_played_through_the_reply_method_and_paid_what_its_loop_pays(
     assert won == pytest.approx(1.0 - 0.5 / 7) and lost == 0.0
     # the model's answer without a tool call is its last move, as the loop takes it
     assert play(factory, row, ["50"], last_word="37")[0] == won
+    # the env's turn rewards logged as its loop logs them: each guess the hints allowed pays 1
+    environment = factory()
+    environment.reset(**row)
+    for guess in ("50", "60", "37"):  # 60 was wasted: the hint said lower than 50
+        environment.reply(message=guess)
+    logged: dict[str, float] = {}
+    door.env_reward(completions=[[]], environments=[environment], log_metric=logged.__setitem__)
+    assert logged["env/mean_turn_reward"] == pytest.approx(2 / 3)
 
 
 def test_a_reply_after_the_game_ended_is_refused_in_one_line_and_changes_nothing(game):

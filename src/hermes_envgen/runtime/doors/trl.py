@@ -116,6 +116,7 @@ class Environment:
         self.session: EnvSession | None = None
         self.task: str | None = None  # the row's task, as JSON
         self.reward: Reward | None = None
+        self.turn_rewards: list[float] = []  # the env's turn_reward of each turn that had one
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Its class is made at run time: rebuilt from the factory, without a session.
@@ -134,6 +135,7 @@ class Environment:
         sessions = self.factory.thread.sessions
         self.session = self.factory.thread.run(sessions.open(item))
         self.reward = None
+        self.turn_rewards = []
         return None
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
@@ -157,6 +159,7 @@ class Environment:
         thread = self.factory.thread
         try:
             self.reward = thread.run(self.session.score(transcript))
+            self.turn_rewards = [r for r in self.session.result.turn_rewards if r is not None]
         finally:
             self._close()
         return self.reward
@@ -256,10 +259,14 @@ def dataset(
 def env_reward(
     completions: list[Any], environments: list[Environment], **kwargs: Any
 ) -> list[float]:
-    """TRL's reward function: each rollout's env ``compute_reward`` (its named signals and
-    failures logged as metrics through TRL's ``log_metric``)."""
+    """TRL's reward function: each rollout's env ``compute_reward`` (its named signals,
+    failures and, for an env with turn hooks, the mean ``turn_reward`` logged as metrics
+    through TRL's ``log_metric``), as the env's loop pays and logs them."""
     rewards = [env._score(completion) for env, completion in zip(environments, completions)]
     _log_signals(rewards, kwargs.get("log_metric"))
+    turn_rewards = [r for env in environments for r in env.turn_rewards]
+    if turn_rewards and kwargs.get("log_metric") is not None:  # as the env's loop logs them
+        kwargs["log_metric"]("env/mean_turn_reward", sum(turn_rewards) / len(turn_rewards))
     return [r.score for r in rewards]
 
 
