@@ -142,6 +142,7 @@ RUNTIME_API = [
     "AgentResult",
     "DatasetError",
     "EnvConfigError",
+    "EnvReply",
     "EnvSession",
     "EnvSessions",
     "HermesAgentBaseEnv",

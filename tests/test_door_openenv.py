@@ -94,3 +94,55 @@ def test_a_dropped_session_has_its_sandbox_reaped(served):
     while left() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left(), "the abandoned session's sandbox is still there"
+
+
+@pytest.fixture(scope="module")
+def game_served(offline_tokenizer, tmp_path_factory):
+    """The guess game behind OpenEnv's server."""
+    if importlib.util.find_spec("openenv") is None:
+        pytest.skip("openenv-core is not installed (scripts/install-trainers.sh)")
+    from guess_number_env import GuessNumberEnv
+
+    from hermes_envgen.runtime.doors import openenv as door
+    from hermes_envgen.testing.serving import served
+
+    sandboxes = tmp_path_factory.mktemp("openenv-game")
+    app = door.openenv_app(
+        GuessNumberEnv, tokenizer_name=str(offline_tokenizer), sandbox_root=str(sandboxes)
+    )
+    with served(app) as url:
+        yield url
+
+
+async def play(url: str, guesses: list[str], answer: str) -> tuple[list[str], list[str], object]:
+    """One episode of the first game: each guess through ``reply``, then ``finish(answer)``."""
+    from guess_number_env import SAMPLES
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+
+    async with MCPToolClient(base_url=url) as env:
+        await env.reset(task=json.dumps(SAMPLES[0]))
+        tools = sorted(t.name for t in await env.list_tools())
+        heard = [str(await env.call_tool("reply", message=guess)) for guess in guesses]
+        finished = await env.step(CallToolAction(tool_name="finish", arguments={"answer": answer}))
+        return tools, heard, finished
+
+
+def test_a_game_is_played_through_the_reply_tool_and_paid_what_its_loop_pays(game_served):
+    async def main():
+        return await asyncio.gather(
+            play(game_served, ["50", "37"], ""),  # the gold play: won at the second guess
+            play(game_served, ["50"], "37"),  # the last guess as finish's answer
+            play(game_served, [], "I could not solve this task."),  # gave up
+            play(game_served, ["37", "12"], ""),  # won at once, then a reply after the end
+        )
+
+    (tools, heard, won), (_, _, won_by_answer), (_, _, gave_up), (_, late, at_once) = asyncio.run(
+        main()
+    )
+    assert tools == ["finish", "reply"]  # the game has no tools of its own
+    assert "Lower than 50." in heard[0] and "The conversation is over" in heard[1]
+    assert "Error: the conversation is over" in late[1]
+    # the loop's rewards (test_door_trl: process pays the win at the 2nd guess 1 - 0.5/7)
+    assert won.reward == won_by_answer.reward == pytest.approx(1.0 - 0.5 / 7)
+    assert (gave_up.reward, at_once.reward) == (0.0, 1.0)

@@ -136,3 +136,50 @@ def test_a_door_that_fails_mid_replay_fails_its_row_and_leaves_nothing_running(
     # the door's server was stopped and every session's sandbox closed
     assert not [t for t in threading.enumerate() if t.name.startswith("served-")]
     assert not list((work / "verifiers").rglob("hermes-envgen/*"))
+
+
+def test_a_game_earns_through_each_door_what_process_pays(offline_tokenizer, tmp_path):
+    # its scripted players' guesses go through each door's reply tool, answered by the hooks
+    # (the simulated user: below, and both through check's door rows in test_check_shapes)
+    from guess_number_env import GuessNumberEnv as env_cls
+
+    samples = builtin_samples(env_cls)
+    report = door_parity(env_cls, samples, offline_tokenizer, tmp_path / "work")
+    assert report.atropos_gold and all(r >= 0.9 for r in report.atropos_gold)
+    openenv_missing = importlib.util.find_spec("openenv") is None
+    rows = {row.name: row for row in door_rows(report.as_dict(), 0.1)}
+    for door in DOORS:
+        if door == "openenv" and openenv_missing:
+            continue
+        replays = report.doors[door]
+        assert replays.error is replays.unavailable is None, (door, replays)
+        assert replays.gold == report.atropos_gold, report.as_dict()
+        assert replays.noop == replays.tamper == [0.0] * len(samples), report.as_dict()
+        assert rows[f"door {door}: parity"].status == PASS
+
+
+def test_a_simulated_user_whose_reward_pays_an_angry_goodbye_fails_each_doors_row(
+    offline_tokenizer, tmp_path, monkeypatch
+):
+    from conftest import EXAMPLES
+
+    # solved, or left out of patience: three hostile replies drive the customer away, and pay
+    text = (EXAMPLES / "user_simulator_env.py").read_text()
+    fair = "return 1.0 if result.data.solved else 0.0"
+    assert fair in text
+    gameable = "return 1.0 if result.data.solved or result.data.unhelpful >= PATIENCE else 0.0"
+    (tmp_path / "angry_goodbye_env.py").write_text(text.replace(fair, gameable))
+    monkeypatch.syspath_prepend(str(tmp_path))  # TRL's factory pickles the class by name
+    try:
+        env_cls = importlib.import_module("angry_goodbye_env").UserSimulatorEnv
+        samples = builtin_samples(env_cls)
+        report = door_parity(env_cls, samples, offline_tokenizer, tmp_path / "work")
+    finally:
+        forget("angry_goodbye_env")
+    rows = {row.name: row for row in door_rows(report.as_dict(), 0.1)}
+    doors = ("trl", "verifiers") if importlib.util.find_spec("openenv") is None else DOORS
+    for door in doors:
+        assert report.gold_mismatches(door) == []  # the gold play is paid as process pays it
+        assert report.paid_for_nothing(door) == [f"task {i}: tampering earned 1" for i in (0, 1)]
+        assert rows[f"door {door}: parity"].status == FAIL
+    assert "task 0: tampering earned 1" in rows["door trl: parity"].reason

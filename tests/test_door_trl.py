@@ -284,3 +284,125 @@ def test_a_tool_known_by_its_schema_alone_gets_its_parameters_from_it():
     odd = dict(schema, properties={"not a name": {"type": "string"}}, required=[])
     with pytest.raises(DoorUnavailable, match=r"'not a name' that is no Python name"):
         door._method(Tool("odd", "Odd.", odd, run, "mcp"))
+
+
+# -- an env with turn hooks: a game played through the reply method --------------------------
+
+WIN = ["50", "37"]  # halves the range, wins at the second guess
+LOSE = ["90", "95", "99", "98", "97", "96", "94"]  # ignores the hints until the turns run out
+
+
+def loop_reward(env_cls, task, turns, tokenizer, workdir) -> float:
+    """What the env's own loop (as process runs it) pays ``turns`` of the scripted model."""
+    import asyncio
+
+    from hermes_envgen.testing.envs import build_env
+    from hermes_envgen.testing.stub_server import StubServer
+
+    prompt = env_cls.format_prompt(None, task)
+    script = {"model": "stub-model", "conversations": [
+        {"match": prompt, "turns": [{"content": t} for t in turns]}]}  # fmt: skip
+    with StubServer(script) as stub:
+        env = build_env(env_cls, stub.base_url, tokenizer, workdir)
+
+        async def run() -> float:
+            try:
+                return float((await env.run_agent(task, split="eval")).reward)
+            finally:
+                await env.sandboxes.close_all()
+
+        return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def game(offline_tokenizer, tmp_path_factory):
+    """The guess game's TRL environment class, and its first game's dataset row."""
+    from guess_number_env import SAMPLES, GuessNumberEnv
+
+    from hermes_envgen.runtime.doors import trl as door
+
+    work = tmp_path_factory.mktemp("trl-game")
+    factory = door.environment_factory(
+        GuessNumberEnv, tokenizer_name=str(offline_tokenizer), sandbox_root=str(work / "sb")
+    )
+    (row,) = [r for r in door.dataset(factory) if json.loads(r["task"]) == SAMPLES[0]]
+    return factory, row, GuessNumberEnv, SAMPLES[0], work
+
+
+def play(factory, row, guesses, last_word=None):
+    """One TRL rollout: each guess sent through ``reply``, ``last_word`` the model's answer
+    without a tool call (TRL's end of an episode); the reward and what the model read."""
+    from hermes_envgen.runtime.doors import trl as door
+
+    environment = pickle.loads(pickle.dumps(factory()))
+    environment.reset(**row)
+    completion, heard = [], []
+    for guess in guesses:
+        heard.append(environment.reply(message=guess))
+        call = {"type": "function", "function": {"name": "reply", "arguments": {"message": guess}}}
+        completion += [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "reply", "content": heard[-1]},
+        ]
+    if last_word is not None:
+        completion.append({"role": "assistant", "content": last_word})
+    (reward,) = door.env_reward(completions=[completion], environments=[environment])
+    return reward, heard
+
+
+def test_a_game_is_played_through_the_reply_method_and_paid_what_its_loop_pays(
+    game, offline_tokenizer
+):
+    from transformers.utils import get_json_schema
+
+    from hermes_envgen.runtime.doors import trl as door
+
+    factory, row, env_cls, task, work = game
+    schema = get_json_schema(factory.environment_class.reply)["function"]
+    assert schema["name"] == "reply" and "your move in the game" in schema["description"]
+    assert schema["parameters"]["required"] == ["message"]
+
+    won, heard = play(factory, row, WIN, last_word="I won!")
+    # the env's hints came back; the right guess ended the game, and the model was told so
+    assert heard[0] == "Lower than 50."
+    assert heard[1] == "(The conversation is over: stop calling reply and finish.)"
+    lost, heard = play(factory, row, LOSE)
+    assert heard[-1].endswith("(The conversation is over: stop calling reply and finish.)")
+    gave_up, heard = play(factory, row, [], last_word="I could not solve this task.")
+    assert (won, lost, gave_up) == (
+        loop_reward(env_cls, task, WIN, offline_tokenizer, work / "win"),
+        loop_reward(env_cls, task, LOSE, offline_tokenizer, work / "lose"),
+        0.0,
+    )
+    assert won == pytest.approx(1.0 - 0.5 / 7) and lost == 0.0
+    # the model's answer without a tool call is its last move, as the loop takes it
+    assert play(factory, row, ["50"], last_word="37")[0] == won
+    # the env's turn rewards logged as its loop logs them: each guess the hints allowed pays 1
+    environment = factory()
+    environment.reset(**row)
+    for guess in ("50", "60", "37"):  # 60 was wasted: the hint said lower than 50
+        environment.reply(message=guess)
+    logged: dict[str, float] = {}
+    door.env_reward(completions=[[]], environments=[environment], log_metric=logged.__setitem__)
+    assert logged["env/mean_turn_reward"] == pytest.approx(2 / 3)
+
+
+def test_a_reply_after_the_game_ended_is_refused_in_one_line_and_changes_nothing(game):
+    factory, row, *_ = game
+    environment = factory()
+    environment.reset(**row)
+    environment.reply(message="37")  # won at the first guess
+    refused = environment.reply(message="12")
+    assert refused.startswith("Error: the conversation is over (the env ended the conversation)")
+    assert "\n" not in refused
+    completion = [{"role": "assistant", "content": "Yes!"}]
+    from hermes_envgen.runtime.doors import trl as door
+
+    assert door.env_reward(completions=[completion], environments=[environment]) == [1.0]
+
+
+def test_an_env_without_turn_hooks_has_no_reply_method(offline_tokenizer):
+    from hermes_envgen.runtime.doors import trl as door
+
+    factory = door.environment_factory(TerminalTaskEnv, tokenizer_name=str(offline_tokenizer))
+    assert not hasattr(factory.environment_class, "reply")

@@ -87,38 +87,7 @@ def evaluated(offline_tokenizer, tmp_path_factory):
     script = {"model": model, "conversations": [c for pair in zip(gold, noop) for c in pair]}
     with served(app) as url:
         with StubServer(script) as stub:
-            environment = {
-                **os.environ,
-                "PYTHONPATH": str(REPO / "src"),  # hermes_envgen_verifiers, nothing else of ours
-                "PATH": f"{VERIFIERS_VENV / 'bin'}:{os.environ['PATH']}",  # its uv, its python
-                # verifiers' chat harness is a PEP 723 script that uv prepares: from the
-                # wheels the install downloaded, never the index
-                "UV_NO_INDEX": "1",
-                "UV_FIND_LINKS": str(VERIFIERS_VENV / "wheels"),
-                "PRIME_API_KEY": "unused",  # the stub asks for none; verifiers wants the variable
-                "NO_COLOR": "1",
-            }
-            environment.pop("VIRTUAL_ENV", None)
-            command = [
-                str(VERIFIERS_VENV / "bin" / "python"),
-                "-m",
-                "hermes_envgen_verifiers",  # vf-eval hermes-envgen-verifiers, the chat harness
-                url,
-                "--env.taskset.split",
-                "train",  # the example env keeps its tasks as one list
-                "-r",
-                "2",
-                "-m",
-                model,
-                "--client.base-url",
-                stub.base_url,
-                "--no-push",
-                "-o",
-                str(work / "out"),
-            ]
-            ran = subprocess.run(
-                command, env=environment, capture_output=True, text=True, timeout=300, cwd=work
-            )
+            ran = vf_eval(url, stub.base_url, model, work)
         assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
         (traces_file,) = (work / "out").rglob("traces.jsonl")
         episodes = [json.loads(line) for line in traces_file.read_text().splitlines()]
@@ -131,6 +100,44 @@ def evaluated(offline_tokenizer, tmp_path_factory):
             "url": url,
             "work": work,
         }
+
+
+def vf_eval(url: str, base_url: str, model: str, work: Path) -> subprocess.CompletedProcess:
+    """``python -m hermes_envgen_verifiers`` (vf-eval with the taskset and its chat harness) in
+    .venv-vf: the env's training tasks at ``url``, two rollouts each, the model at ``base_url``;
+    its traces under ``work / "out"``."""
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src"),  # hermes_envgen_verifiers, nothing else of ours
+        "PATH": f"{VERIFIERS_VENV / 'bin'}:{os.environ['PATH']}",  # its uv, its python
+        # verifiers' chat harness is a PEP 723 script that uv prepares: from the wheels the
+        # install downloaded, never the index
+        "UV_NO_INDEX": "1",
+        "UV_FIND_LINKS": str(VERIFIERS_VENV / "wheels"),
+        "PRIME_API_KEY": "unused",  # the stub asks for none; verifiers wants the variable
+        "NO_COLOR": "1",
+    }
+    environment.pop("VIRTUAL_ENV", None)
+    command = [
+        str(VERIFIERS_VENV / "bin" / "python"),
+        "-m",
+        "hermes_envgen_verifiers",  # vf-eval hermes-envgen-verifiers, the chat harness
+        url,
+        "--env.taskset.split",
+        "train",  # the example envs keep their tasks as one list
+        "-r",
+        "2",
+        "-m",
+        model,
+        "--client.base-url",
+        base_url,
+        "--no-push",
+        "-o",
+        str(work / "out"),
+    ]
+    return subprocess.run(
+        command, env=environment, capture_output=True, text=True, timeout=300, cwd=work
+    )
 
 
 def rollouts_by_task(episodes: list[dict]) -> dict[str, list[dict]]:
@@ -169,6 +176,87 @@ def test_vf_eval_pays_the_gold_solutions_what_the_envs_loop_pays_and_a_noop_noth
         assert rewards["noop"] == 0.0
         paid[prompt[:30]] = rewards
     print("verifiers door, vf-eval's rewards per task:", paid)
+
+
+@pytest.fixture(scope="module")
+def game_evaluated(offline_tokenizer, tmp_path_factory):
+    """vf-eval over the guess game's two games, two rollouts each: the scripted model plays
+    each game through the reply tool and wins, then gives up at once."""
+    if not (VERIFIERS_VENV / ".complete").is_file():
+        pytest.skip("verifiers is not installed (scripts/install-verifiers.sh)")
+    from guess_number_env import SAMPLES, GuessNumberEnv
+
+    from hermes_envgen.runtime.doors import verifiers as door
+    from hermes_envgen.testing.policy import anchored
+    from hermes_envgen.testing.serving import served
+
+    work = tmp_path_factory.mktemp("verifiers-game")
+    conversations = []
+    for game in SAMPLES:
+        match = anchored(GuessNumberEnv.format_prompt(None, game))
+        moves = [{"tool_calls": [{"name": "reply", "arguments": {"message": guess}}]}
+                 for guess in game["player"]]  # fmt: skip
+        conversations += [
+            {"match": match, "turns": [*moves, {"content": "I won."}]},
+            {"match": match, "turns": [{"content": NOOP_REPLY}]},
+        ]
+    settings = {"tokenizer_name": str(offline_tokenizer), "sandbox_root": str(work / "sb")}
+    app = door.verifiers_app(GuessNumberEnv, idle_timeout=120.0, **settings)
+    with served(app) as url:
+        with StubServer({"model": "stub-model", "conversations": conversations}) as stub:
+            ran = vf_eval(url, stub.base_url, "stub-model", work)
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+        (traces_file,) = (work / "out").rglob("traces.jsonl")
+        yield [json.loads(line) for line in traces_file.read_text().splitlines()], url
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_vf_eval_plays_a_game_through_the_reply_tool_and_is_paid_what_the_loop_pays(
+    game_evaluated,
+):
+    episodes, _ = game_evaluated
+    paid = []
+    for episode in episodes:
+        assert episode["ok"] and not episode["errors"], episode["errors"]
+        (trace,) = episode["traces"]
+        assert {t["name"] for t in trace["tools"]} == {"reply"}
+        replies = [n["message"] for n in trace["nodes"] if "message" in n]
+        heard = [str(m.get("content")) for m in replies if m["role"] == "tool"]
+        reward = trace["rewards"]["env_reward"]["score"]
+        if heard:  # the gold play: a hint, then the end of the game, from the env's hooks
+            assert heard[0].startswith(("Lower than", "Higher than"))
+            assert "The conversation is over" in heard[-1]
+        paid.append((bool(heard), reward))
+    # each game won at the second guess, as process pays it (test_door_trl); a give-up nothing
+    assert sorted(paid) == [(False, 0.0)] * 2 + [(True, pytest.approx(1.0 - 0.5 / 7))] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_turn_of_a_game_over_http_is_answered_by_its_hooks(game_evaluated):
+    import httpx
+    from guess_number_env import SAMPLES
+
+    _, url = game_evaluated
+    opened = httpx.post(f"{url}/sessions", json={"task": json.dumps(SAMPLES[1])}, timeout=30)
+    session = opened.json()["session"]
+    turn = httpx.post(f"{url}/sessions/{session}/turn", json={"message": "10"}, timeout=30)
+    assert turn.json() == {
+        "messages": [{"role": "user", "content": "Lower than 10."}],
+        "reward": 1.0,
+        "over": False,
+        "text": "Lower than 10.",
+    }
+    won = httpx.post(f"{url}/sessions/{session}/turn", json={"message": "6"}, timeout=30).json()
+    assert won["over"] and won["messages"] == []
+    malformed = httpx.post(f"{url}/sessions/{session}/turn", json={"message": 6}, timeout=30)
+    assert malformed.status_code == 400 and "message" in malformed.json()["error"]
+    # scored as the loop scores it: won at the second guess; the session closed after it
+    scored = httpx.post(f"{url}/sessions/{session}/score", json={"messages": []}, timeout=30)
+    assert scored.json()["reward"] == pytest.approx(1.0 - 0.5 / 7)
+    gone = httpx.post(f"{url}/sessions/{session}/turn", json={"message": "6"}, timeout=30)
+    assert gone.status_code == 404
 
 
 @pytest.mark.slow

@@ -133,6 +133,36 @@ async def test_the_envs_turn_hooks_answer_each_turn_and_reach_the_reward(
         await sessions.close_all()
 
 
+class BrittleGame(GuessNumberEnv):
+    """The guess game whose hint breaks on a reply that is no number (a hook an agent breaks)."""
+
+    def env_response(self, state):  # type: ignore[no-untyped-def]
+        if not state.last_reply.get("content", "").strip().isdigit():
+            raise ValueError("no number")
+        return super().env_response(state)
+
+
+@synchronous
+async def test_a_reply_that_breaks_a_hook_ends_the_conversation_and_scores_a_failure(
+    offline_tokenizer, tmp_path
+):
+    env = open_env(BrittleGame, tokenizer_name=str(offline_tokenizer), sandbox_root=str(tmp_path))
+    sessions = EnvSessions(env)
+    try:
+        session = await sessions.open({"secret": 6, "low": 1, "high": 20})
+        assert session.hooked
+        assert (await session.reply("10")).text == "Lower than 10."
+        broken = await session.reply({"not": "text"})  # whatever the model sent, as its text
+        assert broken.over and broken.messages == []
+        refused = await session.reply("6")  # the winning guess, too late: nothing changes
+        assert refused.text.startswith("Error: the conversation is over")
+        reward = await session.score([{"role": "assistant", "content": "6"}])
+        assert reward.score == 0.0
+        assert reward.failure == "env_response failed: ValueError: no number"
+    finally:
+        await sessions.close_all()
+
+
 @synchronous
 async def test_a_session_never_closed_has_its_sandbox_reaped_once_idle(terminal_env):
     sessions = EnvSessions(terminal_env, idle_timeout=0.3)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, TRAINERS_DIRECTORY
 from test_check import rows, run_check
 
 from hermes_envgen.devtools.check import FAIL, FAILURES_ROW, PASS, ReplayChecks, find_env
@@ -22,12 +22,13 @@ def test_a_game_and_a_simulated_user_pass_check_through_their_players(example):
     result = run_check(str(EXAMPLES / example), "--trainer", "none")
     assert result.returncode == 0, result.stdout + result.stderr
     table = rows(result)
-    doors = [f"door {door}: parity" for door in ("trl", "openenv", "verifiers")]
-    # no door runs the turn hooks that play the game: each door's row says so
-    assert {table.pop(door) for door in doors} == {"WARN"}, result.stdout
-    assert result.stdout.count("the env answers between turns through its hooks") == 3
+    # each door plays the game through its reply tool and pays what process pays
+    assert table["door trl: parity"] == table["door verifiers: parity"] == PASS, result.stdout
+    assert table["door openenv: parity"] == (PASS if TRAINERS_DIRECTORY.is_dir() else "WARN")
+    assert "the env answers between turns through its hooks" not in result.stdout
+    table.pop("door openenv: parity")
     assert set(table.values()) == {PASS}, result.stdout
-    assert len(table) == 16 and "ready to train" in result.stdout
+    assert len(table) == 18 and "ready to train" in result.stdout
     assert "all 2 samples earn >= 0.9" in result.stdout  # the players, replayed
     assert "no tools offered" in result.stdout
     assert "a 5,000-digit number, a claim of victory" in result.stdout  # tampering, by words

@@ -58,6 +58,7 @@ _EXPORTS = {
     # tools
     "tool": "tools",
     # one session of the env, driven by any trainer (the doors to TRL, OpenEnv, verifiers)
+    "EnvReply": "session",
     "EnvSession": "session",
     "EnvSessions": "session",
     "SessionThread": "session",
@@ -77,6 +78,7 @@ __all__ = [
     "AgentResult",
     "DatasetError",
     "EnvConfigError",
+    "EnvReply",
     "EnvSession",
     "EnvSessions",
     "HermesAgentBaseEnv",
@@ -154,6 +156,7 @@ if TYPE_CHECKING:
         weighted_score,
     )
     from hermes_envgen.runtime.session import (
+        EnvReply,
         EnvSession,
         EnvSessions,
         SessionThread,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -94,6 +95,66 @@ class TurnEnd:
     done: bool = False  # is_done's, or a hook that failed (the rollout ends)
 
 
+# The tool through which a door's trainer plays an env with turn hooks (a game, a simulated
+# user): the model's message to the other side, whose answer (env_response) comes back.
+REPLY_TOOL = "reply"
+REPLY_DESCRIPTION = (
+    "Say this to the other side of the conversation: your message to the user you are "
+    "helping, or your move in the game you are playing. Their answer comes back; when it says "
+    "the conversation is over, stop calling this tool and finish."
+)
+REPLY_ARGUMENT = "message"
+REPLY_ARGUMENT_DESCRIPTION = "What you say (or the move you make), in full."
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        REPLY_ARGUMENT: {"type": "string", "description": REPLY_ARGUMENT_DESCRIPTION},
+    },
+    "required": [REPLY_ARGUMENT],
+}
+# The reply tool as a documented function (TRL and FastMCP read a tool from its docstring).
+REPLY_DOC = f"{REPLY_DESCRIPTION}\n\nArgs:\n    {REPLY_ARGUMENT}: {REPLY_ARGUMENT_DESCRIPTION}"
+# The hooks that answer between turns: an env that has one is played through the reply tool.
+TURN_HOOKS = ("env_response", "turn_reward", "should_stop")
+OVER = "The conversation is over: stop calling reply and finish."
+
+
+def turn_hooks(env_cls: type[Any]) -> list[str]:
+    """The turn hooks ``env_cls`` defines (a game's moves, a simulated user's replies)."""
+    from hermes_envgen.runtime.agent_loop import TurnHooks
+
+    return [
+        name
+        for name in TURN_HOOKS
+        if getattr(env_cls, name, None) not in (None, getattr(TurnHooks, name))
+    ]
+
+
+@dataclass
+class EnvReply:
+    """The env's answer to one message of the model sent through the reply tool."""
+
+    messages: list[dict[str, Any]]  # env_response's (the final one when the env ended it)
+    reward: float | None  # turn_reward's
+    over: bool  # the conversation ended: the env said so, or turns ran out
+    text: str  # what the model reads back
+
+    def as_dict(self) -> dict[str, Any]:
+        """The reply as JSON (the verifiers door's ``POST /sessions/<id>/turn`` answer)."""
+        return {
+            "messages": self.messages,
+            "reward": self.reward,
+            "over": self.over,
+            "text": self.text,
+        }
+
+
+def _called_tools(messages: list[dict[str, Any]]) -> bool:
+    """Whether the model's last turn in ``messages`` called tools (rather than answered)."""
+    last: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
+    return bool(last.get("tool_calls"))
+
+
 class SessionClosed(EnvConfigError):
     """A session that is closed (or was reaped when idle) was used."""
 
@@ -125,6 +186,11 @@ class EnvSession:
         self.last_used = time.monotonic()
         self.closed = False
         self._reward: Reward | None = None
+        # An env with turn hooks is played through reply(): the session keeps the transcript
+        # as its loop would (the model's messages, the env's answers), and that is scored.
+        self.hooked = bool(turn_hooks(type(env)))
+        self.over: str | None = None  # why the conversation ended, once it has
+        self._ended_naturally = False
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -165,11 +231,36 @@ class EnvSession:
         self._use()
         call = normalize_tool_call({"function": {"name": name, "arguments": arguments or {}}})
         output = await self.loop._execute(call, turn or max(1, self.result.turns_used), self.result)
+        if self.hooked:  # the transcript the session scores: the call and its result
+            call_id = f"call_{len(self.result.messages)}"
+            self.result.messages += [
+                {"role": "assistant", "content": "", "tool_calls": [{**call, "id": call_id}]},
+                {"role": "tool", "tool_call_id": call_id, "content": output},
+            ]
         self.last_used = time.monotonic()
         return output
 
+    async def reply(self, message: Any) -> EnvReply:
+        """One turn of the model in words (``message``), answered by the env's turn hooks as
+        its loop answers one: ``turn_reward``, ``should_stop``, ``env_response``. The
+        conversation is over when the env ends it (``should_stop``, ``state.finish()``), when
+        it adds nothing (the loop's end), when a hook fails, or when turns run out; a reply
+        after that is refused in one line and changes nothing."""
+        self._use()
+        if self.over is not None:
+            text = f"Error: the conversation is over ({self.over}): stop calling reply and finish."
+            return EnvReply(messages=[], reward=None, over=True, text=text)
+        content = message if isinstance(message, str) else json.dumps(message, default=str)
+        said = {"role": "assistant", "content": content}
+        turn = await self.end_turn([*self.result.messages, said])
+        answer = "\n\n".join(str(m.get("content") or "") for m in turn.added)
+        if self.over is not None:
+            answer = f"{answer}\n\n({OVER})" if answer else f"({OVER})"
+        return EnvReply(turn.added, turn.reward, self.over is not None, answer)
+
     async def end_turn(self, messages: list[dict[str, Any]]) -> TurnEnd:
-        """After a turn of the model (``messages``: the conversation so far), ask its hooks."""
+        """After a turn of the model (``messages``: the conversation so far), ask its hooks;
+        the conversation is over (``over``) where the env's loop would end it."""
         self._use()
         self.result.messages[:] = [dict(m) for m in messages]
         before = len(self.result.messages)
@@ -180,29 +271,58 @@ class EnvSession:
             done = True
         added = self.result.messages[before:]
         reward = self.result.turn_rewards[-1] if self.result.turn_rewards else None
+        if self.over is None:  # where the loop would end the conversation
+            if done:
+                self.over = "the env ended the conversation"
+                self._ended_naturally = self.result.error is None
+            elif not added and not _called_tools(messages):  # an answer left unanswered
+                self.over = "the env had nothing more to say"
+                self._ended_naturally = True
+            elif self._state.turn >= self.loop.settings.max_turns:
+                self.over = f"the {self.loop.settings.max_turns} turns of the task ran out"
         return TurnEnd(added=[dict(m) for m in added], reward=reward, done=done)
 
     async def score(self, messages: list[dict[str, Any]] | None = None) -> Reward:
         """The env's ``compute_reward`` over the finished transcript (``messages``, else the
-        session's own) and the sandbox as the agent left it; asked once, then remembered.
+        session's own) and the sandbox as the agent left it; asked once, then remembered. A
+        session of an env with turn hooks scores the conversation it kept (``reply``,
+        ``end_turn``), ``messages``' closing answer without a tool call its last word.
 
         A reward that fails scores 0.0 with the failure named (as in every Atropos mode).
         """
         if self._reward is not None:
             return self._reward
         self._use()
-        if messages is not None:
+        if self.hooked:
+            await self._last_word(messages)
+        elif messages is not None:
             self.result.messages[:] = [dict(m) for m in messages]
         result = self.result
         replies = [m for m in result.messages if m.get("role") == "assistant"]
         result.turns_used = max(result.turns_used, len(replies))
-        if result.error is None and replies:
+        if self.hooked:
+            result.finished_naturally = self._ended_naturally
+        elif result.error is None and replies:
             result.finished_naturally = not replies[-1].get("tool_calls")
         # Nothing the agent started may run on while its work is scored.
         await self.env.sandboxes.stop_agent_processes(self.task_id)
         self._reward, _ = await self.env._score(self.item, result, self.context)
         self.last_used = time.monotonic()
         return self._reward
+
+    async def _last_word(self, messages: list[dict[str, Any]] | None) -> None:
+        """A hooked session's end: the trainer's transcript (``messages``) ends with the
+        model's answer without a tool call, which is its last turn, answered by the hooks as
+        the loop would (unless the env already ended the conversation). A conversation the
+        env did not end was cut short: not finished naturally."""
+        last = messages[-1] if messages else None
+        if (
+            self.over is None
+            and last is not None
+            and last.get("role") == "assistant"
+            and not last.get("tool_calls")
+        ):
+            await self.reply(last.get("content") or "")
 
     async def close(self) -> None:
         """End the toolsets' sessions and close the sandbox; closing twice does nothing."""

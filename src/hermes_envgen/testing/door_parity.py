@@ -19,8 +19,10 @@ trainer drives it:
 Each built-in task's gold solution (or its scripted player) is replayed through every door and
 by the env's own loop as ``process`` runs it (the stub server playing the scripted model); the
 rewards must be equal. A no-op answer and tampering with the checks must earn no more than the
-no-op threshold through any door. A door whose library is missing is reported as unavailable,
-naming the extra; one that crashes, as that error's first line.
+no-op threshold through any door. An env with turn hooks (a game, a simulated user) is played
+through each door's reply tool, each reply of its scripted player sent through it. A door whose
+library is missing is reported as unavailable, naming the extra; one that crashes, as that
+error's first line.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.runtime.errors import DoorUnavailable
+from hermes_envgen.runtime.session import REPLY_TOOL, turn_hooks
 from hermes_envgen.testing.policy import GIVE_UP_ANSWER, gold_turns
 from hermes_envgen.testing.reward_checks import HOSTILE_REPLIES, TAMPER_COMMAND, gold_script
 from hermes_envgen.testing.thresholds import NOOP_THRESHOLD
@@ -151,19 +154,13 @@ def door_parity(
         else:
             env = build_env(env_cls, stub.base_url, tokenizer, workdir / "loop", **backend)
             report.atropos_gold += asyncio.run(_through_loop(env, samples))
-        hooks = _turn_hooks(env_cls)
+        if turn_hooks(env_cls):  # a game, a simulated user: the model speaks through reply
+            plays = {kind: [_through_reply(t) for t in turns] for kind, turns in plays.items()}
 
         def replay(door: str) -> DoorReplays:
             settings = offline_settings(env_cls, stub.base_url, tokenizer, workdir / door)
             settings |= backend
             replays = DoorReplays(door)
-            if hooks:
-                replays.unavailable = (
-                    f"the env answers between turns through its hooks ({hooks}: a game, a "
-                    f"simulated user), which the {door} door does not run: train it through "
-                    "Atropos"
-                )
-                return replays
             try:
                 rewards = REPLAYERS[door](env_cls, settings, samples, plays)
             except DoorUnavailable as exc:
@@ -195,21 +192,19 @@ async def _through_loop(env: Any, samples: list[Any]) -> list[float]:
         await env.sandboxes.close_all()
 
 
-# The turn hooks a door never runs: its trainer's loop, not the env's, goes from turn to turn.
-TURN_HOOKS = ("env_response", "turn_reward", "should_stop")
-
-
-def _turn_hooks(env_cls: type[Any]) -> str | None:
-    """The env's turn hooks (a game's moves, a simulated user's replies), which no door runs;
-    None when it has none."""
-    from hermes_envgen.runtime.agent_loop import TurnHooks
-
-    found = [
-        name
-        for name in TURN_HOOKS
-        if getattr(env_cls, name, None) not in (None, getattr(TurnHooks, name))
+def _through_reply(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A replay of an env with turn hooks as a door's trainer plays it: each reply in words
+    sent through the reply tool (the env answers it), no answer after the last."""
+    return [
+        turn
+        if turn.get("tool_calls")
+        else {
+            "tool_calls": [
+                {"name": REPLY_TOOL, "arguments": {"message": turn.get("content") or ""}}
+            ]
+        }
+        for turn in turns
     ]
-    return ", ".join(found) or None
 
 
 def _close_sessions(env_cls: type[Any], settings: dict[str, Any]) -> None:

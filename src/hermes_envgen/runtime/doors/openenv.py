@@ -12,7 +12,11 @@ Each WebSocket session of the server is one :class:`EnvSession` with a sandbox o
 - the reward comes from a terminal tool, ``finish(answer)``: the env's ``compute_reward``
   over the session's transcript (each call and the answer) and its sandbox, reported as the
   step's ``reward`` with ``done`` (where OpenEnv's consumers read it, NeMo Gym's adapter
-  included, which sums step rewards); the result names the reward's signals.
+  included, which sums step rewards); the result names the reward's signals;
+- an env with turn hooks (a game, a simulated user) has one more MCP tool, ``reply(message)``:
+  the model's message to the other side, answered by the env's hooks as its loop answers a
+  turn (``EnvSession.reply``); ``finish``'s answer is its last word, and the conversation the
+  session kept is what the reward scores.
 
 A session whose client went away without closing is closed by the env's idle timeout.
 """
@@ -27,8 +31,11 @@ from hermes_envgen.runtime.doors import require, shared_sessions, typed_function
 from hermes_envgen.runtime.errors import DoorUnavailable
 from hermes_envgen.runtime.session import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
+    REPLY_DOC,
+    REPLY_TOOL,
     EnvSession,
     SessionThread,
+    turn_hooks,
 )
 
 SUPPORTED = ("0.3", "0.4")  # openenv-core releases this door was tested with
@@ -60,7 +67,8 @@ def environment_class(
 
     env = sessions().sessions.env
     tools = [env.tool_registry.get(name) for name in sorted(env._resolve_tools()[1])]
-    reserved = {"reset", "step", "state", "close", FINISH}
+    hooked = bool(turn_hooks(env_cls))
+    reserved = {"reset", "step", "state", "close", FINISH} | ({REPLY_TOOL} if hooked else set())
     clashing = [t.name for t in tools if t.name in reserved]
     if clashing:
         raise DoorUnavailable(
@@ -94,6 +102,20 @@ def environment_class(
 
             finish.__name__ = FINISH
             self.tool()(finish)
+            if hooked:
+                self.tool()(self._reply_function())
+
+        def _reply_function(self) -> Any:
+            async def reply(message: str) -> str:
+                if self.session is None:
+                    return "Error: no task was started (reset first)"
+                self.steps += 1
+                answer = await sessions().run_async(self.session.reply(message))
+                return answer.text
+
+            reply.__name__ = REPLY_TOOL
+            reply.__doc__ = REPLY_DOC
+            return reply
 
         def _tool_function(self, name: str, tool: Any) -> Any:
             async def call(**arguments: Any) -> str:

@@ -9,7 +9,10 @@ Two ways in, for the two ways TRL takes an environment:
   messages, ``task``: the task as JSON, which ``reset`` starts in a fresh sandbox);
   :func:`env_reward` is the reward function (``reward_funcs=[env_reward]``): the env's
   ``compute_reward`` over each rollout's transcript and sandbox, its named signals logged as
-  metrics of their own.
+  metrics of their own. An env with turn hooks (a game, a simulated user) gets one more
+  method, ``reply(message)``: the model's message to the other side, answered by the env's
+  hooks as its loop answers a turn (``EnvSession.reply``); the transcript the session keeps
+  that way is what ``compute_reward`` scores, as the loop's would be.
 - ``rollout_func`` (our loop: the env's own agent loop, its parser and hooks, in token mode):
   :func:`rollout_func` samples through the trainer's generation server (a vLLM server, or any
   server the env's token mode speaks to) and returns the tokens, logprobs and masks the model
@@ -38,8 +41,11 @@ from hermes_envgen.runtime.errors import DoorUnavailable
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.session import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
+    REPLY_DOC,
+    REPLY_TOOL,
     EnvSession,
     SessionThread,
+    turn_hooks,
 )
 from hermes_envgen.runtime.tools.registry import Tool
 
@@ -87,6 +93,13 @@ class EnvironmentFactory:
             methods: dict[str, Any] = {"factory": self}
             for tool in tools:
                 methods[tool.name] = _method(tool)
+            if turn_hooks(type(env)):
+                if REPLY_TOOL in methods:
+                    raise DoorUnavailable(
+                        f"the tool {REPLY_TOOL!r} clashes with the method through which TRL "
+                        "plays an env with turn hooks: rename it"
+                    )
+                methods[REPLY_TOOL] = _reply
             self._cls = type(f"{type(env).__name__}TRL", (Environment,), methods)
         return self._cls
 
@@ -103,6 +116,7 @@ class Environment:
         self.session: EnvSession | None = None
         self.task: str | None = None  # the row's task, as JSON
         self.reward: Reward | None = None
+        self.turn_rewards: list[float] = []  # the env's turn_reward of each turn that had one
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Its class is made at run time: rebuilt from the factory, without a session.
@@ -121,12 +135,18 @@ class Environment:
         sessions = self.factory.thread.sessions
         self.session = self.factory.thread.run(sessions.open(item))
         self.reward = None
+        self.turn_rewards = []
         return None
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self.session is None:
             return "Error: no task was started (reset was not called)"
         return self.factory.thread.run(self.session.call_tool(name, arguments))
+
+    def _reply(self, message: str) -> str:
+        if self.session is None:
+            return "Error: no task was started (reset was not called)"
+        return self.factory.thread.run(self.session.reply(message)).text
 
     def _score(self, completion: Sequence[dict[str, Any]]) -> Reward:
         """The env's ``compute_reward`` over this rollout (``completion``: TRL's messages after
@@ -139,6 +159,7 @@ class Environment:
         thread = self.factory.thread
         try:
             self.reward = thread.run(self.session.score(transcript))
+            self.turn_rewards = [r for r in self.session.result.turn_rewards if r is not None]
         finally:
             self._close()
         return self.reward
@@ -148,6 +169,15 @@ class Environment:
             session, self.session = self.session, None
             thread = self.factory.thread
             thread.run(thread.sessions.close(session.task_id))
+
+
+def _reply(self: Environment, message: str) -> str:
+    return self._reply(message)
+
+
+_reply.__name__ = _reply.__qualname__ = REPLY_TOOL
+_reply.__annotations__ = {"message": str, "return": str}  # what TRL describes to the model
+_reply.__doc__ = REPLY_DOC
 
 
 def _new_environment(factory: EnvironmentFactory) -> Environment:
@@ -229,10 +259,14 @@ def dataset(
 def env_reward(
     completions: list[Any], environments: list[Environment], **kwargs: Any
 ) -> list[float]:
-    """TRL's reward function: each rollout's env ``compute_reward`` (its named signals and
-    failures logged as metrics through TRL's ``log_metric``)."""
+    """TRL's reward function: each rollout's env ``compute_reward`` (its named signals,
+    failures and, for an env with turn hooks, the mean ``turn_reward`` logged as metrics
+    through TRL's ``log_metric``), as the env's loop pays and logs them."""
     rewards = [env._score(completion) for env, completion in zip(environments, completions)]
     _log_signals(rewards, kwargs.get("log_metric"))
+    turn_rewards = [r for env in environments for r in env.turn_rewards]
+    if turn_rewards and kwargs.get("log_metric") is not None:  # as the env's loop logs them
+        kwargs["log_metric"]("env/mean_turn_reward", sum(turn_rewards) / len(turn_rewards))
     return [r.score for r in rewards]
 
 

@@ -15,7 +15,13 @@ environment and reaches it over HTTP:
   schemas, each call run in that session's sandbox exactly as the env's agent loop runs one;
 - ``POST /sessions/<id>/score`` ``{"messages": [...]}``: the env's ``compute_reward`` over the
   transcript and the sandbox as the agent left it (``reward``, ``signals``, ``failure``); the
-  session is closed after it. ``DELETE /sessions/<id>`` closes one unscored.
+  session is closed after it. ``DELETE /sessions/<id>`` closes one unscored;
+- an env with turn hooks (a game, a simulated user): its MCP tools include ``reply(message)``,
+  the model's message to the other side, answered by the env's hooks as its loop answers a
+  turn; ``POST /sessions/<id>/turn`` ``{"message": "..."}`` is the same turn for a harness
+  that speaks for the model itself (the env's ``messages``, ``reward``, ``over``, ``text``).
+  The conversation the session keeps is what ``score`` scores, the transcript's last answer
+  without a tool call its last word.
 
 A session that is never scored nor closed (a crashed eval) is closed after ``idle_timeout``.
 Nothing here imports verifiers.
@@ -30,7 +36,14 @@ from hermes_envgen.errors import exit_code
 from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.doors import require, shared_sessions
 from hermes_envgen.runtime.errors import DoorUnavailable, EnvConfigError
-from hermes_envgen.runtime.session import DEFAULT_SESSION_IDLE_TIMEOUT, SessionThread
+from hermes_envgen.runtime.session import (
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    REPLY_DESCRIPTION,
+    REPLY_SCHEMA,
+    REPLY_TOOL,
+    SessionThread,
+    turn_hooks,
+)
 
 if TYPE_CHECKING:
     from starlette.responses import JSONResponse
@@ -77,6 +90,16 @@ def verifiers_app(
     env = sessions.env
     refuse_unreachable_judge(env, settings)
     schemas = [s["function"] for s in env._resolve_tools()[0]]
+    hooked = bool(turn_hooks(env_cls))
+    if hooked:
+        if any(s["name"] == REPLY_TOOL for s in schemas):
+            raise DoorUnavailable(
+                f"the tool {REPLY_TOOL!r} clashes with the tool through which the verifiers "
+                "door plays an env with turn hooks: rename it"
+            )
+        schemas.append(
+            {"name": REPLY_TOOL, "description": REPLY_DESCRIPTION, "parameters": REPLY_SCHEMA}
+        )
     tools = [
         types.Tool(
             name=s["name"],
@@ -98,6 +121,10 @@ def verifiers_app(
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=f"Error: {exc}")], is_error=True
             )
+        if hooked and params.name == REPLY_TOOL:
+            message = (params.arguments or {}).get("message", "")
+            answer = await thread.run_async(session.reply(message))
+            return types.CallToolResult(content=[types.TextContent(type="text", text=answer.text)])
         output = await thread.run_async(session.call_tool(params.name, params.arguments or {}))
         return types.CallToolResult(content=[types.TextContent(type="text", text=output)])
 
@@ -159,6 +186,19 @@ def verifiers_app(
             {"reward": reward.score, "signals": reward.signals, "failure": reward.failure}
         )
 
+    async def turn(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("message"), str):
+            return _error(400, 'the body must be {"message": "<what the model said>"}')
+        try:
+            session = sessions.get(request.path_params["task_id"])
+        except EnvConfigError as exc:
+            return _error(404, str(exc))
+        if not hooked:
+            return _error(409, f"{type(env).__name__} has no turn hooks: nothing answers a turn")
+        answer = await thread.run_async(session.reply(body["message"]))
+        return JSONResponse(answer.as_dict())
+
     async def close(request: Request) -> JSONResponse:
         await thread.run_async(sessions.close(request.path_params["task_id"]))
         return JSONResponse({"closed": True})
@@ -175,6 +215,7 @@ def verifiers_app(
             Route("/tasks", tasks, methods=["GET"]),
             Route("/sessions", open_session, methods=["POST"]),
             Route("/sessions/{task_id}/score", score, methods=["POST"]),
+            Route("/sessions/{task_id}/turn", turn, methods=["POST"]),
             Route("/sessions/{task_id}", close, methods=["DELETE"]),
         ],
     )
