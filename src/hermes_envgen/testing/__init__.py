@@ -78,6 +78,7 @@ if TYPE_CHECKING:
         offline_environment,
         run_env_mode,
     )
+    from hermes_envgen.testing.serving import served
     from hermes_envgen.testing.stub_server import Faults, StubServer
     from hermes_envgen.testing.tokenizer import build_offline_tokenizer
     from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
