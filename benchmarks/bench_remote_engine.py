@@ -1,7 +1,7 @@
 """What reaching the Docker engine over TCP+TLS costs against its local socket, in one run.
 
 The same engine twice: at its unix socket, and behind the TLS relay of
-tests/sandbox/test_docker_tls.py (certificates made with openssl, client certificates
+tests/runtime/sandbox/test_docker_tls.py (certificates made with openssl, client certificates
 required), as ``DOCKER_HOST=tcp://127.0.0.1:PORT`` with ``DOCKER_TLS_VERIFY=1``. Rounds
 alternate the two; each times a sandbox start (first command included, then the container
 removed) and ``true`` run ``--commands`` times in one sandbox. Reported: the medians per start

@@ -76,7 +76,7 @@ def test_the_hooks_import_only_the_errors_and_git_of_hermes_envgen():
 
 def test_importing_the_runtime_loads_neither_copier_nor_typer():
     code = (
-        "import sys; import hermes_envgen.runtime.base_env; "
+        "import sys; import hermes_envgen.runtime.env.base_env; "
         "bad = [m for m in ('copier', 'typer', 'hermes_envgen.generate', 'hermes_envgen.cli',"
         " 'hermes_envgen.testing', 'hermes_envgen.devtools') if m in sys.modules]; print(bad)"
     )
@@ -292,8 +292,8 @@ def test_the_runtime_package_forwards_no_name_outside_its_api():
     with pytest.raises(ImportError):
         exec("from hermes_envgen.runtime import ToolError", {})
     # ToolError is the Hermes skill's name of the record, in the skill's agent_loop: kept there
-    from hermes_envgen.runtime.agent_loop import ToolError
-    from hermes_envgen.runtime.records import ToolErrorRecord
+    from hermes_envgen.runtime.loop.agent_loop import ToolError
+    from hermes_envgen.runtime.rollout import ToolErrorRecord
 
     assert ToolError is ToolErrorRecord
 
@@ -324,7 +324,7 @@ def test_mypy_is_strict_over_every_module_the_runtime_api_comes_from():
 # What it used of names since removed, `hermes-envgen update` rewrites (generate/migrate.py;
 # tests/generate/test_release.py updates that project and runs it).
 LEGACY_IMPORTS = {
-    "hermes_envgen.runtime.datasets": ["split_train_eval"],
+    "hermes_envgen.runtime.env.datasets": ["split_train_eval"],
     "hermes_envgen.runtime.rewards": [
         "verify_in_sandbox",
         "ask_judge",
@@ -336,7 +336,7 @@ LEGACY_IMPORTS = {
     "hermes_envgen.testing.envs": ["build_env", "read_eval_results", "validate_groups"],
     "hermes_envgen.testing.runner": ["offline_environment", "run_env_mode", "OFFLINE_ENVIRONMENT"],
     "hermes_envgen.testing.policy": ["scripted_policy"],
-    "hermes_envgen.runtime.evaluation": ["summarize", "SampleJournal", "wilson_interval"],
+    "hermes_envgen.runtime.rollouts.evaluation": ["summarize", "SampleJournal", "wilson_interval"],
 }
 
 
@@ -350,7 +350,7 @@ def test_import_paths_of_earlier_projects_still_work(module):
 INTERNAL_EXCEPTIONS = {
     "hermes_envgen.runtime.parsers.base.UnreadableCall",  # a parser's "not a call", made a miss
     "hermes_envgen.runtime.parsers.base.NoCallMeant",  # a parser's "no call meant", made a miss
-    "hermes_envgen.runtime.agent_loop._HookFailed",  # a hook raised: the rollout ends, recorded
+    "hermes_envgen.runtime.loop.agent_loop._HookFailed",  # a hook raised: the rollout ends, recorded
     # a fetched body over the limit or not decodable: web_fetch makes it a tool error
     "hermes_envgen.runtime.tools.content_decoding.TooLarge",
     "hermes_envgen.runtime.tools.content_decoding.NotDecodable",
@@ -389,8 +389,14 @@ def test_the_runtime_has_no_import_cycles_not_even_through_lazy_imports():
     assert _cycles(graph) == []
     # chat_template <-> trajectory, once hidden by an import inside the probe, is broken: the
     # start-up check (template_check) needs the training data, the rendering does not.
-    assert "hermes_envgen.runtime.trajectory" in graph["hermes_envgen.runtime.template_check"]
-    assert "hermes_envgen.runtime.template_check" not in graph["hermes_envgen.runtime.trajectory"]
+    assert (
+        "hermes_envgen.runtime.chat.trajectory"
+        in graph["hermes_envgen.runtime.chat.template_check"]
+    )
+    assert (
+        "hermes_envgen.runtime.chat.template_check"
+        not in graph["hermes_envgen.runtime.chat.trajectory"]
+    )
 
 
 def test_the_cycle_check_sees_an_import_inside_a_function():

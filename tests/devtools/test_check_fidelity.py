@@ -14,7 +14,7 @@ from terminal_env import TASKS, TerminalTaskEnv
 from test_phase2 import GREETING_SCRIPT
 
 from hermes_envgen.devtools.check import FAIL, FIDELITY_ROW, PASS, token_fidelity_check
-from hermes_envgen.runtime.template_data import HERMES_TEMPLATE
+from hermes_envgen.runtime.chat.template_data import HERMES_TEMPLATE
 from hermes_envgen.testing.envs import build_env
 
 MISMATCHED = HERMES_TEMPLATE.replace("'<tool_call>\\n{", "'<tool_call>{")

@@ -19,9 +19,9 @@ from test_gguf_tokenizer import GGUF
 
 from hermes_envgen.devtools.check import FAIL, PASS, WARN, trained_tool_calls_check
 from hermes_envgen.errors import EnvRunFailed
+from hermes_envgen.runtime.chat.template_render import encode, render
+from hermes_envgen.runtime.chat.trajectory import MASKED, tokenize_conversation, trained_runs
 from hermes_envgen.runtime.errors import ChatTemplateError
-from hermes_envgen.runtime.template_render import encode, render
-from hermes_envgen.runtime.trajectory import MASKED, tokenize_conversation, trained_runs
 from hermes_envgen.testing import OfflineRun
 
 ENV_FILE = EXAMPLES / "terminal_env.py"

@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import re
 
-from .markdown_blocks import DOCS, REPO, all_lines, blocks, pages, prose_lines, shown
+from helpers.markdown_blocks import DOCS, REPO, all_lines, blocks, pages, prose_lines, shown
 
 spec = importlib.util.spec_from_file_location("docs_reference", DOCS / "_hooks" / "reference.py")
 assert spec and spec.loader

@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.envgen import REPO, RunCli
 
 from hermes_envgen.generate import bundle, source
-
-from .envgen_helpers import REPO, RunCli
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from helpers.envgen import git
+
 from hermes_envgen.generate import hooks, migrate
 from hermes_envgen.generate.migrate import migrate_project, migrate_python, migrate_yaml
-
-from .envgen_helpers import git
 
 OLD_ENV = """\
 from hermes_envgen.runtime import (
@@ -23,7 +23,7 @@ from hermes_envgen.runtime import (
     Rollout as Kept,
 )
 from hermes_envgen.runtime.chat_template import HERMES_TEMPLATE, render
-from hermes_envgen.runtime.agent_loop import ToolError as Alias
+from hermes_envgen.runtime.loop.agent_loop import ToolError as Alias
 from hermes_envgen.runtime.rewards import ask_judge, keyword_overlap
 from mylib import ToolError as Theirs, terminal_timeout
 
@@ -48,12 +48,12 @@ from hermes_envgen.runtime import (
     AgentResult,
     HermesAgentBaseEnv,
 )
-from hermes_envgen.runtime.agent_loop import ToolError
-from hermes_envgen.runtime.records import Rollout as Kept
+from hermes_envgen.runtime.loop.agent_loop import ToolError
+from hermes_envgen.runtime.rollouts.records import Rollout as Kept
 from hermes_envgen.runtime.tools import REGISTRY
-from hermes_envgen.runtime.template_data import HERMES_TEMPLATE
-from hermes_envgen.runtime.template_render import render
-from hermes_envgen.runtime.agent_loop import ToolError as Alias
+from hermes_envgen.runtime.chat.template_data import HERMES_TEMPLATE
+from hermes_envgen.runtime.chat.template_render import render
+from hermes_envgen.runtime.loop.agent_loop import ToolError as Alias
 from hermes_envgen.runtime.rewards import ask_judge, keyword_overlap
 from mylib import ToolError as Theirs, terminal_timeout
 

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.envgen import NEW_TAG, REPO, VERSION_TAG, RunCli
 
 from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
 
-from .envgen_helpers import NEW_TAG, REPO, VERSION_TAG, RunCli
 from .test_update import TemplateRelease, release  # noqa: F401 (the fixture)
 
 UV = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))

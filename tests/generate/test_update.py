@@ -16,12 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from hermes_envgen.errors import UsageError
-from hermes_envgen.generate import bundle as template_bundle
-from hermes_envgen.generate import source
-
-from .envgen_helpers import (
+from helpers.envgen import (
     NEW_TAG,
     PUBLIC_URL,
     REPO,
@@ -30,6 +25,10 @@ from .envgen_helpers import (
     assert_one_line_error,
     git,
 )
+
+from hermes_envgen.errors import UsageError
+from hermes_envgen.generate import bundle as template_bundle
+from hermes_envgen.generate import source
 
 TEMPLATE_LINE = f"Template change in {NEW_TAG}."
 NEW_FILE = "CHANGES.md"

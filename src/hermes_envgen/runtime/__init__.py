@@ -118,25 +118,27 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
-    from hermes_envgen.runtime.agent_loop import (
-        AgentResult,
-        HermesAgentLoop,
-        RolloutState,
-        TurnHooks,
-    )
-    from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
-    from hermes_envgen.runtime.config import APIServerConfig, HermesAgentEnvConfig
-    from hermes_envgen.runtime.datasets import split_train_eval, training_order
     from hermes_envgen.runtime.doors.openenv import openenv_app
+    from hermes_envgen.runtime.doors.session import (
+        EnvSession,
+        EnvSessions,
+        SessionThread,
+        TurnEnd,
+        open_env,
+    )
     from hermes_envgen.runtime.doors.trl import (
         trl_dataset,
         trl_env_reward,
         trl_environment_factory,
     )
     from hermes_envgen.runtime.doors.verifiers import verifiers_app
+    from hermes_envgen.runtime.env.base_env import HermesAgentBaseEnv
+    from hermes_envgen.runtime.env.config import APIServerConfig, HermesAgentEnvConfig
+    from hermes_envgen.runtime.env.datasets import split_train_eval, training_order
     from hermes_envgen.runtime.errors import DatasetError, EnvConfigError
     from hermes_envgen.runtime.inference import ModelClient, judge_client
-    from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
+    from hermes_envgen.runtime.loop.agent_loop import HermesAgentLoop, TurnHooks
+    from hermes_envgen.runtime.loop.tool_context import ToolContext
     from hermes_envgen.runtime.rewards import (
         JudgeVerdict,
         Reward,
@@ -150,13 +152,14 @@ if TYPE_CHECKING:
         verify_with_pytest,
         weighted_score,
     )
-    from hermes_envgen.runtime.session import (
-        EnvSession,
-        EnvSessions,
-        SessionThread,
-        TurnEnd,
-        open_env,
+    from hermes_envgen.runtime.rollout import (
+        EVAL,
+        TRAIN,
+        AgentResult,
+        Metric,
+        RolloutState,
+        Task,
+        ToolErrorRecord,
+        metric,
     )
-    from hermes_envgen.runtime.tasks import Task
-    from hermes_envgen.runtime.tool_context import ToolContext
     from hermes_envgen.runtime.tools import tool

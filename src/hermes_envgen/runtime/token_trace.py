@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hermes_envgen.runtime.trajectory import MASKED
+from hermes_envgen.runtime.chat.trajectory import MASKED
 
 # The logprob of a masked (prompt) position: > 0 is impossible, so trainers can tell it apart
 # (atroposlib's ManagedServer uses the same placeholder).

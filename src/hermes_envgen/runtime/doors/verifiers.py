@@ -27,10 +27,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from hermes_envgen.errors import exit_code
-from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.doors import require, shared_sessions
+from hermes_envgen.runtime.doors.session import DEFAULT_SESSION_IDLE_TIMEOUT, SessionThread
+from hermes_envgen.runtime.env.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.errors import DoorUnavailable, EnvConfigError
-from hermes_envgen.runtime.session import DEFAULT_SESSION_IDLE_TIMEOUT, SessionThread
 
 if TYPE_CHECKING:
     from starlette.responses import JSONResponse
