@@ -17,23 +17,23 @@ from hermes_envgen._lazy import lazy_exports
 
 _EXPORTS = {
     # the base env, its settings and its model servers'
-    "HermesAgentBaseEnv": "base_env",
-    "HermesAgentEnvConfig": "config",
-    "APIServerConfig": "config",
+    "HermesAgentBaseEnv": "env.base_env",
+    "HermesAgentEnvConfig": "env.config",
+    "APIServerConfig": "env.config",
     # the errors an env raises for a mistake in its settings or its data (exit 2, one line)
     "EnvConfigError": "errors",
     "DatasetError": "errors",
     # tasks
-    "Task": "tasks",
-    "split_train_eval": "datasets",
-    "training_order": "datasets",
+    "Task": "rollout",
+    "split_train_eval": "env.datasets",
+    "training_order": "env.datasets",
     # the agent loop, its hooks and its result
-    "HermesAgentLoop": "agent_loop",
-    "TurnHooks": "agent_loop",
-    "RolloutState": "agent_loop",
-    "AgentResult": "agent_loop",
-    "ToolErrorRecord": "records",
-    "ToolContext": "tool_context",
+    "HermesAgentLoop": "loop.agent_loop",
+    "TurnHooks": "loop.agent_loop",
+    "RolloutState": "rollout",
+    "AgentResult": "rollout",
+    "ToolErrorRecord": "rollout",
+    "ToolContext": "loop.tool_context",
     # rewards
     "Reward": "rewards",
     "JudgeVerdict": "rewards",
@@ -50,18 +50,18 @@ _EXPORTS = {
     "ModelClient": "inference",
     "judge_client": "inference",
     # metric names
-    "Metric": "records",
-    "metric": "records",
-    "EVAL": "records",
-    "TRAIN": "records",
+    "Metric": "rollout",
+    "metric": "rollout",
+    "EVAL": "rollout",
+    "TRAIN": "rollout",
     # tools
     "tool": "tools",
     # one session of the env, driven by any trainer (the doors to TRL, OpenEnv, verifiers)
-    "EnvSession": "session",
-    "EnvSessions": "session",
-    "SessionThread": "session",
-    "TurnEnd": "session",
-    "open_env": "session",
+    "EnvSession": "doors.session",
+    "EnvSessions": "doors.session",
+    "SessionThread": "doors.session",
+    "TurnEnd": "doors.session",
+    "open_env": "doors.session",
     "openenv_app": "doors.openenv",
     "trl_dataset": "doors.trl",
     "trl_env_reward": "doors.trl",

@@ -17,7 +17,7 @@ from terminal_env import TASKS, TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.devtools.check import FAIL, PASS, WARN, _evaluate_row, _reward_range_check
-from hermes_envgen.runtime.chat.token_mode import MASKED_LOGPROB
+from hermes_envgen.runtime.rollout import MASKED_LOGPROB
 from hermes_envgen.runtime.chat.trajectory import MASKED, trained_runs
 from hermes_envgen.runtime.errors import EnvConfigError, InferenceError, ModelServerError
 from hermes_envgen.runtime.inference import (

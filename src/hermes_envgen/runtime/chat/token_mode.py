@@ -36,11 +36,10 @@ from hermes_envgen.runtime.chat.template_render import (
 from hermes_envgen.runtime.errors import ChatTemplateError
 from hermes_envgen.runtime.loop.agent_loop import AssistantTurn
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
-from hermes_envgen.runtime.rollout import MASKED_LOGPROB, TokenTrace
+from hermes_envgen.runtime.rollout import TokenTrace
 
-# TokenTrace and MASKED_LOGPROB live in token_trace.py since the trace travels in AgentResult;
-# they stay importable from here.
-__all__ = ["MASKED_LOGPROB", "ExactTokensBackend", "TokenTrace", "parse_failure", "split_reasoning"]
+# TokenTrace lives in rollout.py: the trace travels out of the loop in AgentResult.
+__all__ = ["ExactTokensBackend", "parse_failure", "split_reasoning"]
 
 logger = logging.getLogger(__name__)
 

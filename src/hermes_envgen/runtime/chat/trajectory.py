@@ -22,10 +22,9 @@ from hermes_envgen.runtime.chat.template_render import (
     text_after_turn,
 )
 from hermes_envgen.runtime.errors import ChatTemplateError, GenerationPromptNotContinued
+from hermes_envgen.runtime.rollout import MASKED
 
 logger = logging.getLogger(__name__)
-
-MASKED = -100
 
 
 @dataclass

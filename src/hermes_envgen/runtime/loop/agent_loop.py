@@ -26,17 +26,22 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from numbers import Real
 from typing import Any, Generic, NoReturn, Protocol, TypeAlias, TypeVar
-
-from typing_extensions import TypeVar as DefaultedTypeVar
 
 from hermes_envgen.runtime.errors import EnvConfigError, InferenceError
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.parsers.base import new_alnum_id
 from hermes_envgen.runtime.retries import with_retries
-from hermes_envgen.runtime.rollout import TOOL_ERROR_PREFIX, TokenTrace, ToolErrorRecord
+from hermes_envgen.runtime.rollout import (
+    TOOL_ERROR_PREFIX,
+    AgentResult,
+    RolloutState,
+    StateT,
+    TaskT,
+    ToolErrorRecord,
+)
 from hermes_envgen.runtime.text import valid_unicode
 from hermes_envgen.runtime.tools.registry import printable
 
@@ -51,10 +56,6 @@ ENV_ROLES = ("user", "system", "tool")
 # The Hermes skill's name of the record (``AgentResult.tool_errors`` holds them): kept for good.
 ToolError = ToolErrorRecord
 
-# What an env's tasks are (its dataset's items) and what it keeps per rollout (``new_state``):
-# an env names both, ``HermesAgentBaseEnv[MyTask, MyState]``; unnamed, each is Any.
-TaskT = DefaultedTypeVar("TaskT", default=Any)
-StateT = DefaultedTypeVar("StateT", default=Any)
 _T = TypeVar("_T")
 # A hook may be a plain ``def`` or an ``async def``: its value, or an awaitable of it.
 MaybeAwaitable: TypeAlias = _T | Awaitable[_T]
@@ -65,106 +66,6 @@ _RENAMED_HOOKS = {
     "env_response (a finished game gets no trailing reply): rename it, and decide from the turn "
     "itself (state.last_reply, state.data) rather than from what env_response kept",
 }
-
-
-@dataclass
-class AgentResult(Generic[StateT]):
-    """A finished rollout: the conversation and what happened in it."""
-
-    messages: list[dict[str, Any]]
-    turns_used: int = 0
-    # Ended by the model's answer or the env (should_stop, finish), not by turns, time or a
-    # failed server.
-    finished_naturally: bool = False
-    tool_errors: list[ToolErrorRecord] = field(default_factory=list)
-    reasoning_per_turn: list[str | None] = field(default_factory=list)
-    error: str | None = None  # why the rollout stopped early (server or hook failure), if it did
-    failed_hook: str | None = None  # the turn hook whose failure ``error`` is, if one's is
-    timed_out: bool = False  # ended by the loop's time budget (max_rollout_seconds)
-    replaced_characters: int = 0  # lone surrogates in the model's replies, made U+FFFD
-    turn_rewards: list[float | None] = field(default_factory=list)  # turn_reward, per turn
-    metadata: dict[str, Any] = field(default_factory=dict)  # untyped scratch of the hooks
-    # The env's own state of this rollout, as its hooks left it: ``new_state(task)``'s value
-    # (None for an env without one).
-    data: StateT = None  # type: ignore[assignment]
-    # Token mode: the exact tokens the model saw and generated, masks and logprobs; None in
-    # chat mode, whose training data is rebuilt from ``messages``.
-    token_trace: TokenTrace | None = None
-
-    @property
-    def final_response(self) -> str:
-        """The content of the last assistant message that has any ("" when none has)."""
-        for message in reversed(self.messages):
-            content = message.get("content")
-            if message.get("role") == "assistant" and content and isinstance(content, str):
-                return content
-        return ""
-
-    @property
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """Every tool call the model made, in order, as ``{"name", "arguments"}`` dicts."""
-        calls = []
-        for message in self.messages:
-            if message.get("role") == "assistant":
-                for call in message.get("tool_calls") or []:
-                    function = call["function"]
-                    calls.append({"name": function["name"], "arguments": function["arguments"]})
-        return calls
-
-    @property
-    def tools_used(self) -> list[str]:
-        """The names of the tools the model called, each once, in order of first use."""
-        return list(dict.fromkeys(call["name"] for call in self.tool_calls))
-
-
-@dataclass
-class RolloutState(Generic[TaskT, StateT]):
-    """One rollout as every turn hook sees it, after each turn of the model.
-
-    ``data`` is the env's own state of this rollout (a game's board, a simulated user's mood),
-    typed by the env: ``new_state(task)`` makes it, the hooks change it, ``compute_reward``
-    finds it in ``result.data``. ``messages`` and ``turn_rewards`` are the result's own. Add
-    messages by returning them from ``env_response``, never by editing ``messages``: in token
-    mode the model's prompt is the exact tokens of what came before.
-    """
-
-    task: TaskT  # the item of the dataset, as format_prompt got it
-    task_id: str
-    result: AgentResult[StateT]  # the rollout so far
-    tool_context: ToolContext  # the rollout's tools and sandbox
-    split: str = "train"  # or "eval"
-    turn: int = 0  # turns of the model so far; the hooks run after turn ``turn``
-    finished: bool = False  # set by finish(): this turn's env_response is the rollout's last
-
-    @property
-    def data(self) -> StateT:
-        """The env's own state of this rollout (``new_state``'s), kept across its turns."""
-        return self.result.data
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The conversation so far (the result's; read it, do not edit it)."""
-        return self.result.messages
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        """An untyped dict for the hooks, empty at the start (``data`` is the typed state)."""
-        return self.result.metadata
-
-    @property
-    def turn_rewards(self) -> list[float | None]:
-        """The ``turn_reward`` of each turn so far (None where it gave none)."""
-        return self.result.turn_rewards
-
-    @property
-    def last_reply(self) -> dict[str, Any]:
-        """The model's message of this turn (``content``, maybe ``tool_calls``); {} before one."""
-        return next((m for m in reversed(self.messages) if m.get("role") == "assistant"), {})
-
-    def finish(self) -> None:
-        """End the rollout after this turn: what ``env_response`` returns is the final message
-        (a game's "you won", a user's goodbye). It counts as finished naturally."""
-        self.finished = True
 
 
 class TurnHooks(Generic[TaskT, StateT]):

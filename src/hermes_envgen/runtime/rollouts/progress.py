@@ -1,4 +1,5 @@
-"""Live progress of ``process`` and ``evaluate``: done of total, mean reward, tool errors, rate.
+"""Live progress of ``process`` and ``evaluate``: done of total, mean reward, tool errors, rate;
+and what feeds it: finished rollouts, and the records an interrupted evaluation saved.
 
 Drawn with rich on stderr, and only when stderr is a terminal, so that logs, pipes and CI
 output stay free of control characters.
@@ -7,9 +8,14 @@ output stay free of control characters.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hermes_envgen.runtime.rollout import Rollout
+from hermes_envgen.runtime.rollouts.evaluation.journal import tool_error_count
 
 
 class RunProgress:
@@ -97,3 +103,18 @@ class RunProgress:
     def _refresh(self, advance: int = 0) -> None:
         if self._progress is not None:
             self._progress.update(self._task, advance=advance, stats=self.stats())
+
+
+def resumed_progress(total: int, saved: Sequence[Mapping[str, Any]]) -> RunProgress:
+    """``evaluate``'s bar over ``total`` rollouts, with those a resumed run saved already in."""
+    progress = RunProgress("evaluate", total, "rollouts", completed=len(saved))
+    for record in saved:
+        progress.record(
+            None if record.get("failure") else record["reward"], tool_error_count(record)
+        )
+    return progress
+
+
+def record_rollout(progress: RunProgress, rollout: Rollout) -> None:
+    """Count a finished rollout in the bar: a failure has no reward to average."""
+    progress.record(None if rollout.failure else rollout.reward, len(rollout.result.tool_errors))

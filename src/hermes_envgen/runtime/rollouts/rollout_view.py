@@ -23,6 +23,7 @@ from typing import Any
 from hermes_envgen.errors import ViewError
 from hermes_envgen.runtime.rollout import TOOL_ERROR_PREFIX as ERROR_PREFIX
 from hermes_envgen.runtime.rollouts.evaluation.journal import summary
+from hermes_envgen.runtime.rollouts.rollout_card import RolloutCard
 from hermes_envgen.runtime.rollouts.run_glance import GLANCE_CSS, glance_html, group_spreads
 from hermes_envgen.runtime.rollouts.token_view import (
     TOKEN_BUDGET,
@@ -32,27 +33,6 @@ from hermes_envgen.runtime.rollouts.token_view import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RolloutCard:
-    """One rollout as the page shows it."""
-
-    title: str
-    messages: list[dict]
-    reward: float | None
-    turns: int
-    tool_calls: int
-    tool_errors: int
-    failure: str | None = None
-    facts: dict[str, str] = field(default_factory=dict)  # small extras: item key, task id, ...
-    group: str | None = None  # the rollouts scored together: a process group, an eval item
-    task: str | None = None  # the same task in another run of the env (for comparing runs)
-    signals: dict[str, float] = field(default_factory=dict)  # the reward's named signals
-    summary: dict[str, Any] | None = None  # an evaluation record's summary (for pass@k)
-    tokens: Sequence[int] | None = None  # process mode's training data: the exact token ids,
-    masks: Sequence[int] | None = None  # their masks (-100: not trained),
-    logprobs: Sequence[float] | None = None  # and token mode's sampled logprobs
 
 
 @dataclass

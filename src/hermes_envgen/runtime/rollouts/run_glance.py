@@ -17,14 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hermes_envgen.runtime.rollout import EVAL, Metric, metric
 from hermes_envgen.runtime.rollouts.evaluation.metrics import summarize
 from hermes_envgen.runtime.rollouts.records import METRICS_FILE
-
-if TYPE_CHECKING:
-    from hermes_envgen.runtime.rollouts.rollout_card import RolloutCard
+from hermes_envgen.runtime.rollouts.rollout_card import RolloutCard
 
 # Rewards this close count as equal: a weighted sum may differ in its last bits.
 SAME_REWARD = 1e-9

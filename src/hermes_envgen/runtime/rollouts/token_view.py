@@ -16,10 +16,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from hermes_envgen.runtime.rollouts.rollout_card import RolloutCard
+from hermes_envgen.runtime.rollouts.rollout_card import RolloutCard
 
 MASKED = -100
 # Logprobs of masked positions are written as 1.0 (no sample): not a logprob to show.
