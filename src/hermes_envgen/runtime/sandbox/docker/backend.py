@@ -366,7 +366,7 @@ class DockerSandbox(Sandbox):
     # -- the kept channel ------------------------------------------------------------------
 
     def channel_argv(self) -> list[str]:
-        """The ``docker exec`` argv of the channel's agent (``docker_channel_server``)."""
+        """The ``docker exec`` argv of the channel's agent (``channel_server``)."""
         args = [*self.cli(), "exec", "--interactive", "--workdir", WORKDIR, "--user", AGENT_USER]
         return [*args, self.container, *boot_command()]
 

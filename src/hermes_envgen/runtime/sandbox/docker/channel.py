@@ -1,4 +1,4 @@
-"""The host's side of a docker sandbox's kept channel (``docker_channel_server``).
+"""The host's side of a docker sandbox's kept channel (``channel_server``).
 
 One long-lived ``docker exec --interactive`` per container carries, multiplexed, every
 command, file script and socket connection of the sandbox: a command costs a round trip
@@ -38,7 +38,7 @@ ANSWER_TIMEOUT = 20.0  # for the agent to say a command started, or a kill is do
 # The agent's program comes on stdin (its length in argv): a short command line in ``ps``.
 BOOT = (
     "import os,sys\nb=b''\nn=int(sys.argv[1])\nwhile len(b)<n:\n c=os.read(0,n-len(b))\n"
-    " if not c:sys.exit(1)\n b+=c\nexec(compile(b,'docker_channel_server','exec'))"
+    " if not c:sys.exit(1)\n b+=c\nexec(compile(b,'channel_server','exec'))"
 )
 GONE = (
     "the sandbox's command channel ended under the call (a process in the sandbox killed or "
@@ -57,7 +57,7 @@ class NotSent(ChannelGone):
 @functools.cache
 def server_source() -> bytes:
     """The agent's program."""
-    return Path(__file__).with_name("docker_channel_server.py").read_bytes()
+    return Path(__file__).with_name("channel_server.py").read_bytes()
 
 
 def boot_command(python: str = "python3") -> list[str]:
