@@ -31,8 +31,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # browser.py
 
 from browser import Browser  # noqa: E402
 
-from hermes_envgen.runtime import rollout_view  # noqa: E402
 from hermes_envgen.runtime.chat.trajectory import tokenize_conversation  # noqa: E402
+from hermes_envgen.runtime.rollouts import rollout_view
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer  # noqa: E402
 
 # The last commit before the glance and token views: its renderer is the baseline.

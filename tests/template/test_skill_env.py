@@ -9,6 +9,8 @@ reported as deprecated, and no coroutine goes un-awaited.
 
 from __future__ import annotations
 
+from helpers import HELPERS
+
 import json
 import shutil
 import subprocess
@@ -21,7 +23,7 @@ from conftest import EXAMPLES
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.trainer import MinimalTrainer, RunApi
 
-ENV_FILE = Path(__file__).with_name("skill_env.py")
+ENV_FILE = HELPERS / "skill_env.py"
 SCRIPT = EXAMPLES / "stub_script.yaml"
 NOT_IN_OUTPUT = ("deprecated", "never ran", "was never awaited", "coroutine", "Traceback")
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import CHAT_TEMPLATES, FIXTURES
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.chat.template_check import (
@@ -25,8 +26,8 @@ from hermes_envgen.runtime.chat.trajectory import (
 from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
-TEMPLATES = Path(__file__).parent / "chat_templates"
-PARSER_TEMPLATES = Path(__file__).parent / "parsers" / "templates"
+TEMPLATES = CHAT_TEMPLATES
+PARSER_TEMPLATES = FIXTURES / "parser_templates"
 LLAMA_TOKENS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
 MISTRAL_TOKENS = ("<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[TOOL_RESULTS]")
 MISTRAL_TOKENS += ("[/TOOL_RESULTS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]")

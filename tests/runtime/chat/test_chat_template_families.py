@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.envs.server_handling.vllm_server import VLLMServer
+from helpers import CHAT_TEMPLATES
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.chat.template_check import (
@@ -42,7 +43,7 @@ from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
-TEMPLATES = Path(__file__).parent / "chat_templates"
+TEMPLATES = CHAT_TEMPLATES
 TOOLS = REGISTRY.resolve(["terminal"])
 SCHEMAS = [t.schema for t in TOOLS]
 NAMES = {t.name for t in TOOLS}

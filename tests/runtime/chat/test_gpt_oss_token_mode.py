@@ -12,16 +12,15 @@ re-tokenizing each rollout with the template gives the sampled ids (the check's 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import CHAT_TEMPLATES
 from helpers.token_mode import assert_trains_what_was_generated
 from test_chat_template_families import FAMILIES, harmony
 
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
 FAMILY = FAMILIES["gpt-oss (reasoning)"]
-TEMPLATE = Path(__file__).parent / "chat_templates" / FAMILY.template
+TEMPLATE = CHAT_TEMPLATES / FAMILY.template
 
 
 @pytest.mark.slow

@@ -11,15 +11,14 @@ are tests/helpers/token_mode.py's, shared with tests/runtime/chat/test_gpt_oss_t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import CHAT_TEMPLATES
 from helpers.token_mode import assert_trains_what_was_generated
 from test_chat_template_families import PARALLEL, qwen3
 
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
-QWEN3 = Path(__file__).parent / "chat_templates" / "Qwen-Qwen3-0.6B.jinja"
+QWEN3 = CHAT_TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from conftest import EXAMPLES
 from pydantic import ValidationError
 
 from hermes_envgen.runtime import EnvConfigError, HermesAgentEnvConfig
-from hermes_envgen.runtime import config as config_module
+from hermes_envgen.runtime.env import config as config_module
 from hermes_envgen.testing.runner import offline_environment
 
 

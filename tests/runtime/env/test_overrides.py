@@ -15,18 +15,16 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
+from helpers import TESTS
+from helpers.skill_env import SkillEnv
 
-from hermes_envgen.runtime import tool_context
 from hermes_envgen.runtime.env.overrides import EVALUATING, TrainingBuffer
 from hermes_envgen.runtime.env.sync_bridge import NotAwaited, bridged, wait_here
 from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.loop import tool_context
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.testing.envs import build_env
 from hermes_envgen.testing.runner import offline_environment
-
-TESTS = Path(__file__).parent
-sys.path.insert(0, str(TESTS))
-from helpers.skill_env import SkillEnv  # noqa: E402
 
 SCRIPT = EXAMPLES / "stub_script.yaml"
 

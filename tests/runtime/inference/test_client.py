@@ -17,7 +17,6 @@ from terminal_env import TASKS, TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.devtools.check import FAIL, PASS, WARN, _evaluate_row, _reward_range_check
-from hermes_envgen.runtime.rollout import MASKED_LOGPROB
 from hermes_envgen.runtime.chat.trajectory import MASKED, trained_runs
 from hermes_envgen.runtime.errors import EnvConfigError, InferenceError, ModelServerError
 from hermes_envgen.runtime.inference import (
@@ -30,6 +29,7 @@ from hermes_envgen.runtime.inference import (
 from hermes_envgen.runtime.inference.wire import read_completions
 from hermes_envgen.runtime.loop.agent_loop import _reasoning_of
 from hermes_envgen.runtime.rewards import ask_judge
+from hermes_envgen.runtime.rollout import MASKED_LOGPROB
 from hermes_envgen.testing.envs import build_env
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.script import Script

@@ -38,10 +38,10 @@ from conftest import REPO, render_template
 
 from hermes_envgen.errors import EnvRunFailed
 from hermes_envgen.runtime.chat.template_data import HERMES_TEMPLATE
-from hermes_envgen.runtime.rollout import MASKED_LOGPROB
 from hermes_envgen.runtime.chat.trajectory import MASKED, trained_runs, untrained_tool_calls
 from hermes_envgen.runtime.errors import ModelServerError
 from hermes_envgen.runtime.inference import Endpoint, ModelClient, check_model_server
+from hermes_envgen.runtime.rollout import MASKED_LOGPROB
 from hermes_envgen.testing.envs import read_eval_results, validate_groups
 from hermes_envgen.testing.runner import offline_environment, run_env_mode
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES
 from helpers.markup import (
     DS_CALL,
     DS_CALL_END,
@@ -42,7 +43,7 @@ from hermes_envgen.runtime.chat.trajectory import tokenize_conversation
 from hermes_envgen.runtime.parsers import get_parser
 from hermes_envgen.runtime.tools import REGISTRY
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = FIXTURES / "parser_templates"
 TOOLS = [
     *(t.schema for t in REGISTRY.resolve(["terminal", "file"])),
     {

@@ -37,12 +37,8 @@ from helpers.sandbox import (
 )
 
 from hermes_envgen.runtime.loop.tool_context import ToolContext
-from hermes_envgen.runtime.sandbox import (
-    SandboxManager,
-    SandboxSettings,
-    SandboxUnavailable,
-    docker_pool,
-)
+from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable
+from hermes_envgen.runtime.sandbox.docker import pool as docker_pool
 from hermes_envgen.runtime.sandbox.docker.engine import RUN_LABEL, run_label
 from hermes_envgen.runtime.sandbox.docker.pool import EnginePool, connect_failure, engine_failure
 from hermes_envgen.testing.runner import offline_environment

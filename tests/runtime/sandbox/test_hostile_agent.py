@@ -12,9 +12,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from helpers import TESTS
 from helpers.sandbox import BWRAP, DOCKER, LOCAL, make_manager
 
 from hermes_envgen.runtime.loop.tool_context import ToolContext
@@ -165,7 +165,7 @@ MOST_THE_HOST_MAY_GROW = 120 * 1024  # KiB: three 8 MB patch reads, an 8 MB read
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", EVERY_BACKEND)
 def test_a_sparse_gigabyte_costs_the_host_no_gigabytes(backend, tmp_path):
-    helpers = Path(__file__).parent
+    helpers = TESTS  # the probe imports helpers.sandbox
     done = subprocess.run(
         [sys.executable, "-c", MEMORY_PROBE, backend, str(tmp_path), str(helpers)],
         capture_output=True,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from helpers import HELPERS
 
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.loop.tool_context import ToolContext
@@ -372,7 +373,7 @@ def test_a_page_read_past_its_limit_has_its_reader_killed():
 
 @pytest.mark.slow  # seconds: six 64 MiB bombs built and fetched, in a process of their own
 def test_a_compression_bomb_is_refused_before_it_costs_memory():
-    program = Path(__file__).with_name("web_bombs.py")
+    program = HELPERS / "web_bombs.py"
     done = subprocess.run(
         [sys.executable, str(program)], capture_output=True, text=True, timeout=120
     )

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import netns_rig
+from helpers import HELPERS, netns_rig
 
 from hermes_envgen.testing.trainer import RunApi, _get, _post
 
@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.timeout(180),
 ]
 
-HERE = Path(__file__).parent
+HERE = HELPERS
 HOST = "web"
 API_PORT = 8000
 LOOPBACK = 8080  # rebinding_servers.LOOPBACK_PORT
