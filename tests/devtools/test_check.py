@@ -12,22 +12,13 @@ from pathlib import Path
 
 import pytest
 from conftest import render_template
+from helpers.check import rows, run_check
 
 from hermes_envgen.runtime.sandbox import procfs
 
 # A whole check is several env subprocesses (run_check allows 600 s, the own-judge one 900 s):
 # on a busy machine they took 220-290 s beside another, near pytest-timeout's default 300 s.
 pytestmark = pytest.mark.timeout(1000)
-
-
-def run_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_envgen", "check", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +35,6 @@ def variant(project, tmp_path, old: str, new: str):
     assert old in text
     env_file.write_text(text.replace(old, new))
     return copy
-
-
-def rows(result) -> dict[str, str]:
-    table = {}
-    for line in result.stdout.splitlines():
-        status, _, rest = line.partition("  ")
-        if status in ("PASS", "FAIL", "WARN"):
-            table[rest.strip().split("  ")[0]] = status
-    return table
 
 
 @pytest.mark.slow

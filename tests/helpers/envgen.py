@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pexpect
@@ -71,3 +72,25 @@ def spawn_new(tmp_path: Path, cli_env: dict[str, str], *args: str) -> pexpect.sp
         timeout=60,
         dimensions=(50, 250),
     )
+
+
+@dataclass(frozen=True)
+class TemplateRelease:
+    """The tagged template repository of this module, its bundle and the file it changes."""
+
+    repo: Path
+    bundle: Path
+    doc: str  # the rendered file whose template gets a line appended in NEW_TAG
+    comment: str  # how that file writes a line the user or template adds
+
+
+TEMPLATE_LINE = f"Template change in {NEW_TAG}."
+
+
+NEW_FILE = "CHANGES.md"
+
+
+def commit_and_tag(repo: Path, tag: str) -> None:
+    git(repo, "add", "--all")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", tag)
+    git(repo, "tag", tag)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from conftest import render_template
-from test_chat_template_families import Turn
 from transformers import AutoTokenizer
 
+from helpers.chat_families import Turn
 from hermes_envgen.devtools.check import PASS, token_fidelity_check
 from hermes_envgen.runtime.chat.trajectory import trained_runs
 from hermes_envgen.testing import OfflineRun

@@ -40,7 +40,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_template import OFFLINE, README_PROJECTS, answers, readme_ports, render
+from helpers.template import README_PROJECTS, answers, readme_ports, render
+from hermes_envgen.testing import OFFLINE_ENVIRONMENT as OFFLINE
 
 from hermes_envgen.testing.trainer import MinimalTrainer, TrainerError
 
@@ -524,7 +525,7 @@ def readme_server(command: str, project: Path, env: dict, log_path: Path, port: 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_openenv_server_line_runs_as_written_and_serves_the_env(readmes, tmp_path):
-    from test_door_openenv import REQUIRE_VARIABLE
+    from helpers.doors import REQUIRE_VARIABLE
 
     from hermes_envgen.testing import build_offline_tokenizer
 

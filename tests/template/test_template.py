@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import itertools
 import os
@@ -10,15 +9,22 @@ import re
 import runpy
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import tomllib
 import yaml
-from conftest import TRAINERS_DIRECTORY, imported_modules, imported_names, render_template
+from conftest import TRAINERS_DIRECTORY, imported_modules, imported_names
+from helpers.template import (
+    JUDGE_OF_ITS_OWN,
+    POLICY_JUDGE,
+    PROVIDERS,
+    README_PROJECTS,
+    answers,
+    judge_of_its_own,
+    readme_ports,
+    render,
+)
 from packaging.requirements import Requirement
 
 from hermes_envgen.runtime.tools.extras import TOOLSET_LIBRARIES
@@ -27,16 +33,6 @@ from hermes_envgen.testing import OFFLINE_ENVIRONMENT as OFFLINE
 # What generated code may import from hermes-envgen: anything deeper may move between releases.
 DECLARED_API = {"hermes_envgen.runtime", "hermes_envgen.testing"}
 
-PROVIDERS = {
-    "atropos": {},
-    "openrouter": {"model_name": "meta-llama/llama-3.1-8b-instruct"},
-    "vllm": {"model_name": "NousResearch/Hermes-3-Llama-3.1-8B", "base_url": "http://gpu:8000/v1"},
-    "openai_compatible": {
-        "model_name": "my-model",
-        "base_url": "https://api.example.com/v1",
-        "api_key_env": "EXAMPLE_API_KEY",
-    },
-}
 PATTERNS = ["binary", "judge", "multi_signal"]
 SEVEN_METHODS = [
     "config_init",
@@ -48,38 +44,10 @@ SEVEN_METHODS = [
     "wandb_log",
 ]
 BOOLEANS = list(itertools.product([True, False], repeat=2))  # (ci, use_dataset)
-# The judge as users answer it: an API of many models offers another model of its own by
-# default (only the model is typed); a self-hosted server has none, and the user says
-# "policy" to let the policy grade its own answers.
-JUDGES = {
-    "openrouter": {"judge_model": "openai/gpt-4o-mini"},
-    "openai_compatible": {"judge_model": "my-judge-model"},
-}
-POLICY_JUDGE = {"judge_base_url": "policy"}
 # The longest project name copier.yml allows (40 characters): with no hyphen, the longest package
 # and class names too; a name of words runs its own suite below.
 LONGEST_NAME = "abcdefghijklmnopqrstuvwxyzabcdefghijklmn"
 LONGEST_NAME_WITH_WORDS = "ts-python-web-tavily-at-the-longest-name"
-
-
-def answers(provider: str, pattern: str, ci: bool, use_dataset: bool) -> dict:
-    data = {
-        "project_name": f"{provider.replace('_', '-')}-{pattern.replace('_', '-')}",
-        "provider": provider,
-        "reward_pattern": pattern,
-        "ci": ci,
-        "use_dataset": use_dataset,
-        **PROVIDERS[provider],
-    }
-    if use_dataset:
-        data["dataset_name"] = "example-org/terminal-tasks"
-    if pattern == "judge":
-        data |= JUDGES.get(provider, POLICY_JUDGE)
-    return data
-
-
-def render(tmp_path: Path, data: dict) -> Path:
-    return render_template(tmp_path / data["project_name"], data)
 
 
 @pytest.fixture(scope="session")
@@ -164,13 +132,6 @@ def test_every_combination_is_ruff_clean(combination, provider, pattern, ci, use
     assert undeclared == [], f"generated code imports names outside __all__: {undeclared}"
 
 
-# A judge at an endpoint of its own, as a user answers it: nothing listens there offline.
-JUDGE_OF_ITS_OWN = {
-    "judge_base_url": "http://127.0.0.1:8080/v1",
-    "judge_model": "judge-model",
-    "judge_api_key_env": "JUDGE_API_KEY",
-}
-
 TOOLSETS = [
     {"toolsets": ["terminal", "python"]},
     {"toolsets": ["terminal", "file", "web"]},
@@ -211,15 +172,6 @@ def test_the_longest_project_name_renders_ruff_clean_within_100_columns(tmp_path
         if len(line) > 100
     ]
     assert wide == []
-
-
-def judge_of_its_own(provider: str) -> dict:
-    """A judge project whose judge is not the policy's server (for vLLM: Atropos's, no chat)."""
-    data = answers(provider, "judge", False, False) | JUDGE_OF_ITS_OWN
-    data["project_name"] = f"{provider.replace('_', '-')}-own-judge"
-    if provider == "vllm":
-        data["vllm_server"] = "generate"
-    return data
 
 
 # The projects that run their own suites (20-40 s each): every provider x pattern once, and
@@ -355,29 +307,6 @@ def run_as_a_user(project: Path, block: str, timeout: float = 600) -> subprocess
     )
 
 
-@contextmanager
-def readme_ports() -> Iterator[None]:
-    """The README's commands use fixed ports (18000, 18001, 9001): one run at a time."""
-    with open(Path(tempfile.gettempdir()) / "hermes-envgen-readme-ports.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-# One project per provider (and pattern, and a judge of its own), as users answer them.
-README_PROJECTS = {
-    "atropos": {"project_name": "offline-env"},  # every default: no model, no tokenizer
-    "openrouter": answers("openrouter", "judge", False, False),
-    "vllm-own-judge": judge_of_its_own("vllm"),
-    "sglang": {
-        "project_name": "sglang-multi-signal",
-        "provider": "sglang",
-        "model_name": "Qwen/Qwen3-8B",
-        "reward_pattern": "multi_signal",
-    },
-    "openai_compatible": answers("openai_compatible", "binary", False, False),  # model "my-model"
-}
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("kind", list(README_PROJECTS))
@@ -431,9 +360,7 @@ def test_the_readme_commands_name_every_flag_they_need(tmp_path, kind):
     assert all(i > pytest_line for i, line in enumerate(lines) if line.startswith("export "))
 
 
-SAMPLES_FILE = (
-    Path(__file__).parents[2] / "template" / "src" / "{{ package_name }}" / "samples.py"
-)
+SAMPLES_FILE = Path(__file__).parents[2] / "template" / "src" / "{{ package_name }}" / "samples.py"
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 from conftest import EXAMPLES
-from test_serve import GROUP_SIZE, serve_command
+from helpers.serve import GROUP_SIZE, serve_command
 
 from hermes_envgen.runtime.chat.trajectory import trained_runs, untrained_tool_calls
 from hermes_envgen.runtime.inference import CHAT_MODE_DATA

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
 
 import pytest
-from helpers import CHAT_TEMPLATES, FIXTURES
+from helpers.chat import CONVERSATION, FAMILIES, MISTRAL_TOKENS, TOOLS, call, family_tokenizer
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.chat.template_check import (
@@ -15,7 +14,7 @@ from hermes_envgen.runtime.chat.template_check import (
     check_tool_calls_rendered,
     prepare_chat_template,
 )
-from hermes_envgen.runtime.chat.template_data import BUILTIN_TEMPLATES, resolve_chat_template
+from hermes_envgen.runtime.chat.template_data import resolve_chat_template
 from hermes_envgen.runtime.chat.template_render import encode
 from hermes_envgen.runtime.chat.trajectory import (
     MASKED,
@@ -26,74 +25,7 @@ from hermes_envgen.runtime.chat.trajectory import (
 from hermes_envgen.runtime.errors import ChatTemplateError, EnvConfigError
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 
-TEMPLATES = CHAT_TEMPLATES
-PARSER_TEMPLATES = FIXTURES / "parser_templates"
-LLAMA_TOKENS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
-MISTRAL_TOKENS = ("<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[TOOL_RESULTS]")
 MISTRAL_TOKENS += ("[/TOOL_RESULTS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]")
-
-# name -> (template text, special tokens, end-of-turn token)
-FAMILIES = {
-    "hermes (built-in)": (BUILTIN_TEMPLATES["hermes"], (), "<|im_end|>"),
-    "chatml-tools (built-in)": (BUILTIN_TEMPLATES["chatml-tools"], (), "<|im_end|>"),
-    "qwen2.5": ((TEMPLATES / "qwen2_5.jinja").read_text(), (), "<|im_end|>"),
-    "llama3.1": ((TEMPLATES / "llama3_1.jinja").read_text(), LLAMA_TOKENS, "<|eot_id|>"),
-    "mistral v0.3": ((TEMPLATES / "mistral_v3.jinja").read_text(), MISTRAL_TOKENS, "</s>"),
-    "smollm2 (plain ChatML)": ((TEMPLATES / "smollm2.jinja").read_text(), (), "<|im_end|>"),
-    # Arguments as one element per key, not as JSON.
-    "qwen3-coder": ((PARSER_TEMPLATES / "qwen3_coder.jinja").read_text(), (), "<|im_end|>"),
-    "glm-4.5": ((PARSER_TEMPLATES / "glm45.jinja").read_text(), (), "<|im_end|>"),
-    # The call's name only in its id, functions.NAME:IDX.
-    "kimi k2": ((PARSER_TEMPLATES / "kimi_k2.jinja").read_text(), (), "<|im_end|>"),
-    "reasoning on the last turn": (
-        (TEMPLATES / "reasoning_last.jinja").read_text(),
-        (),
-        "<|im_end|>",
-    ),
-}
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"The {name} tool.",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-    for name in ("read_file", "write_file")
-]
-
-
-def call(call_id: str, name: str, arguments: str) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-# Arguments spaced as a llama.cpp server returns them, not as json.dumps writes them.
-CONVERSATION = [
-    {"role": "user", "content": "Copy notes.txt to copy.txt."},
-    {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [call("call00001", "read_file", '{ "path": "notes.txt" }')],
-    },
-    {"role": "tool", "tool_call_id": "call00001", "content": "hello “world”"},
-    {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            call("call00002", "write_file", '{ "path": "copy.txt", "content": "hello “world”" }')
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call00002", "content": "ok"},
-    {"role": "assistant", "content": "Copied."},
-]
-
-
-def family_tokenizer(tmp_path: Path, family: str):
-    template, specials, eos = FAMILIES[family]
-    directory = build_offline_tokenizer(tmp_path / "tok", template, specials, eos)
-    return AutoTokenizer.from_pretrained(str(directory))
 
 
 def trained_text(tokenizer, tokens: list[int], masks: list[int]) -> list[str]:
@@ -266,7 +198,7 @@ def test_a_template_without_tool_definitions_is_named_in_the_log(tmp_path, caplo
 def test_a_rollout_the_template_refuses_is_left_out_with_an_error(stub_server, tmp_path, caplog):
     # Llama 3.1's template refuses two calls in one turn: the run goes on, the rollout is not
     # trained, and the log says why.
-    from test_base_env import GREETING, make_env
+    from helpers.envs import GREETING, make_env
 
     two_calls = [{"name": "terminal", "arguments": {"command": "true"}}] * 2
     server = stub_server(

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 from helpers import CHAT_TEMPLATES
+from helpers.chat_families import FAMILIES, harmony
 from helpers.token_mode import assert_trains_what_was_generated
-from test_chat_template_families import FAMILIES, harmony
 
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer
 

@@ -11,24 +11,18 @@ import urllib.error
 import urllib.request
 
 import pytest
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-from atroposlib.envs.server_handling.sglang_server import SGLangServer
-from atroposlib.envs.server_handling.vllm_server import VLLMServer
 from conftest import EXAMPLES
+from helpers.token_server import END, GREETING_SCRIPT, token_server
 from terminal_env import TASKS, TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.chat.template_render import with_arguments
-from hermes_envgen.runtime.chat.token_mode import (
-    MASKED_LOGPROB,
-    ExactTokensBackend,
-    parse_failure,
-    split_reasoning,
-)
-from hermes_envgen.runtime.chat.trajectory import MASKED, trained_runs
+from hermes_envgen.runtime.chat.token_mode import ExactTokensBackend, parse_failure, split_reasoning
+from hermes_envgen.runtime.chat.trajectory import trained_runs
 from hermes_envgen.runtime.loop.agent_loop import UNPARSED_TOOL, HermesAgentLoop
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.parsers import get_parser
+from hermes_envgen.runtime.rollout import MASKED, MASKED_LOGPROB
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.testing import OfflineRun
 from hermes_envgen.testing.envs import build_env
@@ -39,38 +33,8 @@ from hermes_envgen.testing.stub_server import FAKE_LOGPROB, StubServer, generate
 TOOLS = REGISTRY.resolve(["terminal", "file"])
 SCHEMAS = [t.schema for t in TOOLS]
 NAMES = {t.name for t in TOOLS}
-END = "<|im_end|>"  # the offline tokenizer's end-of-turn (and eos) token
 SERVER_TYPES = ["vllm", "sglang"]
 
-GREETING_SCRIPT = {
-    "conversations": [
-        {
-            "match": "greeting",
-            "turns": [
-                {
-                    "tool_calls": [
-                        {"name": "terminal", "arguments": {"command": "echo hello > greeting.txt"}}
-                    ]
-                },
-                {"content": "Wrote it.", "reasoning": "The file is there."},
-            ],
-        },
-        {
-            "match": "greeting",
-            "turns": [
-                {
-                    "tool_calls": [
-                        {
-                            "name": "write_file",
-                            "arguments": {"path": "greeting.txt", "content": "x"},
-                        }
-                    ]
-                },
-                {"content": "Done."},
-            ],
-        },
-    ]
-}
 BROKEN_CALL = "<tool_call>{bad json</tool_call>"
 
 
@@ -86,23 +50,15 @@ def post(url: str, body: dict) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-def token_server(kind: str, base_url: str, tokenizer) -> VLLMServer | SGLangServer:
-    """atroposlib's own server class for ``kind``, pointed at the stub."""
-    config = APIServerConfig(
-        base_url=base_url,
-        model_name="stub-model",
-        api_key="EMPTY",
-        tokenizer_name=str(tokenizer),
-        health_check=False,
-        server_type=kind,
-    )
-    return (VLLMServer if kind == "vllm" else SGLangServer)(config)
-
-
 def expected_turns(script: dict, conversation: int) -> list[str]:
     """What the scripted model generates in each turn of a conversation, end token included."""
     parsed = Script.load(script).conversations[conversation]
     return [generated_text(turn) + END for turn in parsed.turns]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(offline_tokenizer):
+    return AutoTokenizer.from_pretrained(offline_tokenizer)
 
 
 def run_loop(server, tokenizer, sandboxes, prompt, parser="hermes", **kwargs):
@@ -120,11 +76,6 @@ def run_loop(server, tokenizer, sandboxes, prompt, parser="hermes", **kwargs):
             await ctx.cleanup()
 
     return asyncio.run(main())
-
-
-@pytest.fixture(scope="module")
-def tokenizer(offline_tokenizer):
-    return AutoTokenizer.from_pretrained(offline_tokenizer)
 
 
 # -- the stub's /generate ------------------------------------------------------------------

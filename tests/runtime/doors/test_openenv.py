@@ -13,9 +13,8 @@ import threading
 import time
 
 import pytest
+from helpers.doors import REQUIRE_VARIABLE
 from terminal_env import TASKS, TerminalTaskEnv
-
-REQUIRE_VARIABLE = "HERMES_ENVGEN_REQUIRE_TORCH"  # CI installs the trainers' libraries
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 COUNT_TASK = json.dumps(TASKS[1])  # numbers.txt in the sandbox; the reward checks count.txt

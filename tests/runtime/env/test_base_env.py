@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 from atroposlib.envs.base import BaseEnv
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig
-from terminal_env import TASKS, TerminalTaskEnv
+from helpers.envs import GREETING, make_env
+from terminal_env import TerminalTaskEnv
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime import HermesAgentEnvConfig
@@ -19,7 +19,6 @@ from hermes_envgen.runtime.chat.trajectory import MASKED
 from hermes_envgen.runtime.sandbox.docker.engine import RUN_LABEL, run_label
 from hermes_envgen.runtime.tools import UnknownToolError
 
-GREETING = TASKS[0]
 SCRIPT = {
     "conversations": [
         {
@@ -49,22 +48,6 @@ SCRIPT = {
         },
     ]
 }
-
-
-def make_env(stub_url, tokenizer_dir, tmp_path, env_cls=TerminalTaskEnv, **overrides):
-    config, _ = env_cls.config_init()
-    values = config.model_dump()
-    values.update(
-        tokenizer_name=str(tokenizer_dir),
-        sandbox_root=str(tmp_path / "sandboxes"),
-        data_dir_to_save_evals=str(tmp_path / "evals"),
-        group_size=4,
-        **overrides,
-    )
-    config = type(config)(**values)
-    return env_cls(
-        config, [APIServerConfig(base_url=stub_url, model_name="stub-model", health_check=False)]
-    )
 
 
 def sandbox_dirs(tmp_path):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.serve import _pipe
 from terminal_env import TerminalTaskEnv
 
 from hermes_envgen.runtime.env.delivery import (
@@ -138,17 +139,6 @@ class SlowAnswer(Relay):
             await _pipe(upstream, to_client)
 
         await asyncio.gather(_pipe(client, to_upstream), late_answer())
-
-
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-    try:
-        while data := await source.read(1 << 16):
-            sink.write(data)
-            await sink.drain()
-    except ConnectionError:
-        pass
-    finally:
-        sink.close()
 
 
 def close_records(env) -> None:

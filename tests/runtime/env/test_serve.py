@@ -9,26 +9,13 @@ import time
 
 import pytest
 from conftest import EXAMPLES
+from helpers.serve import GROUP_SIZE, serve_command
 
 from hermes_envgen.testing.runner import offline_environment
 from hermes_envgen.testing.stub_server import Faults
 from hermes_envgen.testing.trainer import MinimalTrainer, RunApi, _post
 
-GROUP_SIZE = 4
 BATCH_SIZE = 8  # two groups per batch
-
-
-def serve_command(model_url: str, tokenizer, rollout_server: str, sandboxes, *flags: str) -> list:
-    """The example env's ``serve`` against the stub model and a run-api, plus ``flags``."""
-    return [
-        sys.executable, str(EXAMPLES / "terminal_env.py"), "serve",
-        "--openai.base_url", model_url,
-        "--env.tokenizer_name", str(tokenizer),
-        "--env.rollout_server_url", rollout_server,
-        "--env.group_size", str(GROUP_SIZE),
-        "--env.sandbox_root", str(sandboxes),
-        *flags,
-    ]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -328,7 +315,7 @@ class SlowScores:
     async def _relay(self, client, to_client) -> None:
         import asyncio
 
-        from test_delivery import _pipe
+        from helpers.serve import _pipe
 
         upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
         first = await client.read(1 << 16)

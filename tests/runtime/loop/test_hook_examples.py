@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import EXAMPLES
 from guess_number_env import MAX_GUESSES
-from test_phase2 import END
+from helpers.token_server import END
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.chat.trajectory import MASKED, trained_runs

@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 import pytest
-from test_phase2 import END, token_server
+from helpers.token_server import END, token_server
 from transformers import AutoTokenizer
 
 from hermes_envgen.runtime.chat.token_mode import ExactTokensBackend

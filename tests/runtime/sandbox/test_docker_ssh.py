@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.docker_env import left_of
 from helpers.sandbox import docker_skip_reason, docker_test_image, make_manager, run_once
-from test_generated_env_on_docker import generated_env, left_of, run_on_docker  # noqa: F401
 
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings, SandboxUnavailable

@@ -15,7 +15,7 @@ import textwrap
 import time
 
 import pytest
-from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, eventually, make_manager
+from helpers.sandbox import BWRAP, DOCKER, LOCAL, eventually, make_manager
 
 from hermes_envgen.runtime.errors import ToolExecutionError
 from hermes_envgen.runtime.loop.tool_context import ToolContext

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from sandbox.sandbox_helpers import BWRAP, DOCKER, LOCAL, docker_test_image, needs_bwrap
+from helpers.sandbox import BWRAP, DOCKER, LOCAL, docker_test_image, needs_bwrap
 
 from hermes_envgen.runtime.errors import EnvConfigError, ToolExecutionError
 from hermes_envgen.runtime.loop.tool_context import ToolContext
@@ -242,7 +242,7 @@ def test_a_server_setting_needs_exactly_one_transport():
 def test_an_env_with_mcp_servers_offers_their_tools_and_stops_when_one_cannot_start(
     offline_tokenizer, tmp_path
 ):
-    from test_base_env import make_env
+    from helpers.envs import make_env
 
     env = make_env(
         "http://127.0.0.1:9/v1",

@@ -278,7 +278,7 @@ def test_a_folder_corpus_names_pages_by_path_and_skips_other_files(tmp_path):
 
 
 def test_an_env_that_enables_web_without_a_corpus_stops_at_start_up(offline_tokenizer, tmp_path):
-    from test_base_env import make_env
+    from helpers.envs import make_env
 
     with pytest.raises(EnvConfigError, match="needs web_corpus"):
         make_env("http://127.0.0.1:9/v1", offline_tokenizer, tmp_path, enabled_toolsets=["web"])

@@ -1,0 +1,45 @@
+"""Shared by the tests: moved out of devtools/test_check.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def run_check(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_envgen", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def rows(result) -> dict[str, str]:
+    table = {}
+    for line in result.stdout.splitlines():
+        status, _, rest = line.partition("  ")
+        if status in ("PASS", "FAIL", "WARN"):
+            table[rest.strip().split("  ")[0]] = status
+    return table
+
+
+# The example env's tasks, each solved with calls whose arguments are spaced as llama.cpp's
+# server returns them (not as json.dumps would write them).
+SCRIPT = {
+    "conversations": [
+        {
+            "match": task,
+            "turns": [
+                {"tool_calls": [{"name": "terminal", "arguments": command}]},
+                {"content": "Done."},
+            ],
+        }
+        for task, command in (
+            ("greeting.txt", '{ "command": "echo hello > greeting.txt" }'),
+            ("count.txt", '{ "command":"wc -l < numbers.txt > count.txt" }'),
+            ("sorted.txt", '{\n  "command": "sort names.txt > sorted.txt"\n}'),
+        )
+    ]
+}
