@@ -357,7 +357,8 @@ def test_import_paths_of_earlier_projects_still_work(module):
 INTERNAL_EXCEPTIONS = {
     "hermes_envgen.runtime.parsers.base.UnreadableCall",  # a parser's "not a call", made a miss
     "hermes_envgen.runtime.parsers.base.NoCallMeant",  # a parser's "no call meant", made a miss
-    "hermes_envgen.runtime.loop.agent_loop._HookFailed",  # a hook raised: the rollout ends, recorded
+    # a hook raised: the rollout ends, recorded
+    "hermes_envgen.runtime.loop.agent_loop._HookFailed",
     # a fetched body over the limit or not decodable: web_fetch makes it a tool error
     "hermes_envgen.runtime.tools.content_decoding.TooLarge",
     "hermes_envgen.runtime.tools.content_decoding.NotDecodable",
@@ -388,58 +389,65 @@ def test_every_exception_class_derives_from_the_error_root():
     assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"
 
 
-def test_the_runtime_has_no_import_cycles_not_even_through_lazy_imports():
+def test_no_module_of_ours_is_in_an_import_cycle_not_even_through_lazy_or_type_only_imports():
     # A module imported inside a function still forms a cycle: the design hides it, it does
-    # not remove it. Imports under `if TYPE_CHECKING:` never run and do not count.
-    modules = {_dotted(path): path for path in _modules_of("runtime")}
-    graph = {name: _runtime_imports(path, modules) - {name} for name, path in modules.items()}
+    # not remove it; nor does an import under `if TYPE_CHECKING:` (agent_loop <-> records, the
+    # viewer's three modules over RolloutCard were such cycles: rollout.py and rollout_card.py
+    # ended them).
+    modules = {_dotted(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+    graph = {name: _our_imports(path, modules) - {name} for name, path in modules.items()}
     assert _cycles(graph) == []
     # chat_template <-> trajectory, once hidden by an import inside the probe, is broken: the
     # start-up check (template_check) needs the training data, the rendering does not.
-    assert (
-        "hermes_envgen.runtime.chat.trajectory"
-        in graph["hermes_envgen.runtime.chat.template_check"]
-    )
-    assert (
-        "hermes_envgen.runtime.chat.template_check"
-        not in graph["hermes_envgen.runtime.chat.trajectory"]
-    )
+    runtime = "hermes_envgen.runtime"
+    assert f"{runtime}.chat.trajectory" in graph[f"{runtime}.chat.template_check"]
+    assert f"{runtime}.chat.template_check" not in graph[f"{runtime}.chat.trajectory"]
+    # the rollout's vocabulary lies below the loop that fills it and the files that keep it
+    assert f"{runtime}.rollout" in graph[f"{runtime}.loop.agent_loop"]
+    assert f"{runtime}.rollout" in graph[f"{runtime}.rollouts.evaluation.journal"]
+    viewer = {f"{runtime}.rollouts.{name}" for name in ("rollout_view", "run_glance", "token_view")}
+    for module in viewer:
+        assert f"{runtime}.rollouts.rollout_card" in graph[module]
 
 
-def test_the_cycle_check_sees_an_import_inside_a_function():
+def test_the_cycle_check_sees_an_import_inside_a_function_and_under_type_checking(tmp_path):
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [{"a", "b", "c"}]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+    package = tmp_path / "hermes_envgen"
+    package.mkdir()
+    (package / "one.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hermes_envgen import two\n"
+    )
+    (package / "two.py").write_text("def f():\n    from . import one\n")
+    modules = {f"hermes_envgen.{name}": package / f"{name}.py" for name in ("one", "two")}
+    graph = {
+        name: _our_imports(path, modules, root=tmp_path) - {name} for name, path in modules.items()
+    }
+    assert _cycles(graph) == [set(modules)]
 
 
-def _dotted(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def _dotted(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts).removesuffix(".__init__")
 
 
-def _runtime_imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The runtime modules ``path`` imports anywhere (functions included), TYPE_CHECKING aside."""
-    name = _dotted(path)
+def _our_imports(path: Path, modules: dict[str, Path], root: Path = PACKAGE.parent) -> set[str]:
+    """The modules of ours ``path`` imports anywhere: in functions, under TYPE_CHECKING."""
+    name = _dotted(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                module = child.module or ""
-                if child.level:
-                    parts = package.split(".")[: len(package.split(".")) - child.level + 1]
-                    module = ".".join(filter(None, [*parts, module]))
-                for alias in child.names:  # `from package import submodule` is the submodule
-                    deeper = f"{module}.{alias.name}"
-                    found.add(deeper if deeper in modules else module)
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
+    for child in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(child, ast.Import):
+            found.update(alias.name for alias in child.names)
+        elif isinstance(child, ast.ImportFrom):
+            module = child.module or ""
+            if child.level:
+                parts = package.split(".")[: len(package.split(".")) - child.level + 1]
+                module = ".".join(filter(None, [*parts, module]))
+            for alias in child.names:  # `from package import submodule` is the submodule
+                deeper = f"{module}.{alias.name}"
+                found.add(deeper if deeper in modules else module)
     return found & set(modules)
 
 
@@ -565,3 +573,52 @@ def test_the_mapper_scan_catches_a_second_mapper():
         "except Exception:\n    return False\n"  # a yes/no, not an exit code: fine
     )
     assert exit_code_mappers(source, names) == [4, 6, 9, 11, 13]
+
+
+# -- the tests: no test module imports another -----------------------------------------------
+
+TESTS = REPO / "tests"
+
+
+def _test_modules_imported(path: Path, root: Path = TESTS) -> list[str]:
+    """The test modules (``test_*.py``) that the module at ``path`` imports."""
+    relative = path.relative_to(root).with_suffix("").parts
+    package = list(relative[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, [*package[: len(package) - node.level + 1], base]))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [name for name in names if name.rpartition(".")[2].startswith("test_")]
+    return sorted(set(found))
+
+
+def test_no_test_module_imports_another_their_shared_code_lives_in_helpers():
+    wrong = {
+        str(path.relative_to(TESTS)): imported
+        for path in sorted(TESTS.rglob("*.py"))
+        if "fixtures" not in path.relative_to(TESTS).parts
+        and (imported := _test_modules_imported(path))
+    }
+    assert wrong == {}
+
+
+def test_the_test_import_scan_sees_every_form(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    probe = tmp_path / "pkg" / "test_b.py"
+    probe.write_text(
+        "import test_a\nfrom test_c import X\nfrom .test_d import Y\nfrom . import test_e\n"
+        "from helpers.envgen import git\n"
+    )
+    assert _test_modules_imported(probe, tmp_path) == [
+        "pkg.test_d",
+        "pkg.test_e",
+        "test_a",
+        "test_c",
+    ]

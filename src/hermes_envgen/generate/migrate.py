@@ -49,7 +49,7 @@ MOVED_MODULES = {
     "env_tasks": "env.tasks",
     "env_overrides": "env.overrides",
     "datasets": "env.datasets",
-    "sync_bridge": "env.sync_bridge",
+    "sync_bridge": "loop.sync_bridge",
     "delivery": "env.delivery",
     "serve_log": "env.serve_log",
     "agent_loop": "loop.agent_loop",
@@ -83,7 +83,14 @@ MOVED_PACKAGES = {"evaluation"}
 LEFT_MODULE = {
     **{
         ("agent_loop", name): "rollout"
-        for name in ("AgentResult", "RolloutState", "TaskT", "StateT", "ToolErrorRecord")
+        for name in (
+            "AgentResult",
+            "AssistantTurn",
+            "RolloutState",
+            "TaskT",
+            "StateT",
+            "ToolErrorRecord",
+        )
     },
     **{
         ("records", name): "rollouts.records"
@@ -106,6 +113,7 @@ def _new_module(module: str, name: str) -> str | None:
             new_module = LEFT_MODULE.get((old, name), new + old.removeprefix(moved))
             return f"{RUNTIME}.{new_module}"
     return None
+
 
 # Names gone for good, the modules they were imported from, and what to do instead.
 REMOVED = {

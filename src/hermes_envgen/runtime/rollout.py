@@ -362,6 +362,17 @@ class TokenTrace:
 
 
 @dataclass
+class AssistantTurn:
+    """One model response, whatever the server type that produced it."""
+
+    content: str
+    tool_calls: list[dict[str, Any]]
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    parse_error: str | None = None  # text that looks like a tool call but did not parse
+
+
+@dataclass
 class AgentResult(Generic[StateT]):
     """A finished rollout: the conversation and what happened in it."""
 

@@ -19,9 +19,9 @@ from helpers import TESTS
 from helpers.skill_env import SkillEnv
 
 from hermes_envgen.runtime.env.overrides import EVALUATING, TrainingBuffer
-from hermes_envgen.runtime.env.sync_bridge import NotAwaited, bridged, wait_here
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.loop import tool_context
+from hermes_envgen.runtime.loop.sync_bridge import NotAwaited, bridged, wait_here
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.testing.envs import build_env
 from hermes_envgen.testing.runner import offline_environment

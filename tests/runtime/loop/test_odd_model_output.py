@@ -9,9 +9,10 @@ import json
 import pytest
 from conftest import EXAMPLES
 
-from hermes_envgen.runtime.loop.agent_loop import AssistantTurn, HermesAgentLoop
+from hermes_envgen.runtime.loop.agent_loop import HermesAgentLoop
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.parsers import get_parser
+from hermes_envgen.runtime.rollout import AssistantTurn
 from hermes_envgen.runtime.tools import REGISTRY
 from hermes_envgen.testing import OfflineRun
 

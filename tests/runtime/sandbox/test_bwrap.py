@@ -24,9 +24,9 @@ from helpers.sandbox import (
 
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.sandbox import PathOutsideWorkspace, SandboxError
-from hermes_envgen.runtime.sandbox.bwrap.backend import SANDBOX_UID
 from hermes_envgen.runtime.sandbox.bwrap import anchor as anchor_module
 from hermes_envgen.runtime.sandbox.bwrap import backend as bwrap_module
+from hermes_envgen.runtime.sandbox.bwrap.backend import SANDBOX_UID
 
 pytestmark = pytest.mark.skipif(not has_bwrap(), reason=NO_BWRAP)
 REPO = Path(__file__).resolve().parents[3]

@@ -300,7 +300,7 @@ def test_a_refused_key_is_a_one_line_error_at_once(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(900)
-def test_a_generated_env_evaluates_on_an_engine_over_ssh(ssh_engine, run_on_docker, tmp_path):  # noqa: F811
+def test_a_generated_env_evaluates_on_an_engine_over_ssh(ssh_engine, run_on_docker, tmp_path):
     eval_dir = tmp_path / "eval"
     # Every docker command logs in anew: 23 s on the local socket, 80-160 s over ssh on a
     # busy 2-core machine; the ceiling is generous.

@@ -34,9 +34,8 @@ from hermes_envgen.runtime.chat.template_render import (
     text_after_turn,
 )
 from hermes_envgen.runtime.errors import ChatTemplateError
-from hermes_envgen.runtime.loop.agent_loop import AssistantTurn
 from hermes_envgen.runtime.parsers import ToolCallParser, detect_formats, get_parser
-from hermes_envgen.runtime.rollout import TokenTrace
+from hermes_envgen.runtime.rollout import AssistantTurn, TokenTrace
 
 # TokenTrace lives in rollout.py: the trace travels out of the loop in AgentResult.
 __all__ = ["ExactTokensBackend", "parse_failure", "split_reasoning"]

@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, SupportsIndex, TypeVar, overload
 
-from hermes_envgen.runtime.env.sync_bridge import bridged
 from hermes_envgen.runtime.errors import EnvConfigError
+from hermes_envgen.runtime.loop.sync_bridge import bridged
 
 logger = logging.getLogger(__name__)
 

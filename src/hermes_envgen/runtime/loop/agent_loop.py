@@ -26,7 +26,6 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from numbers import Real
 from typing import Any, Generic, NoReturn, Protocol, TypeAlias, TypeVar
 
@@ -127,17 +126,6 @@ def briefly(value: Any, show: Any = repr) -> str:
 
 class _HookFailed(Exception):
     """A turn hook failed: the rollout ends (its reason is already in ``AgentResult.error``)."""
-
-
-@dataclass
-class AssistantTurn:
-    """One model response, whatever the server type that produced it."""
-
-    content: str
-    tool_calls: list[dict[str, Any]]
-    reasoning: str | None = None
-    finish_reason: str | None = None
-    parse_error: str | None = None  # text that looks like a tool call but did not parse
 
 
 class ChatServer(Protocol):

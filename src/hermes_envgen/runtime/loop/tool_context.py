@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 
-from hermes_envgen.runtime.env.sync_bridge import wait_here
+from hermes_envgen.runtime.loop.sync_bridge import wait_here
 from hermes_envgen.runtime.sandbox import Sandbox, SandboxError, SandboxManager
 from hermes_envgen.runtime.sandbox.base import MAX_HOST_READ_BYTES
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry
