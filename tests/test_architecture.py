@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -622,3 +623,143 @@ def test_the_test_import_scan_sees_every_form(tmp_path):
         "test_a",
         "test_c",
     ]
+
+
+# -- ARCHITECTURE.md's tree is the source tree -----------------------------------------------
+
+NAME = re.compile(r"[\w.]+(?:\.py|/)")
+DESCRIPTION_COLUMN = 26  # a line indented this far continues a description
+
+
+def documented_tree(markdown: str) -> set[str]:
+    """The folders (``a/b/``) and modules (``a/b/c.py``) ARCHITECTURE.md's tree lists under src/.
+
+    A tree line is its names (comma-separated, ``/`` ending a folder) indented two spaces per
+    level, then two spaces and a description; deeper-indented lines continue a description.
+    """
+    block = markdown.split("```\n", 2)[1]
+    folders: dict[int, str] = {}  # level -> the folder whose entries are one level deeper
+    found: set[str] = set()
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip() or indent >= DESCRIPTION_COLUMN:
+            continue
+        names = [n.strip() for n in re.split(r" {2,}", line.strip())[0].split(",")]
+        if not all(NAME.fullmatch(name) for name in names if name):
+            continue
+        level = indent // 2
+        parent = folders.get(level - 1, "") if level else ""
+        for name in filter(None, names):
+            path = parent + name
+            if level == 0 and path != "src/":
+                continue
+            if level and not parent.startswith("src/"):
+                continue
+            found.add(path)
+            if name.endswith("/"):
+                folders[level] = path
+                for deeper in [key for key in folders if key > level]:
+                    del folders[deeper]
+    return found
+
+
+def source_tree(root: Path = REPO) -> set[str]:
+    """The folders and modules under src/ (``__init__.py`` aside: every folder is a package)."""
+    found = {"src/"}
+    for path in (root / "src").rglob("*.py"):
+        relative = path.relative_to(root)
+        if "__pycache__" in relative.parts:
+            continue
+        for depth in range(2, len(relative.parts)):
+            found.add("/".join(relative.parts[:depth]) + "/")
+        if path.name != "__init__.py":
+            found.add(relative.as_posix())
+    return found
+
+
+def test_architecture_md_lists_every_folder_and_module_of_src_and_nothing_else():
+    documented = documented_tree((REPO / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    real = source_tree()
+    assert sorted(real - documented) == [], "in src/, missing from ARCHITECTURE.md's tree"
+    assert sorted(documented - real) == [], "in ARCHITECTURE.md's tree, not in src/"
+
+
+def test_the_tree_reader_follows_levels_name_lists_and_descriptions():
+    markdown = (
+        "intro\n```\n"
+        "hooks/                    not under src/\n"
+        "src/\n"
+        "  pkg/                    the package\n"
+        "    a.py, b.py            two modules\n"
+        "    sub/                  a folder; the description goes on\n"
+        "                          below, with.py names/ that are prose\n"
+        "      c.py\n"
+        "    d.py                  back at pkg's level\n"
+        "tests/                    mirrors src/\n"
+        "```\n"
+    )
+    assert documented_tree(markdown) == {
+        "src/",
+        "src/pkg/",
+        "src/pkg/a.py",
+        "src/pkg/b.py",
+        "src/pkg/sub/",
+        "src/pkg/sub/c.py",
+        "src/pkg/d.py",
+    }
+
+
+# -- the runtime's own layers (ARCHITECTURE.md's second table) --------------------------------
+
+RUNTIME = "hermes_envgen.runtime"
+BELOW_EVERYTHING = {"errors", "text", "urls", "retries"}
+
+
+def runtime_layers(markdown: str) -> dict[str, set[str]]:
+    """ARCHITECTURE.md's table "inside runtime": each package -> what it may import."""
+    table = markdown.split("| inside `runtime` |", 1)[1].split("\n\n", 1)[0]
+    layers: dict[str, set[str]] = {}
+    for row in table.splitlines()[2:]:
+        package, allowed = (cell.strip() for cell in row.strip("|").split("|"))
+        names = set(re.findall(r"`([\w.]+)`", allowed))
+        if "all it may import" in allowed:
+            names |= {n for layer in names for n in layers[layer]}
+        layers[package.strip("`")] = names
+    return layers
+
+
+def _layer_of(module: str) -> str | None:
+    """``hermes_envgen.runtime.loop.agent_loop`` -> ``loop`` (None: the package itself)."""
+    rest = module.removeprefix(f"{RUNTIME}.")
+    return None if module == RUNTIME else rest.split(".")[0]
+
+
+def test_each_package_of_the_runtime_imports_only_the_layers_below_it():
+    layers = runtime_layers((REPO / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    assert set(layers) | BELOW_EVERYTHING == {
+        path.stem for path in (PACKAGE / "runtime").iterdir() if path.stem != "__init__"
+    } - {"__pycache__"}, "a package of the runtime is missing from the table, or gone"
+    wrong = []
+    for layer, allowed in layers.items():
+        folder = PACKAGE / "runtime" / layer
+        paths = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+        for path in paths:
+            for module in imported_modules(path):
+                if not module.startswith(f"{RUNTIME}."):
+                    continue
+                target = _layer_of(module)
+                dotted = module.removeprefix(f"{RUNTIME}.")
+                if target in {layer, *BELOW_EVERYTHING} or target in allowed or dotted in allowed:
+                    continue
+                wrong.append(f"{path.relative_to(PACKAGE)} imports {module}")
+    assert wrong == []
+
+
+def test_the_layer_table_reader_expands_all_it_may_import():
+    markdown = (
+        "| inside `runtime` | may import |\n|---|---|\n"
+        "| `a` | nothing else |\n| `b` | `a`, `c.d` (a type) |\n"
+        "| `e` | `b` and all it may import |\n"
+        "\nafter\n"
+    )
+    assert runtime_layers(markdown) == {"a": set(), "b": {"a", "c.d"}, "e": {"b", "a", "c.d"}}
