@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sandbox"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from test_docker_tls import TlsEngine, make_certificates
+from helpers.docker_tls import TlsEngine, make_certificates
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 

@@ -27,12 +27,12 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # browser.py
+sys.path.insert(0, str(HERE.parent / "tests"))  # helpers/browser.py
 
-from browser import Browser  # noqa: E402
+from helpers.browser import Browser  # noqa: E402
 
 from hermes_envgen.runtime.chat.trajectory import tokenize_conversation  # noqa: E402
-from hermes_envgen.runtime.rollouts import rollout_view
+from hermes_envgen.runtime.rollouts import rollout_view  # noqa: E402
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer  # noqa: E402
 
 # The last commit before the glance and token views: its renderer is the baseline.

@@ -1,4 +1,5 @@
-"""The servers of the DNS rebinding test, run inside its network namespace (tests/helpers/netns_rig.py).
+"""The servers of the DNS rebinding test, run inside its network namespace
+(tests/helpers/netns_rig.py).
 
     python rebinding_servers.py ADDRESS
 

@@ -1,4 +1,5 @@
-"""The end-to-end run of tests/runtime/chat/test_qwen3_token_mode.py and tests/runtime/chat/test_gpt_oss_token_mode.py.
+"""The end-to-end run of tests/runtime/chat/test_qwen3_token_mode.py and
+tests/runtime/chat/test_gpt_oss_token_mode.py.
 
 A project rendered from the template runs ``process`` in token mode against the stub's
 ``/generate``, which generates each turn's text as the model family writes it; the tokenizer

@@ -1,6 +1,7 @@
 """``hermes-envgen view``: rollouts as one self-contained HTML page, or two runs side by side.
 
-The renderer of one run lives in ``hermes_envgen.runtime.rollouts.rollout_view``, because ``process``
+The renderer of one run lives in ``hermes_envgen.runtime.rollouts.rollout_view``, because
+``process``
 writes the same page beside its groups and the runtime imports nothing from devtools; two
 runs side by side are :mod:`hermes_envgen.devtools.view_compare`.
 """

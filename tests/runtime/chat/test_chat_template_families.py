@@ -1,6 +1,7 @@
 """Per model family, with its real chat template: tool-using rollouts train exactly as generated.
 
-Each family's template is the published one (tests/fixtures/chat_templates/README.md names the checkpoint
+Each family's template is the published one (tests/fixtures/chat_templates/README.md names the
+checkpoint
 and revision). A rollout of two parallel calls, a sequential call and an answer (with reasoning
 where the family reasons) goes through the start-up check and both token paths:
 

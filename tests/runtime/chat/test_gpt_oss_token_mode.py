@@ -5,8 +5,8 @@ As tests/runtime/chat/test_qwen3_token_mode.py for Qwen3: a project rendered fro
 ``analysis`` channel with the reasoning, then a ``commentary`` call to ``functions.terminal``
 ending ``<|call|>``, and a ``final`` answer ending ``<|return|>``), read by the ``harmony``
 parser. The tokenizer carries gpt-oss-120b's published template
-(tests/fixtures/chat_templates/openai-gpt-oss-120b.jinja); the start-up check accepts it, the trained
-spans of every written sequence are exactly the generated turns, reasoning included, and
+(tests/fixtures/chat_templates/openai-gpt-oss-120b.jinja); the start-up check accepts it, the
+trained spans of every written sequence are exactly the generated turns, reasoning included, and
 re-tokenizing each rollout with the template gives the sampled ids (the check's fidelity row).
 """
 

@@ -3,8 +3,8 @@
 A project rendered from the template runs ``process`` against the stub's ``/generate``, which
 generates what a Qwen3 hybrid-thinking model writes (a ``<think>`` block, parallel and
 sequential ``<tool_call>`` blocks, an answer). The tokenizer carries Qwen3's published template
-(tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja); the start-up check accepts it, the trained spans
-of every written sequence are exactly the generated turns, and re-tokenizing each rollout with
+(tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja); the start-up check accepts it, the trained
+spans of every written sequence are exactly the generated turns, and re-tokenizing each rollout with
 the template gives the sampled ids (the check's token fidelity row); the run and its checks
 are tests/helpers/token_mode.py's, shared with tests/runtime/chat/test_gpt_oss_token_mode.py.
 """

@@ -32,7 +32,8 @@ MODE_TIMEOUT = 1800  # one process or evaluate run: a few short turns of a 135M 
 
 # Off the test command's path: building llama-cpp-python takes 18-60 minutes on a fresh
 # machine, and its chatml-function-calling format prompts calls unlike the Hermes format the
-# training data uses. The real-server tests are tests/runtime/inference/test_vllm_server.py (a prebuilt wheel).
+# training data uses. The real-server tests are tests/runtime/inference/test_vllm_server.py (a
+# prebuilt wheel).
 OPT_IN = os.environ.get("HERMES_ENVGEN_LLAMA") == "1" or "HERMES_ENVGEN_LLAMA_STATE" in os.environ
 
 pytestmark = [

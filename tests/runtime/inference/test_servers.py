@@ -1,7 +1,8 @@
 """Several inference servers for one env: requests spread over them, a failing one out and back.
 
 Real stub servers over HTTP on 127.0.0.1; the same client runs in serve mode with the
-``openai:`` list of a ``--config`` YAML (tests/runtime/env/test_multihost.py runs that across hosts).
+``openai:`` list of a ``--config`` YAML (tests/runtime/env/test_multihost.py runs that across
+hosts).
 """
 
 from __future__ import annotations

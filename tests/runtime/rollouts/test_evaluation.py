@@ -3,8 +3,8 @@
 ``MixEnv`` is judged by an LLM judge, and the stub plays both the agent and the judge: per
 item a fixed mix of solved, wrong, half-right and judge-failing rollouts (the judge answers the
 last one with text that is not strict JSON), so every metric can be checked against a hand
-computation. Run as a script (``python tests/runtime/rollouts/test_evaluation.py evaluate ...``) this file is the
-env's CLI, for the kill-and-resume test.
+computation. Run as a script (``python tests/runtime/rollouts/test_evaluation.py evaluate ...``)
+this file is the env's CLI, for the kill-and-resume test.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """DNS rebinding against web_fetch: a name that answers a public address to the fetcher's check
 and 127.0.0.1 to its connection never gets it to read a service on loopback.
 
-Everything runs in a network namespace this test makes (tests/helpers/netns_rig.py), with a DNS server
+Everything runs in a network namespace this test makes (tests/helpers/netns_rig.py), with a DNS
+server
 of its own there (tests/helpers/rebinding_servers.py): the namespace's address plays the public one,
 and the services on its loopback play the machine's. The fetcher runs there too
 (tests/helpers/rebinding_fetch.py). No packet leaves the namespace.

@@ -36,6 +36,7 @@ from hermes_envgen.runtime.retries import with_retries
 from hermes_envgen.runtime.rollout import (
     TOOL_ERROR_PREFIX,
     AgentResult,
+    AssistantTurn,
     RolloutState,
     StateT,
     TaskT,
