@@ -1,4 +1,5 @@
-"""Shared by the tests: moved out of runtime/chat/test_chat_template.py."""
+"""A conversation with tool calls, its tools, and the tokenizers of the model families the
+chat-template tests render it with."""
 
 from __future__ import annotations
 

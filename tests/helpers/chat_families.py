@@ -1,4 +1,5 @@
-"""Shared by the tests: moved out of runtime/chat/test_chat_template_families.py."""
+"""Model families as their chat templates write a reply (Qwen3, QwQ, Llama, DeepSeek, gpt-oss...):
+the turns the chat-template and token-mode tests script, rendered the family's way."""
 
 from __future__ import annotations
 

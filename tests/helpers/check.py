@@ -1,4 +1,5 @@
-"""Shared by the tests: moved out of devtools/test_check.py."""
+"""Run ``hermes-envgen check`` on a project and read its rows; the scripted model of its
+tool-call rows."""
 
 from __future__ import annotations
 

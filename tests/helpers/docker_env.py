@@ -1,4 +1,4 @@
-"""Shared by the tests: moved out of runtime/sandbox/test_generated_env_on_docker.py."""
+"""What the tests of a generated env on docker read of the engine: the containers a run left."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared by the tests: moved out of runtime/sandbox/test_docker_tls.py."""
+"""A Docker engine behind TLS on 127.0.0.1 with certificates made here (tests, a benchmark)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared by the tests: moved out of runtime/doors/test_openenv.py."""
+"""What the doors' tests share: the variable that makes a missing trainer library a failure."""
 
 from __future__ import annotations
 

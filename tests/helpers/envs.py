@@ -1,4 +1,4 @@
-"""Shared by the tests: moved out of runtime/env/test_base_env.py."""
+"""An env built in-process against the stub server (make_env), and the greeting it is asked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared by the tests: moved out of devtools/test_gguf_tokenizer.py."""
+"""The GGUF file of a real small model (SmolLM2-135M) that the tokenizer tests read."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared by the tests: moved out of docs/test_names.py."""
+"""The generator of the docs' reference pages (docs/_hooks/reference.py), loaded as a module."""
 
 from __future__ import annotations
 

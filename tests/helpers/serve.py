@@ -1,4 +1,5 @@
-"""Shared by the tests: moved out of runtime/env/test_serve.py."""
+"""serve mode's command line (serve_command, GROUP_SIZE), and a byte pipe between two streams
+(the proxy of the delivery tests)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shared by the tests: moved out of template/test_template.py."""
+"""Render the project template with a user's answers: the answers per provider and pattern, and
+the lock the README's fixed ports need."""
 
 from __future__ import annotations
 

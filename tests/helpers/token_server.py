@@ -1,4 +1,5 @@
-"""Shared by the tests: moved out of runtime/chat/test_token_mode.py."""
+"""Token mode's model servers (atroposlib's vLLM and SGLang server classes over the stub) and
+the scripts the stub answers them with."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared by the tests: moved out of runtime/sandbox/test_generated_env_on_docker.py."""
+"""Fixtures of the sandbox tests: a project generated for the docker backend, and its run."""
 
 from __future__ import annotations
 
