@@ -24,7 +24,7 @@ def serve_command(model_url: str, tokenizer, rollout_server: str, sandboxes, *fl
     ]  # fmt: skip
 
 
-async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def pipe_stream(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
     try:
         while data := await source.read(1 << 16):
             sink.write(data)

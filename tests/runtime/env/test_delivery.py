@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.serve import _pipe
+from helpers.serve import pipe_stream
 from terminal_env import TerminalTaskEnv
 
 from hermes_envgen.runtime.env.delivery import (
@@ -93,7 +93,7 @@ class SlowLink(Relay):
             return
         upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
         to_upstream.write(first)
-        await asyncio.gather(_pipe(client, to_upstream), _pipe(upstream, to_client))
+        await asyncio.gather(pipe_stream(client, to_upstream), pipe_stream(upstream, to_client))
 
 
 class LostAnswer(Relay):
@@ -110,9 +110,9 @@ class LostAnswer(Relay):
         self.connections += 1
         upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
         if self.connections > 1:
-            await asyncio.gather(_pipe(client, to_upstream), _pipe(upstream, to_client))
+            await asyncio.gather(pipe_stream(client, to_upstream), pipe_stream(upstream, to_client))
             return
-        forwarding = asyncio.ensure_future(_pipe(client, to_upstream))
+        forwarding = asyncio.ensure_future(pipe_stream(client, to_upstream))
         await upstream.read(1)  # run-api has handled the post and is answering
         forwarding.cancel()
         to_upstream.close()
@@ -136,9 +136,9 @@ class SlowAnswer(Relay):
 
         async def late_answer() -> None:
             await asyncio.sleep(self.delay)
-            await _pipe(upstream, to_client)
+            await pipe_stream(upstream, to_client)
 
-        await asyncio.gather(_pipe(client, to_upstream), late_answer())
+        await asyncio.gather(pipe_stream(client, to_upstream), late_answer())
 
 
 def close_records(env) -> None:

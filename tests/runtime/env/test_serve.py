@@ -315,7 +315,7 @@ class SlowScores:
     async def _relay(self, client, to_client) -> None:
         import asyncio
 
-        from helpers.serve import _pipe
+        from helpers.serve import pipe_stream
 
         upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.port)
         first = await client.read(1 << 16)
@@ -327,9 +327,9 @@ class SlowScores:
         async def answer() -> None:
             if scores:
                 await asyncio.sleep(self.delay)
-            await _pipe(upstream, to_client)
+            await pipe_stream(upstream, to_client)
 
-        await asyncio.gather(_pipe(client, to_upstream), answer())
+        await asyncio.gather(pipe_stream(client, to_upstream), answer())
 
 
 @pytest.mark.slow
