@@ -33,10 +33,10 @@ from _common import median_ratio, stub_server_process
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.envs.server_handling.server_manager import ServerManager
 
-from hermes_envgen.runtime.agent_loop import HermesAgentLoop
+from hermes_envgen.runtime.loop.agent_loop import HermesAgentLoop
+from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 from hermes_envgen.runtime.sandbox.process import spawn
-from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY, ToolRegistry, tool
 
 TURNS = 3

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
-from hermes_envgen.runtime.sandbox.docker import DockerSandbox
+from hermes_envgen.runtime.sandbox.docker.backend import DockerSandbox
 from hermes_envgen.runtime.tools.interpreter import PythonSettings, _interpreters, run_python
 
 VARIANTS = ("old", "new")  # docker exec per command; the kept channel

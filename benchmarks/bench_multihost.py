@@ -1,11 +1,11 @@
 """Two env workers with a Docker engine each against one of each, across the multi-host rig.
 
-The hosts are network namespaces on a private bridge (tests/netns_rig.py, the rig of
-tests/test_multihost.py): two env workers (w0, w1), two Docker engines (e0, e1) and two stub
-model servers (m0, m1), each on its own. Each engine is a throw-away dockerd started here in
+The hosts are network namespaces on a private bridge (tests/helpers/netns_rig.py, the rig of
+tests/runtime/env/test_multihost.py): two env workers (w0, w1), two Docker engines (e0, e1) and two
+stub model servers (m0, m1), each on its own. Each engine is a throw-away dockerd started here in
 its host, on a data root of its own, listening on its rig address with TLS and client
 certificates (``--tlsverify``; certificates made with openssl as in
-tests/sandbox/test_docker_tls.py) and on a unix socket; the test image is imported into it
+tests/runtime/sandbox/test_docker_tls.py) and on a unix socket; the test image is imported into it
 from the cached root filesystem (scripts/docker-test-image.sh). Worker i runs the example
 terminal env's rollouts (the 3-turn tasks of bench_scale.py's process part, a group of
 ``--concurrency`` at once, each rollout in its own container) against model mi, with
@@ -50,9 +50,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # netns_rig
 
-import netns_rig
 from bench_remote_engine import measure, report
 from bench_scale import PROCESS_SCRIPT, cpu_ticks
+from helpers import netns_rig
 from test_docker_tls import make_certificates
 
 from hermes_envgen.testing.runner import offline_environment

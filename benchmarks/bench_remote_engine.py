@@ -1,7 +1,7 @@
 """What reaching the Docker engine over TCP+TLS costs against its local socket, in one run.
 
 The same engine twice: at its unix socket, and behind the TLS relay of
-tests/sandbox/test_docker_tls.py (certificates made with openssl, client certificates
+tests/runtime/sandbox/test_docker_tls.py (certificates made with openssl, client certificates
 required), as ``DOCKER_HOST=tcp://127.0.0.1:PORT`` with ``DOCKER_TLS_VERIFY=1``. Rounds
 alternate the two; each times a sandbox start (first command included, then the container
 removed) and ``true`` run ``--commands`` times in one sandbox. Reported: the medians per start
@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sandbox"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from test_docker_tls import TlsEngine, make_certificates
+from helpers.docker_tls import TlsEngine, make_certificates
 
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
 

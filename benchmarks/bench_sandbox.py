@@ -22,9 +22,9 @@ import subprocess
 import tempfile
 import time
 
+from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
-from hermes_envgen.runtime.sandbox.docker import DEFAULT_IMAGE
-from hermes_envgen.runtime.tool_context import ToolContext
+from hermes_envgen.runtime.sandbox.docker.backend import DEFAULT_IMAGE
 
 TARGETS = {"local": 1.5, "bwrap": 1.5}
 

@@ -238,7 +238,7 @@ def docker_side(token: str, kept: bool) -> None:
     parent of the level's (counted there after they are removed: cgroup v1 charges a child's
     CPU to its parent as it runs); ``kept`` False is the code before the kept channel (a
     ``docker exec`` per command, as ``bench_docker_channel.py``'s old side)."""
-    from hermes_envgen.runtime.sandbox.docker import DockerSandbox
+    from hermes_envgen.runtime.sandbox.docker.backend import DockerSandbox
 
     run_argv, init = DockerSandbox.run_argv, DockerSandbox.__init__
 
@@ -647,11 +647,15 @@ async def run_long_part(base_url: str, tokenizer_dir: str) -> None:
     from atroposlib.envs.server_handling.server_manager import ServerManager
     from transformers import AutoTokenizer
 
-    from hermes_envgen.runtime.agent_loop import HermesAgentLoop
-    from hermes_envgen.runtime.template_render import render, renders_raw_arguments, with_arguments
-    from hermes_envgen.runtime.tool_context import ToolContext
+    from hermes_envgen.runtime.chat.template_render import (
+        render,
+        renders_raw_arguments,
+        with_arguments,
+    )
+    from hermes_envgen.runtime.chat.trajectory import tokenize_conversation
+    from hermes_envgen.runtime.loop.agent_loop import HermesAgentLoop
+    from hermes_envgen.runtime.loop.tool_context import ToolContext
     from hermes_envgen.runtime.tools import ToolRegistry, tool
-    from hermes_envgen.runtime.trajectory import tokenize_conversation
 
     registry = ToolRegistry()
 

@@ -34,8 +34,8 @@ import statistics
 import tempfile
 import time
 
+from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.sandbox import SandboxManager, SandboxSettings
-from hermes_envgen.runtime.tool_context import ToolContext
 from hermes_envgen.runtime.tools import REGISTRY, search_worker, workers
 from hermes_envgen.runtime.tools.mcp_tools import McpServerSettings, mcp_registry
 from hermes_envgen.testing.mcp_notes import notes_server

@@ -7,7 +7,7 @@ mode's logprobs; a quarter of the groups with zero variance) and an evaluation's
 (k = 4, named signals). Build = reading the JSONL, rendering and writing the page (in this
 process; the new page with the offline tokenizer's text in its token views). Open = headless
 Chromium's load time of the page (navigation to load event, one browser for all, over the
-DevTools pipe: tests/browser.py). Rounds alternate; medians and ratios are printed.
+DevTools pipe: tests/helpers/browser.py). Rounds alternate; medians and ratios are printed.
 
     .venv/bin/python benchmarks/bench_view.py [--rollouts 10000] [--rounds 3]
 """
@@ -27,17 +27,17 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))  # browser.py
+sys.path.insert(0, str(HERE.parent / "tests"))  # helpers/browser.py
 
-from browser import Browser  # noqa: E402
+from helpers.browser import Browser  # noqa: E402
 
-from hermes_envgen.runtime import rollout_view  # noqa: E402
-from hermes_envgen.runtime.trajectory import tokenize_conversation  # noqa: E402
+from hermes_envgen.runtime.chat.trajectory import tokenize_conversation  # noqa: E402
+from hermes_envgen.runtime.rollouts import rollout_view  # noqa: E402
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer  # noqa: E402
 
 # The last commit before the glance and token views: its renderer is the baseline.
 BASELINE_COMMIT = "86706d4474c5326500a73da99dcc861a3ceeebaa"
-BASELINE_PATH = "src/hermes_envgen/runtime/rollout_view.py"
+BASELINE_PATH = "src/hermes_envgen/runtime/rollouts/rollout_view.py"
 GROUP_SIZE = 8
 SAMPLES_PER_ITEM = 4
 

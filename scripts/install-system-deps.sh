@@ -9,12 +9,12 @@ command -v bwrap >/dev/null 2>&1 || missing="$missing bubblewrap"
 # the bwrap sandbox's anchor runs the python3 it sees: one under /usr, whatever runs the host
 [ -x /usr/bin/python3 ] || [ -x /usr/local/bin/python3 ] || missing="$missing python3-minimal"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
-# pytest checks inside bwrap run the python3 under /usr (tests/sandbox/test_pytest_checks.py)
+# pytest checks inside bwrap run the python3 under /usr (tests/runtime/sandbox/test_pytest_checks.py)
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$missing python3-pytest"
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"  # the multi-host rig's namespaces
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"  # the TLS engine's certificates
 # the docker backend over DOCKER_HOST=ssh:// is tested against a private sshd the test starts
-# (tests/sandbox/test_docker_ssh.py); the package's own service is not started (below)
+# (tests/runtime/sandbox/test_docker_ssh.py); the package's own service is not started (below)
 [ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
 
 if [ -z "$missing" ]; then

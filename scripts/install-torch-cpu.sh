@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # torch, a CPU build, into .venv-torch/ (not .venv): for the tests and the benchmark that run
-# atroposlib's example GRPO trainer (tests/test_grpo_trainer.py, benchmarks/bench_learnability.py),
+# atroposlib's example GRPO trainer (tests/testing/test_grpo.py, benchmarks/bench_learnability.py),
 # which add it to the end of their sys.path. Nothing else needs it, and kept out of .venv every
 # env process the suite starts is the cheaper for it: transformers imports torch whenever it is
 # installed (1.5 CPU-s of the 4.4 that importing atroposlib's BaseEnv takes). Out of .venv it

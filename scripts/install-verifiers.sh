@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# verifiers, for the verifiers door's tests (tests/test_door_verifiers.py), into .venv-vf/: a
+# verifiers, for the verifiers door's tests (tests/runtime/doors/test_verifiers.py), into .venv-vf/: a
 # venv of its own, since verifiers 0.4 pins mcp==2.0.0 and openai<3 while the project needs
 # mcp>=2.3 and openai 3. The env stays in the project's .venv, served by
 # hermes_envgen.runtime.doors.verifiers; the taskset (src/hermes_envgen_verifiers, put on

@@ -54,7 +54,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- vLLM: a stock vLLM (the prebuilt CPU wheel) for the end-to-end tests of the vllm provider
-# (tests/test_vllm_server.py): installed on the first run only (a few minutes, cached under
+# (tests/runtime/inference/test_vllm_server.py): installed on the first run only (a few minutes, cached under
 # ~/.cache/hermes-envgen/vllm/) and started now, beside setup and the suite; its tests wait for
 # it and run after the slow tests. The preparation runs in a process group of its own and the
 # server in another (its pid file in the state directory): both are stopped when the tests end.

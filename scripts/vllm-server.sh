@@ -115,7 +115,7 @@ start() {
   # The chat API renders prompts with this template: the very one the env renders training data
   # with (env.chat_template hermes), so that the server and the data see the same prompt.
   PYTHONPATH="$here/../src" "$PYTHON" -S -c \
-    'import sys; from hermes_envgen.runtime.template_data import HERMES_TEMPLATE as t; open(sys.argv[1], "w").write(t)' \
+    'import sys; from hermes_envgen.runtime.chat.template_data import HERMES_TEMPLATE as t; open(sys.argv[1], "w").write(t)' \
     "$state/hermes.jinja"
   # Its own session and process group (pid = group id): `stop` ends the API server and the
   # engine process it forks, whatever state they are in.

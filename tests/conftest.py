@@ -71,10 +71,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # only wait for the ports' lock (readme_ports), holding a worker idle.
 MACHINE_FILES = {
     "devtools/test_demo.py",  # mounts and processes below its run, the whole demo
-    "sandbox/test_crash_cleanup.py",  # kills runs, then asserts no process or mount is left
-    "sandbox/test_docker_engine_script.py",  # starts and stops dockerd
-    "sandbox/test_leaks.py",  # every container with the sandboxes' label; a time limit
-    "test_scale_out.py",  # many env workers at once
+    "runtime/sandbox/test_crash_cleanup.py",  # kills runs, then asserts no process or mount is left
+    "runtime/sandbox/test_docker_engine_script.py",  # starts and stops dockerd
+    "runtime/sandbox/test_leaks.py",  # every container with the sandboxes' label; a time limit
+    "runtime/env/test_scale_out.py",  # many env workers at once
 }
 MACHINE_TESTS = {
     # counts the lines of the host's mount table

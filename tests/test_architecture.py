@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,7 @@ def test_the_hooks_import_only_the_errors_and_git_of_hermes_envgen():
 
 def test_importing_the_runtime_loads_neither_copier_nor_typer():
     code = (
-        "import sys; import hermes_envgen.runtime.base_env; "
+        "import sys; import hermes_envgen.runtime.env.base_env; "
         "bad = [m for m in ('copier', 'typer', 'hermes_envgen.generate', 'hermes_envgen.cli',"
         " 'hermes_envgen.testing', 'hermes_envgen.devtools') if m in sys.modules]; print(bad)"
     )
@@ -294,8 +295,8 @@ def test_the_runtime_package_forwards_no_name_outside_its_api():
     with pytest.raises(ImportError):
         exec("from hermes_envgen.runtime import ToolError", {})
     # ToolError is the Hermes skill's name of the record, in the skill's agent_loop: kept there
-    from hermes_envgen.runtime.agent_loop import ToolError
-    from hermes_envgen.runtime.records import ToolErrorRecord
+    from hermes_envgen.runtime.loop.agent_loop import ToolError
+    from hermes_envgen.runtime.rollout import ToolErrorRecord
 
     assert ToolError is ToolErrorRecord
 
@@ -322,8 +323,9 @@ def test_mypy_is_strict_over_every_module_the_runtime_api_comes_from():
     assert _strict_modules() == defining | bases
 
 
-# The deep import paths the v0.1.0 project's files use beside the runtime's API: still there.
-# What it used of names since removed, `hermes-envgen update` rewrites (generate/migrate.py;
+# The deep import paths the v0.1.0 project's files use beside the runtime's API: still there,
+# or (a module that moved into the runtime's packages) rewritten by `hermes-envgen update` to
+# where the names are now, as are the names since removed (generate/migrate.py;
 # tests/generate/test_release.py updates that project and runs it).
 LEGACY_IMPORTS = {
     "hermes_envgen.runtime.datasets": ["split_train_eval"],
@@ -344,15 +346,22 @@ LEGACY_IMPORTS = {
 
 @pytest.mark.parametrize("module", sorted(LEGACY_IMPORTS))
 def test_import_paths_of_earlier_projects_still_work(module):
-    imported = importlib.import_module(module)
-    assert [name for name in LEGACY_IMPORTS[module] if not hasattr(imported, name)] == []
+    from hermes_envgen.generate.migrate import _new_module
+
+    missing = []
+    for name in LEGACY_IMPORTS[module]:
+        where = _new_module(module, name) or module  # where `update` takes the import
+        if not hasattr(importlib.import_module(where), name):
+            missing.append(f"{where}.{name}")
+    assert missing == []
 
 
 # Exceptions that never leave the module that raises them: each is caught where it is made.
 INTERNAL_EXCEPTIONS = {
     "hermes_envgen.runtime.parsers.base.UnreadableCall",  # a parser's "not a call", made a miss
     "hermes_envgen.runtime.parsers.base.NoCallMeant",  # a parser's "no call meant", made a miss
-    "hermes_envgen.runtime.agent_loop._HookFailed",  # a hook raised: the rollout ends, recorded
+    # a hook raised: the rollout ends, recorded
+    "hermes_envgen.runtime.loop.agent_loop._HookFailed",
     # a fetched body over the limit or not decodable: web_fetch makes it a tool error
     "hermes_envgen.runtime.tools.content_decoding.TooLarge",
     "hermes_envgen.runtime.tools.content_decoding.NotDecodable",
@@ -383,52 +392,65 @@ def test_every_exception_class_derives_from_the_error_root():
     assert set(classes) >= INTERNAL_EXCEPTIONS, "an internal exception was renamed or removed"
 
 
-def test_the_runtime_has_no_import_cycles_not_even_through_lazy_imports():
+def test_no_module_of_ours_is_in_an_import_cycle_not_even_through_lazy_or_type_only_imports():
     # A module imported inside a function still forms a cycle: the design hides it, it does
-    # not remove it. Imports under `if TYPE_CHECKING:` never run and do not count.
-    modules = {_dotted(path): path for path in _modules_of("runtime")}
-    graph = {name: _runtime_imports(path, modules) - {name} for name, path in modules.items()}
+    # not remove it; nor does an import under `if TYPE_CHECKING:` (agent_loop <-> records, the
+    # viewer's three modules over RolloutCard were such cycles: rollout.py and rollout_card.py
+    # ended them).
+    modules = {_dotted(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+    graph = {name: _our_imports(path, modules) - {name} for name, path in modules.items()}
     assert _cycles(graph) == []
     # chat_template <-> trajectory, once hidden by an import inside the probe, is broken: the
     # start-up check (template_check) needs the training data, the rendering does not.
-    assert "hermes_envgen.runtime.trajectory" in graph["hermes_envgen.runtime.template_check"]
-    assert "hermes_envgen.runtime.template_check" not in graph["hermes_envgen.runtime.trajectory"]
+    runtime = "hermes_envgen.runtime"
+    assert f"{runtime}.chat.trajectory" in graph[f"{runtime}.chat.template_check"]
+    assert f"{runtime}.chat.template_check" not in graph[f"{runtime}.chat.trajectory"]
+    # the rollout's vocabulary lies below the loop that fills it and the files that keep it
+    assert f"{runtime}.rollout" in graph[f"{runtime}.loop.agent_loop"]
+    assert f"{runtime}.rollout" in graph[f"{runtime}.rollouts.evaluation.journal"]
+    viewer = {f"{runtime}.rollouts.{name}" for name in ("rollout_view", "run_glance", "token_view")}
+    for module in viewer:
+        assert f"{runtime}.rollouts.rollout_card" in graph[module]
 
 
-def test_the_cycle_check_sees_an_import_inside_a_function():
+def test_the_cycle_check_sees_an_import_inside_a_function_and_under_type_checking(tmp_path):
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [{"a", "b", "c"}]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+    package = tmp_path / "hermes_envgen"
+    package.mkdir()
+    (package / "one.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hermes_envgen import two\n"
+    )
+    (package / "two.py").write_text("def f():\n    from . import one\n")
+    modules = {f"hermes_envgen.{name}": package / f"{name}.py" for name in ("one", "two")}
+    graph = {
+        name: _our_imports(path, modules, root=tmp_path) - {name} for name, path in modules.items()
+    }
+    assert _cycles(graph) == [set(modules)]
 
 
-def _dotted(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def _dotted(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts).removesuffix(".__init__")
 
 
-def _runtime_imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The runtime modules ``path`` imports anywhere (functions included), TYPE_CHECKING aside."""
-    name = _dotted(path)
+def _our_imports(path: Path, modules: dict[str, Path], root: Path = PACKAGE.parent) -> set[str]:
+    """The modules of ours ``path`` imports anywhere: in functions, under TYPE_CHECKING."""
+    name = _dotted(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                module = child.module or ""
-                if child.level:
-                    parts = package.split(".")[: len(package.split(".")) - child.level + 1]
-                    module = ".".join(filter(None, [*parts, module]))
-                for alias in child.names:  # `from package import submodule` is the submodule
-                    deeper = f"{module}.{alias.name}"
-                    found.add(deeper if deeper in modules else module)
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
+    for child in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(child, ast.Import):
+            found.update(alias.name for alias in child.names)
+        elif isinstance(child, ast.ImportFrom):
+            module = child.module or ""
+            if child.level:
+                parts = package.split(".")[: len(package.split(".")) - child.level + 1]
+                module = ".".join(filter(None, [*parts, module]))
+            for alias in child.names:  # `from package import submodule` is the submodule
+                deeper = f"{module}.{alias.name}"
+                found.add(deeper if deeper in modules else module)
     return found & set(modules)
 
 
@@ -554,3 +576,192 @@ def test_the_mapper_scan_catches_a_second_mapper():
         "except Exception:\n    return False\n"  # a yes/no, not an exit code: fine
     )
     assert exit_code_mappers(source, names) == [4, 6, 9, 11, 13]
+
+
+# -- the tests: no test module imports another -----------------------------------------------
+
+TESTS = REPO / "tests"
+
+
+def _test_modules_imported(path: Path, root: Path = TESTS) -> list[str]:
+    """The test modules (``test_*.py``) that the module at ``path`` imports."""
+    relative = path.relative_to(root).with_suffix("").parts
+    package = list(relative[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, [*package[: len(package) - node.level + 1], base]))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found += [name for name in names if name.rpartition(".")[2].startswith("test_")]
+    return sorted(set(found))
+
+
+def test_no_test_module_imports_another_their_shared_code_lives_in_helpers():
+    wrong = {
+        str(path.relative_to(TESTS)): imported
+        for path in sorted(TESTS.rglob("*.py"))
+        if "fixtures" not in path.relative_to(TESTS).parts
+        and (imported := _test_modules_imported(path))
+    }
+    assert wrong == {}
+
+
+def test_the_test_import_scan_sees_every_form(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    probe = tmp_path / "pkg" / "test_b.py"
+    probe.write_text(
+        "import test_a\nfrom test_c import X\nfrom .test_d import Y\nfrom . import test_e\n"
+        "from helpers.envgen import git\n"
+    )
+    assert _test_modules_imported(probe, tmp_path) == [
+        "pkg.test_d",
+        "pkg.test_e",
+        "test_a",
+        "test_c",
+    ]
+
+
+# -- ARCHITECTURE.md's tree is the source tree -----------------------------------------------
+
+NAME = re.compile(r"[\w.]+(?:\.py|/)")
+DESCRIPTION_COLUMN = 26  # a line indented this far continues a description
+
+
+def documented_tree(markdown: str) -> set[str]:
+    """The folders (``a/b/``) and modules (``a/b/c.py``) ARCHITECTURE.md's tree lists under src/.
+
+    A tree line is its names (comma-separated, ``/`` ending a folder) indented two spaces per
+    level, then two spaces and a description; deeper-indented lines continue a description.
+    """
+    block = markdown.split("```\n", 2)[1]
+    folders: dict[int, str] = {}  # level -> the folder whose entries are one level deeper
+    found: set[str] = set()
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip() or indent >= DESCRIPTION_COLUMN:
+            continue
+        names = [n.strip() for n in re.split(r" {2,}", line.strip())[0].split(",")]
+        if not all(NAME.fullmatch(name) for name in names if name):
+            continue
+        level = indent // 2
+        parent = folders.get(level - 1, "") if level else ""
+        for name in filter(None, names):
+            path = parent + name
+            if level == 0 and path != "src/":
+                continue
+            if level and not parent.startswith("src/"):
+                continue
+            found.add(path)
+            if name.endswith("/"):
+                folders[level] = path
+                for deeper in [key for key in folders if key > level]:
+                    del folders[deeper]
+    return found
+
+
+def source_tree(root: Path = REPO) -> set[str]:
+    """The folders and modules under src/ (``__init__.py`` aside: every folder is a package)."""
+    found = {"src/"}
+    for path in (root / "src").rglob("*.py"):
+        relative = path.relative_to(root)
+        if "__pycache__" in relative.parts:
+            continue
+        for depth in range(2, len(relative.parts)):
+            found.add("/".join(relative.parts[:depth]) + "/")
+        if path.name != "__init__.py":
+            found.add(relative.as_posix())
+    return found
+
+
+def test_architecture_md_lists_every_folder_and_module_of_src_and_nothing_else():
+    documented = documented_tree((REPO / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    real = source_tree()
+    assert sorted(real - documented) == [], "in src/, missing from ARCHITECTURE.md's tree"
+    assert sorted(documented - real) == [], "in ARCHITECTURE.md's tree, not in src/"
+
+
+def test_the_tree_reader_follows_levels_name_lists_and_descriptions():
+    markdown = (
+        "intro\n```\n"
+        "hooks/                    not under src/\n"
+        "src/\n"
+        "  pkg/                    the package\n"
+        "    a.py, b.py            two modules\n"
+        "    sub/                  a folder; the description goes on\n"
+        "                          below, with.py names/ that are prose\n"
+        "      c.py\n"
+        "    d.py                  back at pkg's level\n"
+        "tests/                    mirrors src/\n"
+        "```\n"
+    )
+    assert documented_tree(markdown) == {
+        "src/",
+        "src/pkg/",
+        "src/pkg/a.py",
+        "src/pkg/b.py",
+        "src/pkg/sub/",
+        "src/pkg/sub/c.py",
+        "src/pkg/d.py",
+    }
+
+
+# -- the runtime's own layers (ARCHITECTURE.md's second table) --------------------------------
+
+RUNTIME = "hermes_envgen.runtime"
+BELOW_EVERYTHING = {"errors", "text", "urls", "retries"}
+
+
+def runtime_layers(markdown: str) -> dict[str, set[str]]:
+    """ARCHITECTURE.md's table "inside runtime": each package -> what it may import."""
+    table = markdown.split("| inside `runtime` |", 1)[1].split("\n\n", 1)[0]
+    layers: dict[str, set[str]] = {}
+    for row in table.splitlines()[2:]:
+        package, allowed = (cell.strip() for cell in row.strip("|").split("|"))
+        names = set(re.findall(r"`([\w.]+)`", allowed))
+        if "all it may import" in allowed:
+            names |= {n for layer in names for n in layers[layer]}
+        layers[package.strip("`")] = names
+    return layers
+
+
+def _layer_of(module: str) -> str | None:
+    """``hermes_envgen.runtime.loop.agent_loop`` -> ``loop`` (None: the package itself)."""
+    rest = module.removeprefix(f"{RUNTIME}.")
+    return None if module == RUNTIME else rest.split(".")[0]
+
+
+def test_each_package_of_the_runtime_imports_only_the_layers_below_it():
+    layers = runtime_layers((REPO / "ARCHITECTURE.md").read_text(encoding="utf-8"))
+    assert set(layers) | BELOW_EVERYTHING == {
+        path.stem for path in (PACKAGE / "runtime").iterdir() if path.stem != "__init__"
+    } - {"__pycache__"}, "a package of the runtime is missing from the table, or gone"
+    wrong = []
+    for layer, allowed in layers.items():
+        folder = PACKAGE / "runtime" / layer
+        paths = sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+        for path in paths:
+            for module in imported_modules(path):
+                if not module.startswith(f"{RUNTIME}."):
+                    continue
+                target = _layer_of(module)
+                dotted = module.removeprefix(f"{RUNTIME}.")
+                if target in {layer, *BELOW_EVERYTHING} or target in allowed or dotted in allowed:
+                    continue
+                wrong.append(f"{path.relative_to(PACKAGE)} imports {module}")
+    assert wrong == []
+
+
+def test_the_layer_table_reader_expands_all_it_may_import():
+    markdown = (
+        "| inside `runtime` | may import |\n|---|---|\n"
+        "| `a` | nothing else |\n| `b` | `a`, `c.d` (a type) |\n"
+        "| `e` | `b` and all it may import |\n"
+        "\nafter\n"
+    )
+    assert runtime_layers(markdown) == {"a": set(), "b": {"a", "c.d"}, "e": {"b", "a", "c.d"}}

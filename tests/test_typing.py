@@ -140,7 +140,7 @@ def test_strict_mypy_passes_the_examples_and_types_an_envs_own_state(tmp_path):
     assert (
         'game_env.py:39: error: Return type "str" of "should_stop" incompatible with return '
         'type "bool | Awaitable[bool]" in supertype '
-        '"hermes_envgen.runtime.agent_loop.TurnHooks"' in said
+        '"hermes_envgen.runtime.loop.agent_loop.TurnHooks"' in said
     )
     assert 'game_env.py:43: error: "Board" has no attribute "won"' in said
     assert said.count("error:") == 2, said

@@ -12,31 +12,13 @@ from pathlib import Path
 
 import pytest
 from conftest import TRAINERS_DIRECTORY, render_template
+from helpers.check import rows, run_check
 
 from hermes_envgen.runtime.sandbox import procfs
 
 # A whole check is several env subprocesses (run_check allows 600 s, the own-judge one 900 s):
 # on a busy machine they took 220-290 s beside another, near pytest-timeout's default 300 s.
 pytestmark = pytest.mark.timeout(1000)
-
-
-def run_check(
-    *args: str, timeout: float = 600, trainers: bool = True
-) -> subprocess.CompletedProcess:
-    """``check`` in a subprocess; ``trainers``: with the trainers' libraries the doors' tests
-    use (openenv-core, in .venv-trl), as a project with the openenv extra has them."""
-    environment = dict(os.environ)
-    if trainers and TRAINERS_DIRECTORY.is_dir():
-        paths = [environment.get("PYTHONPATH", ""), str(TRAINERS_DIRECTORY)]
-        environment["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_envgen", "check", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=environment,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +35,6 @@ def variant(project, tmp_path, old: str, new: str):
     assert old in text
     env_file.write_text(text.replace(old, new))
     return copy
-
-
-def rows(result) -> dict[str, str]:
-    table = {}
-    for line in result.stdout.splitlines():
-        status, _, rest = line.partition("  ")
-        if status in ("PASS", "FAIL", "WARN"):
-            table[rest.strip().split("  ")[0]] = status
-    return table
 
 
 @pytest.mark.slow

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from helpers.token_server import GREETING_SCRIPT
 from terminal_env import TASKS, TerminalTaskEnv
-from test_phase2 import GREETING_SCRIPT
 
 from hermes_envgen.devtools.check import FAIL, FIDELITY_ROW, PASS, token_fidelity_check
-from hermes_envgen.runtime.template_data import HERMES_TEMPLATE
+from hermes_envgen.runtime.chat.template_data import HERMES_TEMPLATE
 from hermes_envgen.testing.envs import build_env
 
 MISMATCHED = HERMES_TEMPLATE.replace("'<tool_call>\\n{", "'<tool_call>{")
@@ -67,7 +67,7 @@ def test_check_shows_the_row_for_a_token_mode_endpoint(stub_server, offline_toke
     import sys
 
     from conftest import EXAMPLES
-    from test_check_tool_calls import SCRIPT
+    from helpers.check import SCRIPT
 
     stub = stub_server(SCRIPT, tokenizer=offline_tokenizer)
     base = [sys.executable, "-m", "hermes_envgen", "check", str(EXAMPLES / "terminal_env.py")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, TRAINERS_DIRECTORY
-from test_check import rows, run_check
+from helpers.check import rows, run_check
 
 from hermes_envgen.devtools.check import FAIL, FAILURES_ROW, PASS, ReplayChecks, find_env
 

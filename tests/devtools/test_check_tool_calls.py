@@ -14,36 +14,18 @@ from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
-from test_chat_template import CONVERSATION, TOOLS, family_tokenizer
-from test_gguf_tokenizer import GGUF
+from helpers.chat import CONVERSATION, TOOLS, family_tokenizer
+from helpers.check import SCRIPT
+from helpers.gguf import GGUF
 
 from hermes_envgen.devtools.check import FAIL, PASS, WARN, trained_tool_calls_check
 from hermes_envgen.errors import EnvRunFailed
+from hermes_envgen.runtime.chat.template_render import encode, render
+from hermes_envgen.runtime.chat.trajectory import MASKED, tokenize_conversation, trained_runs
 from hermes_envgen.runtime.errors import ChatTemplateError
-from hermes_envgen.runtime.template_render import encode, render
-from hermes_envgen.runtime.trajectory import MASKED, tokenize_conversation, trained_runs
 from hermes_envgen.testing import OfflineRun
 
 ENV_FILE = EXAMPLES / "terminal_env.py"
-
-# The example env's tasks, each solved with calls whose arguments are spaced as llama.cpp's
-# server returns them (not as json.dumps would write them).
-SCRIPT = {
-    "conversations": [
-        {
-            "match": task,
-            "turns": [
-                {"tool_calls": [{"name": "terminal", "arguments": command}]},
-                {"content": "Done."},
-            ],
-        }
-        for task, command in (
-            ("greeting.txt", '{ "command": "echo hello > greeting.txt" }'),
-            ("count.txt", '{ "command":"wc -l < numbers.txt > count.txt" }'),
-            ("sorted.txt", '{\n  "command": "sort names.txt > sorted.txt"\n}'),
-        )
-    ]
-}
 
 
 def group_of(tokenizer, messages: list[dict]) -> dict:

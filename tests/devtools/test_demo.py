@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox.sandbox_helpers import eventually
+from helpers.sandbox import eventually
 
 from hermes_envgen.runtime.sandbox.host_limits import mounts_below
 from hermes_envgen.runtime.sandbox.runs import RUNS_DIRECTORY

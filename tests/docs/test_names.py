@@ -13,11 +13,10 @@ import importlib
 import importlib.util
 import re
 
-from .markdown_blocks import DOCS, REPO, all_lines, blocks, pages, prose_lines, shown
+from helpers.markdown_blocks import REPO, all_lines, blocks, pages, prose_lines, shown
+from helpers.reference_names import reference, spec
 
-spec = importlib.util.spec_from_file_location("docs_reference", DOCS / "_hooks" / "reference.py")
 assert spec and spec.loader
-reference = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(reference)
 
 TEMPLATE_ENV = REPO / "template" / "src" / "{{ package_name }}" / "env.py.jinja"

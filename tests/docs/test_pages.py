@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .markdown_blocks import REPO, pages, prose_lines, shown
+from helpers.markdown_blocks import REPO, pages, prose_lines, shown
 
 README = REPO / "README.md"
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from .test_names import reference
+from helpers.reference_names import reference
 
 
 def test_every_setting_command_and_error_is_in_the_generated_pages():

@@ -2,7 +2,7 @@
 
 The built site is served on 127.0.0.1 and opened in headless Chromium (Debian's ``chromium``,
 which scripts/install-system-deps.sh installs), driven by the suite's browser driver
-(tests/browser.py): the navigation lists every section, the search index loads and a query
+(tests/helpers/browser.py): the navigation lists every section, the search index loads and a query
 finds pages, and the generated reference pages render. Screenshots of the home page and a
 reference page are kept in ``$HERMES_ENVGEN_ARTIFACTS`` when it is set.
 """
@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import Browser, chromium_path
-
-from .markdown_blocks import REPO
+from helpers.browser import Browser, chromium_path
+from helpers.markdown_blocks import REPO
 
 BUILD_TIMEOUT = 300
 pytestmark = pytest.mark.slow

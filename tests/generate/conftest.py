@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.envgen import (
+    NEW_FILE,
+    NEW_TAG,
+    REPO,
+    TEMPLATE_LINE,
+    VERSION_TAG,
+    RunCli,
+    TemplateRelease,
+    commit_and_tag,
+    git,
+)
 
 from hermes_envgen.generate import bundle, source
-
-from .envgen_helpers import REPO, RunCli
+from hermes_envgen.generate import bundle as template_bundle
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +82,28 @@ def run_cli(cli_env: dict[str, str], tmp_path: Path) -> RunCli:
         )
 
     return run
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> TemplateRelease:
+    """Template repo with VERSION_TAG (the working tree) and NEW_TAG (plus a change), bundled."""
+    repo = tmp_path_factory.mktemp("template-repo")
+    git(repo, "init", "--quiet")
+    for relpath in template_bundle.template_paths(REPO):
+        (repo / relpath).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / relpath, repo / relpath, follow_symlinks=False)
+    commit_and_tag(repo, VERSION_TAG)
+    # The generated README is the natural file to change; pyproject.toml stands in until the
+    # template has one.
+    if (repo / "template" / "README.md.jinja").is_file():
+        doc, comment = "README.md", ""
+    else:
+        doc, comment = "pyproject.toml", "# "
+    source = repo / "template" / f"{doc}.jinja"
+    text = source.read_text()
+    source.write_text(f"{text.rstrip(chr(10))}\n{comment}{TEMPLATE_LINE}\n")
+    (repo / "template" / NEW_FILE).write_text(f"New in the template's {NEW_TAG}.\n")
+    commit_and_tag(repo, NEW_TAG)
+    bundle = template_bundle.build_bundle(repo, NEW_TAG[1:], repo.parent / "template.bundle")
+    assert template_bundle.bundle_tags(bundle) == [VERSION_TAG, NEW_TAG]
+    return TemplateRelease(repo, bundle, doc, comment)

@@ -12,14 +12,13 @@ from pathlib import Path
 import copier
 import pytest
 from copier.errors import InvalidTypeError
+from helpers.envgen import REPO
 
 from hermes_envgen.errors import UsageError
 from hermes_envgen.generate import hooks
 from hermes_envgen.generate.copier_session import _VALIDATION_ERROR, answer_error, copier_session
 from hermes_envgen.generate.git import one_line
 from hermes_envgen.generate.new import new_project
-
-from .envgen_helpers import REPO
 
 
 def _render(target, vcs_ref=None, **data):

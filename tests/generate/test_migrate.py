@@ -9,10 +9,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from helpers.envgen import git
+
 from hermes_envgen.generate import hooks, migrate
 from hermes_envgen.generate.migrate import migrate_project, migrate_python, migrate_yaml
-
-from .envgen_helpers import git
 
 OLD_ENV = """\
 from hermes_envgen.runtime import (
@@ -48,12 +48,12 @@ from hermes_envgen.runtime import (
     AgentResult,
     HermesAgentBaseEnv,
 )
-from hermes_envgen.runtime.agent_loop import ToolError
-from hermes_envgen.runtime.records import Rollout as Kept
+from hermes_envgen.runtime.loop.agent_loop import ToolError
+from hermes_envgen.runtime.rollout import Rollout as Kept
 from hermes_envgen.runtime.tools import REGISTRY
-from hermes_envgen.runtime.template_data import HERMES_TEMPLATE
-from hermes_envgen.runtime.template_render import render
-from hermes_envgen.runtime.agent_loop import ToolError as Alias
+from hermes_envgen.runtime.chat.template_data import HERMES_TEMPLATE
+from hermes_envgen.runtime.chat.template_render import render
+from hermes_envgen.runtime.loop.agent_loop import ToolError as Alias
 from hermes_envgen.runtime.rewards import ask_judge, keyword_overlap
 from mylib import ToolError as Theirs, terminal_timeout
 
@@ -102,9 +102,50 @@ def test_every_rewritten_name_is_where_the_rewrite_imports_it_and_the_old_ones_a
     assert importlib.util.find_spec(migrate.CHAT_TEMPLATE) is None
     for old, (modules, _) in migrate.REMOVED.items():
         for module in modules - {migrate.CHAT_TEMPLATE}:
-            assert not hasattr(importlib.import_module(module), old), (module, old)
+            # an old path that moved since: the name is gone from its new module too
+            moved = migrate._new_module(module, old) or module
+            assert not hasattr(importlib.import_module(moved), old), (module, old)
     for old, new in migrate.SETTINGS.items():
         assert new in HermesAgentEnvConfig.model_fields and old not in dir(HermesAgentEnvConfig)
+
+
+def test_each_moved_module_left_its_old_path_and_holds_what_the_rewrite_imports_from_it():
+    import importlib
+    import importlib.util
+
+    for old, new in migrate.MOVED_MODULES.items():
+        try:
+            spec = importlib.util.find_spec(f"{migrate.RUNTIME}.{old}")
+        except ModuleNotFoundError:  # its package is gone too (evaluation)
+            spec = None
+        # gone, or a package of that name now (sandbox.bwrap holds the backend and its anchor)
+        assert spec is None or spec.submodule_search_locations, old
+        importlib.import_module(f"{migrate.RUNTIME}.{new}")
+    for (old, name), new in migrate.LEFT_MODULE.items():
+        assert hasattr(importlib.import_module(f"{migrate.RUNTIME}.{new}"), name), (old, name)
+
+
+def test_imports_of_moved_modules_are_rewritten_name_by_name():
+    old = (
+        "from hermes_envgen.runtime.datasets import load_items, split_train_eval\n"
+        "from hermes_envgen.runtime.agent_loop import AgentResult, HermesAgentLoop\n"
+        "from hermes_envgen.runtime.evaluation.stats import wilson_interval\n"
+        "from hermes_envgen.runtime.records import SAMPLES_FILE, Metric\n"
+        "from hermes_envgen.runtime.rollout import Task\n"
+    )
+    new, notes = migrate_python(old)
+    assert new == (
+        "from hermes_envgen.runtime.datasets import load_items\n"
+        "from hermes_envgen.runtime.env.datasets import split_train_eval\n"
+        "from hermes_envgen.runtime.loop.agent_loop import HermesAgentLoop\n"
+        "from hermes_envgen.runtime.rollout import AgentResult\n"
+        "from hermes_envgen.runtime.rollouts.evaluation.stats import wilson_interval\n"
+        "from hermes_envgen.runtime.rollout import Metric\n"
+        "from hermes_envgen.runtime.rollouts.records import SAMPLES_FILE\n"
+        "from hermes_envgen.runtime.rollout import Task\n"
+    )
+    assert [line for line, _ in notes] == [1]  # load_items: removed, said
+    assert migrate_python(new)[0] == new
 
 
 def test_a_users_own_function_of_a_removed_name_is_not_said():

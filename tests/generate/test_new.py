@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
-
-from hermes_envgen.generate.source import package_version
-
-from .envgen_helpers import (
+from helpers.envgen import (
     ANSI,
     PROMPT_STARTS,
     PUBLIC_URL,
@@ -25,6 +22,8 @@ from .envgen_helpers import (
     git,
     spawn_new,
 )
+
+from hermes_envgen.generate.source import package_version
 
 
 def test_new_with_defaults_renders_a_committed_updatable_project(

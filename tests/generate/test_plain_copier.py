@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .envgen_helpers import REPO
+from helpers.envgen import REPO
 
 PAGE = (REPO / "docs" / "how-to" / "generate.md").read_text(encoding="utf-8")
 SECTION = PAGE.split("## Using the template with plain copier", 1)[-1]

@@ -13,8 +13,7 @@ from pathlib import Path
 import pexpect
 import pytest
 import yaml
-
-from .envgen_helpers import ANSI, PROMPT_STARTS, QUESTION, REPO, answers_of, spawn_new
+from helpers.envgen import ANSI, PROMPT_STARTS, QUESTION, REPO, answers_of, spawn_new
 
 DOWN = "\x1b[B"
 CLEAR = "\x15"  # Ctrl-U: clears a pre-filled default

@@ -19,11 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.envgen import NEW_TAG, REPO, VERSION_TAG, RunCli, TemplateRelease
 
 from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
-
-from .envgen_helpers import NEW_TAG, REPO, VERSION_TAG, RunCli
-from .test_update import TemplateRelease, release  # noqa: F401 (the fixture)
 
 UV = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
 
@@ -40,7 +38,7 @@ def block_of(readme: str, section: str) -> str:
 
 
 @pytest.fixture
-def cli_env(cli_env: dict[str, str], release: TemplateRelease) -> dict[str, str]:  # noqa: F811
+def cli_env(cli_env: dict[str, str], release: TemplateRelease) -> dict[str, str]:
     return {**cli_env, "HERMES_ENVGEN_TEMPLATE_SOURCE": str(release.bundle)}
 
 

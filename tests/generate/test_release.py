@@ -15,13 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.envgen import NOT_SOURCE, REPO, RunCli, answers_of, git
 
 from hermes_envgen.errors import TemplateSourceError
 from hermes_envgen.generate.bundle import build_bundle, bundle_tags, check_full_history
 from hermes_envgen.generate.source import package_version, template_refs
 from hermes_envgen.testing import run_env_mode, validate_groups
-
-from .envgen_helpers import NOT_SOURCE, REPO, RunCli, answers_of, git
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -230,7 +229,7 @@ USERS_OWN_FILES_UPDATED = {
     "src/legacy_env/own_helpers.py": USERS_OWN_FILES["src/legacy_env/own_helpers.py"].replace(
         "from hermes_envgen.runtime import ToolError, answer_matches\n"
         "from hermes_envgen.runtime.rewards import keyword_overlap\n",
-        "from hermes_envgen.runtime.agent_loop import ToolError\n"
+        "from hermes_envgen.runtime.loop.agent_loop import ToolError\n"
         "from hermes_envgen.runtime.rewards import answer_matches, keyword_overlap\n",
     ),
 }

@@ -8,72 +8,27 @@ template change), never from this repository's own tags, which a fresh clone doe
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-
-from hermes_envgen.errors import UsageError
-from hermes_envgen.generate import bundle as template_bundle
-from hermes_envgen.generate import source
-
-from .envgen_helpers import (
+from helpers.envgen import (
+    NEW_FILE,
     NEW_TAG,
     PUBLIC_URL,
     REPO,
+    TEMPLATE_LINE,
     VERSION_TAG,
     RunCli,
+    TemplateRelease,
     assert_one_line_error,
     git,
 )
 
-TEMPLATE_LINE = f"Template change in {NEW_TAG}."
-NEW_FILE = "CHANGES.md"
-
-
-@dataclass(frozen=True)
-class TemplateRelease:
-    """The tagged template repository of this module, its bundle and the file it changes."""
-
-    repo: Path
-    bundle: Path
-    doc: str  # the rendered file whose template gets a line appended in NEW_TAG
-    comment: str  # how that file writes a line the user or template adds
-
-
-def _commit_and_tag(repo: Path, tag: str) -> None:
-    git(repo, "add", "--all")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", tag)
-    git(repo, "tag", tag)
-
-
-@pytest.fixture(scope="module")
-def release(tmp_path_factory: pytest.TempPathFactory) -> TemplateRelease:
-    """Template repo with VERSION_TAG (the working tree) and NEW_TAG (plus a change), bundled."""
-    repo = tmp_path_factory.mktemp("template-repo")
-    git(repo, "init", "--quiet")
-    for relpath in template_bundle.template_paths(REPO):
-        (repo / relpath).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / relpath, repo / relpath, follow_symlinks=False)
-    _commit_and_tag(repo, VERSION_TAG)
-    # The generated README is the natural file to change; pyproject.toml stands in until the
-    # template has one.
-    if (repo / "template" / "README.md.jinja").is_file():
-        doc, comment = "README.md", ""
-    else:
-        doc, comment = "pyproject.toml", "# "
-    source = repo / "template" / f"{doc}.jinja"
-    text = source.read_text()
-    source.write_text(f"{text.rstrip(chr(10))}\n{comment}{TEMPLATE_LINE}\n")
-    (repo / "template" / NEW_FILE).write_text(f"New in the template's {NEW_TAG}.\n")
-    _commit_and_tag(repo, NEW_TAG)
-    bundle = template_bundle.build_bundle(repo, NEW_TAG[1:], repo.parent / "template.bundle")
-    assert template_bundle.bundle_tags(bundle) == [VERSION_TAG, NEW_TAG]
-    return TemplateRelease(repo, bundle, doc, comment)
+from hermes_envgen.errors import UsageError
+from hermes_envgen.generate import source
 
 
 @pytest.fixture

@@ -19,11 +19,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from helpers.envgen import NEW_TAG, REPO, VERSION_TAG, RunCli, git
 
 from hermes_envgen.generate import bundle as template_bundle
 from hermes_envgen.testing import offline_environment
-
-from .envgen_helpers import NEW_TAG, REPO, VERSION_TAG, RunCli, git
 
 pytestmark = pytest.mark.timeout(900)
 

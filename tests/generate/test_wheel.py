@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.envgen import NOT_SOURCE, PUBLIC_URL, REPO, VERSION_TAG
 from packaging.requirements import Requirement
 
 from hermes_envgen.generate import bundle as template_bundle
 from hermes_envgen.testing.runner import OFFLINE_ENVIRONMENT
-
-from .envgen_helpers import NOT_SOURCE, PUBLIC_URL, REPO, VERSION_TAG
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

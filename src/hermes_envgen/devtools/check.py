@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hermes_envgen.errors import CheckError
-from hermes_envgen.runtime.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE
+from hermes_envgen.runtime.rollouts.records import FAILURES_FILE, METRICS_FILE, SAMPLES_FILE
 from hermes_envgen.runtime.sandbox import procfs
 from hermes_envgen.testing.thresholds import GOLD_THRESHOLD, NOOP_THRESHOLD
 
@@ -610,7 +610,7 @@ def trained_tool_calls_check(groups: list[dict], tokenizer_name: str) -> CheckRe
     """Decode the trained runs of each sequence: every tool call must be in its turn's, whole."""
     from transformers import AutoTokenizer
 
-    from hermes_envgen.runtime.trajectory import trained_runs, untrained_tool_calls
+    from hermes_envgen.runtime.chat.trajectory import trained_runs, untrained_tool_calls
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
@@ -652,10 +652,10 @@ def token_fidelity_check(
     """
     from transformers import AutoTokenizer
 
+    from hermes_envgen.runtime.chat.template_data import resolve_chat_template
+    from hermes_envgen.runtime.chat.template_render import set_template_kwargs
+    from hermes_envgen.runtime.chat.trajectory import token_fidelity
     from hermes_envgen.runtime.errors import EnvConfigError
-    from hermes_envgen.runtime.template_data import resolve_chat_template
-    from hermes_envgen.runtime.template_render import set_template_kwargs
-    from hermes_envgen.runtime.trajectory import token_fidelity
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
@@ -847,7 +847,7 @@ class ReplayChecks:
 
     def pass_threshold_row(self, gold_row: CheckResult, report: dict) -> CheckResult:
         """The gold row, warning when a gold solution would not pass evaluation (pass@k)."""
-        from hermes_envgen.runtime.evaluation.stats import PASS_TOLERANCE
+        from hermes_envgen.runtime.rollouts.evaluation.stats import PASS_TOLERANCE
 
         threshold = report.get("eval_pass_threshold", 1.0)
         below = [o for o in report["outcomes"] if o["gold"] < threshold - PASS_TOLERANCE]

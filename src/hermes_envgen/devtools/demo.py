@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.errors import EnvRunFailed, Interrupted, UsageError
-from hermes_envgen.runtime.records import EVAL, METRICS_FILE, Metric, metric
+from hermes_envgen.runtime.rollout import EVAL, Metric, metric
+from hermes_envgen.runtime.rollouts.records import METRICS_FILE
 
 DEMO_NAME = "demo-env"
 BACKEND_NOTES = {

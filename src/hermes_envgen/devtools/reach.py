@@ -78,7 +78,7 @@ def _model_row(base_url: str, api_key: str | None) -> CheckResult:
 
 
 def _rollout_row(url: str) -> CheckResult:
-    from hermes_envgen.runtime.delivery import check_rollout_server
+    from hermes_envgen.runtime.env.delivery import check_rollout_server
     from hermes_envgen.runtime.errors import RolloutServerError
 
     name = f"run-api {url}"

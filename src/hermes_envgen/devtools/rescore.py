@@ -260,9 +260,8 @@ def match_env(env: Any, replays: list[Replay]) -> None:
 
 async def replay_one(env: Any, replay: Replay) -> dict[str, Any]:
     """Rebuild the rollout's sandbox from its tool calls, score it twice; the output line."""
-    from hermes_envgen.runtime.agent_loop import AgentResult
-    from hermes_envgen.runtime.records import ToolErrorRecord
-    from hermes_envgen.runtime.tool_context import ToolContext
+    from hermes_envgen.runtime.loop.tool_context import ToolContext
+    from hermes_envgen.runtime.rollout import AgentResult, ToolErrorRecord
 
     tools = env._resolve_tools()
     task_id = f"rescore-{replay.index}-{os.urandom(4).hex()}"

@@ -1,6 +1,7 @@
 """``hermes-envgen view``: rollouts as one self-contained HTML page, or two runs side by side.
 
-The renderer of one run lives in ``hermes_envgen.runtime.rollout_view``, because ``process``
+The renderer of one run lives in ``hermes_envgen.runtime.rollouts.rollout_view``, because
+``process``
 writes the same page beside its groups and the runtime imports nothing from devtools; two
 runs side by side are :mod:`hermes_envgen.devtools.view_compare`.
 """
@@ -11,12 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes_envgen.errors import ViewError
-from hermes_envgen.runtime.rollout_view import (
-    RolloutCard,
-    load_rollouts,
-    render_html,
-    write_view,
-)
+from hermes_envgen.runtime.rollouts.rollout_card import RolloutCard
+from hermes_envgen.runtime.rollouts.rollout_view import load_rollouts, render_html, write_view
 
 __all__ = ["RolloutCard", "load_rollouts", "load_tokenizer", "render_html", "view", "write_view"]
 

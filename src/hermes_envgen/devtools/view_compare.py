@@ -15,8 +15,9 @@ from html import escape
 from pathlib import Path
 
 from hermes_envgen.errors import ViewError
-from hermes_envgen.runtime.rollout_view import PAGE_CSS, RolloutCard, first_user_text, read_run
-from hermes_envgen.runtime.run_glance import GLANCE_CSS, SAME_REWARD, histogram_svg
+from hermes_envgen.runtime.rollouts.rollout_card import RolloutCard
+from hermes_envgen.runtime.rollouts.rollout_view import PAGE_CSS, first_user_text, read_run
+from hermes_envgen.runtime.rollouts.run_glance import GLANCE_CSS, SAME_REWARD, histogram_svg
 
 MAX_ROWS = 500  # tasks listed in the table, largest changes first; the rest are counted
 

@@ -22,9 +22,9 @@ CHAT_TEMPLATE = f"{RUNTIME}.chat_template"
 # Names ``hermes_envgen.runtime`` exported before its API was cut to ``__all__`` (0.1.0): each
 # still lives in its module, from which the rewritten import takes it.
 MOVED = {
-    "ToolError": "agent_loop",  # the Hermes skill's name of ToolErrorRecord, kept there
-    "Rollout": "records",
-    "RolloutRecord": "records",
+    "ToolError": "loop.agent_loop",  # the Hermes skill's name of ToolErrorRecord, kept there
+    "Rollout": "rollout",
+    "RolloutRecord": "rollout",
     "SandboxError": "errors",
     "ToolExecutionError": "errors",
     "InferenceError": "errors",
@@ -36,8 +36,84 @@ MOVED = {
     "REGISTRY": "tools",
     "SandboxManager": "sandbox",
     "SandboxSettings": "sandbox",
-    "tokenize_conversation": "trajectory",
+    "tokenize_conversation": "chat.trajectory",
 }
+
+# Modules of the runtime that moved into the packages named after their jobs (0.2): an import
+# from the old path is rewritten to the new one. Paths relative to hermes_envgen.runtime; a
+# package (evaluation) moves with its modules.
+MOVED_MODULES = {
+    "base_env": "env.base_env",
+    "config": "env.config",
+    "env_cli": "env.cli",
+    "env_tasks": "env.tasks",
+    "env_overrides": "env.overrides",
+    "datasets": "env.datasets",
+    "sync_bridge": "loop.sync_bridge",
+    "delivery": "env.delivery",
+    "serve_log": "env.serve_log",
+    "agent_loop": "loop.agent_loop",
+    "tool_context": "loop.tool_context",
+    "tasks": "rollout",
+    "records": "rollout",
+    "token_trace": "rollout",
+    "template_check": "chat.template_check",
+    "template_data": "chat.template_data",
+    "template_render": "chat.template_render",
+    "trajectory": "chat.trajectory",
+    "exact_tokens": "chat.token_mode",
+    "progress": "rollouts.progress",
+    "evaluation.progress": "rollouts.progress",
+    "evaluation": "rollouts.evaluation",
+    "rollout_view": "rollouts.rollout_view",
+    "run_glance": "rollouts.run_glance",
+    "token_view": "rollouts.token_view",
+    "session": "doors.session",
+    "sandbox.bwrap": "sandbox.bwrap.backend",
+    "sandbox.anchor": "sandbox.bwrap.anchor",
+    "sandbox.pool": "sandbox.bwrap.pool",
+    "sandbox.docker": "sandbox.docker.backend",
+    "sandbox.docker_channel": "sandbox.docker.channel",
+    "sandbox.docker_engine": "sandbox.docker.engine",
+    "sandbox.docker_pool": "sandbox.docker.pool",
+    "sandbox.docker_shell": "sandbox.docker.shell",
+}
+MOVED_PACKAGES = {"evaluation"}
+# Names that left their module for another one when it moved (old module, name): new module.
+LEFT_MODULE = {
+    **{
+        ("agent_loop", name): "rollout"
+        for name in (
+            "AgentResult",
+            "AssistantTurn",
+            "RolloutState",
+            "TaskT",
+            "StateT",
+            "ToolErrorRecord",
+        )
+    },
+    **{
+        ("records", name): "rollouts.records"
+        for name in ("SAMPLES_FILE", "FAILURES_FILE", "SETTINGS_FILE", "METRICS_FILE")
+    },
+    ("exact_tokens", "TokenTrace"): "rollout",
+    ("exact_tokens", "MASKED_LOGPROB"): "rollout",
+    ("trajectory", "MASKED"): "rollout",
+    ("rollout_view", "RolloutCard"): "rollouts.rollout_card",
+}
+
+
+def _new_module(module: str, name: str) -> str | None:
+    """Where ``name``, imported from the runtime's ``module`` (a path it left), now lives."""
+    old = module.removeprefix(f"{RUNTIME}.")
+    if not module.startswith(f"{RUNTIME}.") or old in MOVED_MODULES.values():
+        return None
+    for moved, new in MOVED_MODULES.items():  # the module itself, or the package it is in
+        if old == moved or (moved in MOVED_PACKAGES and old.startswith(f"{moved}.")):
+            new_module = LEFT_MODULE.get((old, name), new + old.removeprefix(moved))
+            return f"{RUNTIME}.{new_module}"
+    return None
+
 
 # Names gone for good, the modules they were imported from, and what to do instead.
 REMOVED = {
@@ -62,18 +138,18 @@ REMOVED = {
 
 # The module whose names moved to three modules of their own, one job each (below).
 CHAT_TEMPLATE_NAMES = {
-    "template_check": [
+    "chat.template_check": [
         "ChatTemplateDropsToolCalls",
         "check_tool_calls_rendered",
         "prepare_chat_template",
     ],
-    "template_data": [
+    "chat.template_data": [
         "BUILTIN_TEMPLATES",
         "CHATML_TOOLS_TEMPLATE",
         "HERMES_TEMPLATE",
         "resolve_chat_template",
     ],
-    "template_render": [
+    "chat.template_render": [
         "AS_GIVEN",
         "NAMED",
         "SHORT",
@@ -252,6 +328,8 @@ def _migrate_import(
             moved.setdefault(f"{RUNTIME}.{MOVED[name]}", []).append(name + suffix)
         elif module == CHAT_TEMPLATE and name in CHAT_TEMPLATE_MODULE:
             moved.setdefault(f"{RUNTIME}.{CHAT_TEMPLATE_MODULE[name]}", []).append(name + suffix)
+        elif _new_module(module, name) and not (name in REMOVED and module in REMOVED[name][0]):
+            moved.setdefault(_new_module(module, name) or "", []).append(name + suffix)
         else:
             if name in REMOVED and module in REMOVED[name][0]:
                 notes.append((node.lineno, REMOVED[name][1]))

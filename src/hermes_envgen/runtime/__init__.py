@@ -2,7 +2,7 @@
 
 ``__all__`` is what an env author uses: the base env, its settings, its model servers' settings
 (``APIServerConfig``, atroposlib's) and the errors it raises, the task type and its
-loaders, the agent loop with its settings, turn hooks and result, the reward building blocks, the
+loaders, the agent loop with its turn hooks and its result, the reward building blocks, the
 rollout's sandbox as a reward sees it, the tool decorator and the metric names. Everything else
 is internal and imported by its module path (``hermes_envgen.runtime.tools.REGISTRY``). Names
 are loaded on first use, so ``import hermes_envgen.runtime`` (or the CLI) does not pay for
@@ -17,24 +17,24 @@ from hermes_envgen._lazy import lazy_exports
 
 _EXPORTS = {
     # the base env, its settings and its model servers'
-    "HermesAgentBaseEnv": "base_env",
-    "HermesAgentEnvConfig": "config",
-    "APIServerConfig": "config",
+    "HermesAgentBaseEnv": "env.base_env",
+    "HermesAgentEnvConfig": "env.config",
+    "APIServerConfig": "env.config",
     # the errors an env raises for a mistake in its settings or its data (exit 2, one line)
     "EnvConfigError": "errors",
     "DatasetError": "errors",
     # tasks
-    "Task": "tasks",
-    "split_train_eval": "datasets",
-    "training_order": "datasets",
-    # the agent loop, its settings, its hooks and its result
-    "HermesAgentLoop": "agent_loop",
-    "LoopSettings": "agent_loop",
-    "TurnHooks": "agent_loop",
-    "RolloutState": "agent_loop",
-    "AgentResult": "agent_loop",
-    "ToolErrorRecord": "records",
-    "ToolContext": "tool_context",
+    "Task": "rollout",
+    "split_train_eval": "env.datasets",
+    "training_order": "env.datasets",
+    # the agent loop, its hooks and its result
+    "HermesAgentLoop": "loop.agent_loop",
+    "LoopSettings": "loop.agent_loop",
+    "TurnHooks": "loop.agent_loop",
+    "RolloutState": "rollout",
+    "AgentResult": "rollout",
+    "ToolErrorRecord": "rollout",
+    "ToolContext": "loop.tool_context",
     # rewards
     "Reward": "rewards",
     "JudgeVerdict": "rewards",
@@ -51,19 +51,19 @@ _EXPORTS = {
     "ModelClient": "inference",
     "judge_client": "inference",
     # metric names
-    "Metric": "records",
-    "metric": "records",
-    "EVAL": "records",
-    "TRAIN": "records",
+    "Metric": "rollout",
+    "metric": "rollout",
+    "EVAL": "rollout",
+    "TRAIN": "rollout",
     # tools
     "tool": "tools",
     # one session of the env, driven by any trainer (the doors to TRL, OpenEnv, verifiers)
-    "EnvReply": "session",
-    "EnvSession": "session",
-    "EnvSessions": "session",
-    "SessionThread": "session",
-    "TurnEnd": "session",
-    "open_env": "session",
+    "EnvReply": "doors.session",
+    "EnvSession": "doors.session",
+    "EnvSessions": "doors.session",
+    "SessionThread": "doors.session",
+    "TurnEnd": "doors.session",
+    "open_env": "doors.session",
     "openenv_app": "doors.openenv",
     "trl_dataset": "doors.trl",
     "trl_env_reward": "doors.trl",
@@ -122,26 +122,28 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
-    from hermes_envgen.runtime.agent_loop import (
-        AgentResult,
-        HermesAgentLoop,
-        LoopSettings,
-        RolloutState,
-        TurnHooks,
-    )
-    from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
-    from hermes_envgen.runtime.config import APIServerConfig, HermesAgentEnvConfig
-    from hermes_envgen.runtime.datasets import split_train_eval, training_order
     from hermes_envgen.runtime.doors.openenv import openenv_app
+    from hermes_envgen.runtime.doors.session import (
+        EnvReply,
+        EnvSession,
+        EnvSessions,
+        SessionThread,
+        TurnEnd,
+        open_env,
+    )
     from hermes_envgen.runtime.doors.trl import (
         trl_dataset,
         trl_env_reward,
         trl_environment_factory,
     )
     from hermes_envgen.runtime.doors.verifiers import verifiers_app
+    from hermes_envgen.runtime.env.base_env import HermesAgentBaseEnv
+    from hermes_envgen.runtime.env.config import APIServerConfig, HermesAgentEnvConfig
+    from hermes_envgen.runtime.env.datasets import split_train_eval, training_order
     from hermes_envgen.runtime.errors import DatasetError, EnvConfigError
     from hermes_envgen.runtime.inference import ModelClient, judge_client
-    from hermes_envgen.runtime.records import EVAL, TRAIN, Metric, ToolErrorRecord, metric
+    from hermes_envgen.runtime.loop.agent_loop import HermesAgentLoop, LoopSettings, TurnHooks
+    from hermes_envgen.runtime.loop.tool_context import ToolContext
     from hermes_envgen.runtime.rewards import (
         JudgeVerdict,
         Reward,
@@ -155,14 +157,14 @@ if TYPE_CHECKING:
         verify_with_pytest,
         weighted_score,
     )
-    from hermes_envgen.runtime.session import (
-        EnvReply,
-        EnvSession,
-        EnvSessions,
-        SessionThread,
-        TurnEnd,
-        open_env,
+    from hermes_envgen.runtime.rollout import (
+        EVAL,
+        TRAIN,
+        AgentResult,
+        Metric,
+        RolloutState,
+        Task,
+        ToolErrorRecord,
+        metric,
     )
-    from hermes_envgen.runtime.tasks import Task
-    from hermes_envgen.runtime.tool_context import ToolContext
     from hermes_envgen.runtime.tools import tool

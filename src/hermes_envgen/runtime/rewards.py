@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_envgen.runtime.agent_loop import AgentResult, ChatServer
 from hermes_envgen.runtime.errors import InferenceError
-from hermes_envgen.runtime.tasks import Task
-from hermes_envgen.runtime.tool_context import CommandOutput, ToolContext
+from hermes_envgen.runtime.loop.agent_loop import ChatServer
+from hermes_envgen.runtime.loop.tool_context import CommandOutput, ToolContext
+from hermes_envgen.runtime.rollout import AgentResult, Task
 
 logger = logging.getLogger(__name__)
 

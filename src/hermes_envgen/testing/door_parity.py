@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hermes_envgen.runtime.doors.session import REPLY_TOOL, turn_hooks
 from hermes_envgen.runtime.errors import DoorUnavailable
-from hermes_envgen.runtime.session import REPLY_TOOL, turn_hooks
 from hermes_envgen.testing.policy import GIVE_UP_ANSWER, gold_turns
 from hermes_envgen.testing.reward_checks import HOSTILE_REPLIES, TAMPER_COMMAND, gold_script
 from hermes_envgen.testing.thresholds import NOOP_THRESHOLD

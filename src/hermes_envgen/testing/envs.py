@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.runtime.records import METRICS_FILE, SAMPLES_FILE, RolloutRecord
+from hermes_envgen.runtime.rollout import RolloutRecord
+from hermes_envgen.runtime.rollouts.records import METRICS_FILE, SAMPLES_FILE
 
 # The config field of a judge with an endpoint of its own (generated judge envs have it).
 JUDGE_URL_FIELD = "judge_base_url"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermes_envgen.runtime.records import RolloutRecord
+from hermes_envgen.runtime.rollout import RolloutRecord
 from hermes_envgen.testing.envs import read_eval_results, validate_groups
 from hermes_envgen.testing.runner import run_env_mode
 from hermes_envgen.testing.tokenizer import build_offline_tokenizer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hermes_envgen.runtime.template_data import HERMES_TEMPLATE
+from hermes_envgen.runtime.chat.template_data import HERMES_TEMPLATE
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hermes_envgen.errors import NoBatchInTime, TrainerError
-from hermes_envgen.runtime.delivery import GROUP_ID_KEY
+from hermes_envgen.runtime.env.delivery import GROUP_ID_KEY
 
 
 def pull_batches(

@@ -22,9 +22,9 @@ from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import Any
 
-from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
+from hermes_envgen.runtime.doors.session import SessionThread, open_env
+from hermes_envgen.runtime.env.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.errors import DoorUnavailable
-from hermes_envgen.runtime.session import SessionThread, open_env
 from hermes_envgen.runtime.tools.registry import INJECTED_PARAMETERS, Tool
 
 

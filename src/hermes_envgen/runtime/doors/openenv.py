@@ -26,10 +26,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.doors import require, shared_sessions, typed_function
-from hermes_envgen.runtime.errors import DoorUnavailable
-from hermes_envgen.runtime.session import (
+from hermes_envgen.runtime.doors.session import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
     REPLY_DOC,
     REPLY_TOOL,
@@ -37,6 +35,8 @@ from hermes_envgen.runtime.session import (
     SessionThread,
     turn_hooks,
 )
+from hermes_envgen.runtime.env.base_env import HermesAgentBaseEnv
+from hermes_envgen.runtime.errors import DoorUnavailable
 
 SUPPORTED = ("0.3", "0.4")  # openenv-core releases this door was tested with
 FINISH = "finish"  # the terminal tool that reports the reward

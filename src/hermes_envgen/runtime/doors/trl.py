@@ -29,17 +29,13 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hermes_envgen.runtime.agent_loop import normalize_tool_call
-from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.doors import (
     refuse_unsupported,
     require,
     shared_sessions,
     typed_function,
 )
-from hermes_envgen.runtime.errors import DoorUnavailable
-from hermes_envgen.runtime.rewards import Reward
-from hermes_envgen.runtime.session import (
+from hermes_envgen.runtime.doors.session import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
     REPLY_DOC,
     REPLY_TOOL,
@@ -47,6 +43,10 @@ from hermes_envgen.runtime.session import (
     SessionThread,
     turn_hooks,
 )
+from hermes_envgen.runtime.env.base_env import HermesAgentBaseEnv
+from hermes_envgen.runtime.errors import DoorUnavailable
+from hermes_envgen.runtime.loop.agent_loop import normalize_tool_call
+from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.tools.registry import Tool
 
 SUPPORTED = ("1.16", "1.17")  # the TRL releases this door was tested with

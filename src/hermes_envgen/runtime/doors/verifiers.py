@@ -33,10 +33,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from hermes_envgen.errors import exit_code
-from hermes_envgen.runtime.base_env import HermesAgentBaseEnv
 from hermes_envgen.runtime.doors import require, shared_sessions
-from hermes_envgen.runtime.errors import DoorUnavailable, EnvConfigError
-from hermes_envgen.runtime.session import (
+from hermes_envgen.runtime.doors.session import (
     DEFAULT_SESSION_IDLE_TIMEOUT,
     REPLY_DESCRIPTION,
     REPLY_SCHEMA,
@@ -44,6 +42,8 @@ from hermes_envgen.runtime.session import (
     SessionThread,
     turn_hooks,
 )
+from hermes_envgen.runtime.env.base_env import HermesAgentBaseEnv
+from hermes_envgen.runtime.errors import DoorUnavailable, EnvConfigError
 
 if TYPE_CHECKING:
     from starlette.responses import JSONResponse

@@ -30,7 +30,7 @@ _PR_SET_DUMPABLE = 4
 @functools.cache
 def bwrap_unusable() -> str | None:
     """Why bwrap cannot run sandboxes here, or None when it can (tried once per process)."""
-    from hermes_envgen.runtime.sandbox.anchor import sandbox_python
+    from hermes_envgen.runtime.sandbox.bwrap.anchor import sandbox_python
 
     bwrap = shutil.which("bwrap")
     if bwrap is None:

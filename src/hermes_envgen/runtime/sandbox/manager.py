@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
-from hermes_envgen.runtime.sandbox.pool import SandboxPool
+from hermes_envgen.runtime.sandbox.bwrap.pool import SandboxPool
 from hermes_envgen.runtime.sandbox.runs import (
     RunDirectory,
     reap_dead_runs_on_host,
@@ -35,13 +35,13 @@ def _local(task_id: str, settings: SandboxSettings, workspace: Path) -> Sandbox:
 
 
 def _bwrap(task_id: str, settings: SandboxSettings, workspace: Path) -> Sandbox:
-    from hermes_envgen.runtime.sandbox.bwrap import BwrapSandbox
+    from hermes_envgen.runtime.sandbox.bwrap.backend import BwrapSandbox
 
     return BwrapSandbox(task_id, settings, workspace)
 
 
 def _docker(task_id: str, settings: SandboxSettings, workspace: Path) -> Sandbox:
-    from hermes_envgen.runtime.sandbox.docker import DockerSandbox
+    from hermes_envgen.runtime.sandbox.docker.backend import DockerSandbox
 
     return DockerSandbox(task_id, settings, workspace)
 

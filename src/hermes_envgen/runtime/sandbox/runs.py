@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from hermes_envgen.runtime.sandbox import procfs
-from hermes_envgen.runtime.sandbox.docker_engine import ENGINE_FILE, remove_run_containers
+from hermes_envgen.runtime.sandbox.docker.engine import ENGINE_FILE, remove_run_containers
 from hermes_envgen.runtime.sandbox.host_limits import (
     cgroup_parents,
     mount_points,

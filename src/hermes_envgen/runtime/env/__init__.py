@@ -1,0 +1,1 @@
+"""The environment: the base env over atroposlib's BaseEnv, its settings, tasks and command line."""

@@ -1,0 +1,1 @@
+"""The agent loop: turns of one rollout, its hooks, and the tools' view of it."""

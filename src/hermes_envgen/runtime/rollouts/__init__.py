@@ -1,0 +1,1 @@
+"""Many rollouts: their records on disk, evaluation, progress and the viewer."""

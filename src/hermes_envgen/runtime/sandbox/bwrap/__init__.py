@@ -1,0 +1,1 @@
+"""The bwrap backend: the sandbox, its anchor process and the warm pool."""

@@ -1,0 +1,1 @@
+"""The docker backend: the container sandbox, its engine, channel and pool."""
