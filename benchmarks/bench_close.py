@@ -9,6 +9,7 @@ process, alternating, each on sandboxes of its own; printed: seconds, closes per
 serial / concurrent. Nothing is left: each side's run directory must be gone after its close.
 
     .venv/bin/python benchmarks/bench_close.py [--counts 200,1000] [--repeat 1]
+        [--docker-image IMAGE]  (docker sandboxes: each close is a ``docker rm``)
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from hermes_envgen.runtime.sandbox.manager import SandboxManager
 STARTS_AT_ONCE = 16  # the sandboxes are started this many at a time (not measured)
 
 
-async def open_sandboxes(root: str, count: int) -> SandboxManager:
-    settings = SandboxSettings(backend="bwrap", root=root, memory_mb=256)
+async def open_sandboxes(root: str, count: int, image: str | None) -> SandboxManager:
+    docker = {"backend": "docker", "docker_image": image} if image else {"backend": "bwrap"}
+    settings = SandboxSettings(root=root, memory_mb=256, **docker)  # type: ignore[arg-type]
     manager = SandboxManager(settings)
     gate = asyncio.Semaphore(STARTS_AT_ONCE)
 
@@ -53,12 +55,12 @@ async def close(manager: SandboxManager, serial: bool) -> float:
     return seconds
 
 
-async def measure(count: int, repeat: int) -> None:
+async def measure(count: int, repeat: int, image: str | None) -> None:
     times: dict[str, list[float]] = {"serial": [], "concurrent": []}
     for _ in range(repeat):
         for side in ("serial", "concurrent"):
             with tempfile.TemporaryDirectory(prefix="bench-close.") as root:
-                manager = await open_sandboxes(root, count)
+                manager = await open_sandboxes(root, count, image)
                 times[side].append(await close(manager, serial=side == "serial"))
     serial, concurrent = (statistics.median(times[s]) for s in ("serial", "concurrent"))
     for side, seconds in (("serial", serial), ("concurrent", concurrent)):
@@ -74,10 +76,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="200,1000")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--docker-image",
+        help="docker sandboxes of this image instead of bwrap's (an engine must answer: "
+        "scripts/docker-engine.sh up)",
+    )
     args = parser.parse_args()
     print(f"load before: {load()}")
     for count in (int(c) for c in args.counts.split(",")):
-        asyncio.run(measure(count, args.repeat))
+        asyncio.run(measure(count, args.repeat, args.docker_image))
 
 
 if __name__ == "__main__":
