@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -35,6 +36,7 @@ from hermes_envgen.runtime.loop.agent_loop import HermesAgentLoop, _HookFailed, 
 from hermes_envgen.runtime.loop.tool_context import ToolContext
 from hermes_envgen.runtime.rewards import Reward
 from hermes_envgen.runtime.rollout import AgentResult, RolloutState
+from hermes_envgen.runtime.sandbox.closing import close_concurrently
 
 logger = logging.getLogger(__name__)
 
@@ -410,8 +412,8 @@ class EnvSessions:
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
-        for task_id in list(self._sessions):
-            await self.close(task_id)
+        # concurrently: a thousand sessions closed one after another outlast any shutdown
+        await close_concurrently(functools.partial(self.close, t) for t in list(self._sessions))
         await self.env.sandboxes.close_all()
 
     async def reap_idle(self) -> list[str]:
@@ -423,7 +425,7 @@ class EnvSessions:
                 task_id,
                 self.idle_timeout,
             )
-            await self.close(task_id)
+        await close_concurrently(functools.partial(self.close, task_id) for task_id in idle)
         return idle
 
     def _start_reaper(self) -> None:

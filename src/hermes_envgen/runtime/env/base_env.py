@@ -76,6 +76,9 @@ from hermes_envgen.runtime.tools import REGISTRY, Tool, ToolRegistry
 
 logger = logging.getLogger(__name__)
 
+# a rollout's training data: tokens, masks, and in token mode the logprobs of its trace
+_Sequence = tuple[list[int], list[int], list[float] | None]
+
 
 # atroposlib is untyped: BaseEnv is Any to mypy, which a subclass of it is told of (misc).
 class HermesAgentBaseEnv(
@@ -423,36 +426,30 @@ class HermesAgentBaseEnv(
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         """Run ``group_size`` rollouts of the item concurrently and build the scored group."""
         tools = self._resolve_tools()  # once for the group's rollouts
-        rollouts = await asyncio.gather(
-            *(
-                self.run_agent(item, split="train", tools=tools)
-                for _ in range(self.config.group_size)
-            )
+
+        async def rollout_and_sequence() -> tuple[Rollout, _Sequence | None]:
+            # Each rollout's training data is made as it ends, while the group's others still
+            # run: made all at once after the last, it held the env's one thread while every
+            # sandbox of the group sat idle (256 conversations: most of a second).
+            rollout = await self.run_agent(item, split="train", tools=tools)
+            return rollout, self._training_sequence(rollout, tools[0])
+
+        finished = await asyncio.gather(
+            *(rollout_and_sequence() for _ in range(self.config.group_size))
         )
+        rollouts = [rollout for rollout, _ in finished]
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
         # Unique across env workers and restarts: a trainer fed by many workers can tell groups
         # apart and drop a repeat (a submission retried after its answer was lost).
         group["group_overrides"] = {GROUP_ID_KEY: uuid.uuid4().hex}
         logprobs: list[list[float]] = []
-        for rollout in rollouts:
+        for rollout, sequence in finished:
             self._train_stats.add(rollout)
-            if not any(m["role"] == "assistant" for m in rollout.result.messages):
-                continue  # the model never answered (server down): nothing to train on
-            if (trace := rollout.result.token_trace) is not None:
-                # Token mode: the tokens the server saw and generated, with its logprobs.
-                if not trace.num_trained:
-                    continue
-                tokens, masks = trace.tokens, trace.masks
-                logprobs.append(trace.logprobs)
-            else:  # chat mode: rebuilt from the conversation with the chat template
-                try:
-                    sequence = tokenize_conversation(
-                        self.tokenizer, rollout.result.messages, tools[0]
-                    )
-                except ChatTemplateError as exc:
-                    logger.error("a rollout is left out of the training data: %s", exc)
-                    continue
-                tokens, masks = sequence.tokens, sequence.masks
+            if sequence is None:
+                continue
+            tokens, masks, trace_logprobs = sequence
+            if trace_logprobs is not None:
+                logprobs.append(trace_logprobs)
             group["tokens"].append(tokens)
             group["masks"].append(masks)
             group["scores"].append(rollout.reward)
@@ -476,6 +473,25 @@ class HermesAgentBaseEnv(
             )
             return None, []
         return group, []
+
+    def _training_sequence(
+        self, rollout: Rollout, schemas: list[dict[str, Any]]
+    ) -> _Sequence | None:
+        """A rollout's tokens, masks and (token mode) logprobs; None when it has nothing to
+        train on."""
+        if not any(m["role"] == "assistant" for m in rollout.result.messages):
+            return None  # the model never answered (server down): nothing to train on
+        if (trace := rollout.result.token_trace) is not None:
+            # Token mode: the tokens the server saw and generated, with its logprobs.
+            if not trace.num_trained:
+                return None
+            return trace.tokens, trace.masks, trace.logprobs
+        try:  # chat mode: rebuilt from the conversation with the chat template
+            sequence = tokenize_conversation(self.tokenizer, rollout.result.messages, schemas)
+        except ChatTemplateError as exc:
+            logger.error("a rollout is left out of the training data: %s", exc)
+            return None
+        return sequence.tokens, sequence.masks, None
 
     # -- evaluation ---------------------------------------------------------------------------
 

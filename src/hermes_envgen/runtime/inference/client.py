@@ -31,6 +31,14 @@ from hermes_envgen.runtime.retries import with_retries
 
 logger = logging.getLogger(__name__)
 
+# SDK clients per endpoint, each with its own connection pool, taken in turn. httpx's pool
+# looks over every connection it holds on each request and each response (an idle one is
+# polled), so one pool under 256 rollouts at once cost the env more CPU than their sandboxes'
+# commands; several smaller pools divide that.
+CLIENT_SHARDS = 8
+# what the SDK's create() takes beside the body: passed as request options, not sent
+REQUEST_OPTIONS = ("extra_body", "extra_headers", "extra_query", "timeout")
+
 
 class ModelClient:
     """Sends chat and token-mode requests to the model server(s), retrying what may pass.
@@ -67,10 +75,11 @@ class ModelClient:
         self.out_for = out_for
         self._out_until = [0.0] * len(endpoints)  # monotonic time each endpoint is back in
         self._next = 0
-        # SDK clients by event loop (they are loop-bound), then by (base URL, key, timeout)
+        # SDK clients by event loop (they are loop-bound), then by (base URL, key, timeout, shard)
         self._clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[tuple[str, str, float], Any]
+            asyncio.AbstractEventLoop, dict[tuple[str, str, float, int], Any]
         ] = weakref.WeakKeyDictionary()
+        self._shard = 0  # the shard of the next chat request
         self._detect_lock: asyncio.Lock | None = None
 
     @classmethod
@@ -184,12 +193,14 @@ class ModelClient:
         )
 
     def _openai(self, endpoint: Endpoint) -> Any:
-        """The SDK client of ``endpoint`` for the running event loop (clients are loop-bound)."""
+        """An SDK client of ``endpoint`` for the running event loop (clients are loop-bound),
+        the next of its ``CLIENT_SHARDS`` in turn."""
         import openai
 
         loop = asyncio.get_running_loop()
         clients = self._clients.setdefault(loop, {})
-        key = (endpoint.base_url, endpoint.api_key, endpoint.timeout)
+        self._shard = (self._shard + 1) % CLIENT_SHARDS
+        key = (endpoint.base_url, endpoint.api_key, endpoint.timeout, self._shard)
         if key not in clients:
             clients[key] = openai.AsyncOpenAI(
                 base_url=endpoint.base_url,
@@ -204,7 +215,22 @@ class ModelClient:
         return clients[key]
 
     async def _chat_once(self, endpoint: Endpoint, url: str, kwargs: dict[str, Any]) -> Any:
-        response = await self._openai(endpoint).chat.completions.create(**kwargs)
+        from openai.types.chat import ChatCompletion
+
+        # Posted as it is, not through create(): create() walks the whole request (every
+        # message, every tool schema) against its types before sending it, about 1 ms a turn
+        # on the env's one thread, to rename fields that chat requests do not have. The SDK
+        # still serialises it (its models included), authenticates it and parses the reply.
+        body = {key: value for key, value in kwargs.items() if key not in REQUEST_OPTIONS}
+        given = {key: kwargs[key] for key in REQUEST_OPTIONS if kwargs.get(key) is not None}
+        options = {"extra_json": given.get("extra_body"), "headers": given.get("extra_headers"),
+                   "params": given.get("extra_query"), "timeout": given.get("timeout")}  # fmt: skip
+        response = await self._openai(endpoint).post(
+            "/chat/completions",
+            cast_to=ChatCompletion,
+            body=body,
+            options={key: value for key, value in options.items() if value is not None},
+        )
         if not getattr(response, "choices", None):
             raise MalformedReply(f"{url}: the reply has no choices", url=url)
         return response

@@ -7,6 +7,7 @@ however it ends, at the latest by the next run under the same root.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from hermes_envgen.runtime.errors import EnvConfigError
 from hermes_envgen.runtime.sandbox.base import Sandbox, SandboxSettings
 from hermes_envgen.runtime.sandbox.bwrap.pool import SandboxPool
+from hermes_envgen.runtime.sandbox.closing import close_concurrently
 from hermes_envgen.runtime.sandbox.runs import (
     RunDirectory,
     reap_dead_runs_on_host,
@@ -146,15 +148,19 @@ class SandboxManager:
 
         Until then the run keeps its (possibly empty) directory and lock between rollouts:
         claiming and releasing them around every sandbox cost a dozen system calls each.
+        The sandboxes close concurrently (``close_concurrently``), the pool's with them.
         """
-        if self.pool is not None:
-            try:
-                await self.pool.close()
-            except BaseException:  # cut short: reaped at exit, as a release cut short
-                self._close_failed = True
-                raise
-        for task_id in list(self._sandboxes):
-            await self.release(task_id)
+
+        async def close_pool() -> None:
+            if self.pool is not None:
+                try:
+                    await self.pool.close()
+                except BaseException:  # cut short: reaped at exit, as a release cut short
+                    self._close_failed = True
+                    raise
+
+        releases = [functools.partial(self.release, task_id) for task_id in self._sandboxes]
+        await close_concurrently([close_pool, *releases])
         if not self._close_failed:
             self._run.release()
         if self._reaper is not None:
@@ -171,7 +177,7 @@ class SandboxManager:
         ]
         for task_id in idle:
             logger.info("reaping sandbox of task %s, idle for over %.0f s", task_id, self.lifetime)
-            await self.release(task_id)
+        await close_concurrently(functools.partial(self.release, task_id) for task_id in idle)
         return idle
 
     def _start_reaper(self) -> None:

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 
 from hermes_envgen.runtime.sandbox.base import Sandbox
+from hermes_envgen.runtime.sandbox.closing import close_concurrently
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,6 @@ class SandboxPool:
         self._ready.clear()
         self._cut_short.clear()
         try:
-            for sandbox in waiting:
-                await sandbox.close()
+            await close_concurrently(sandbox.close for sandbox in waiting)
         finally:
             self._closed = False  # a manager used again after close_all refills at its takes

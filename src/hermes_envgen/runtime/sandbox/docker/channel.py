@@ -36,8 +36,15 @@ CHUNK = 1 << 16
 START_TIMEOUT = 30.0  # for the agent to greet (python3's start in a busy container)
 ANSWER_TIMEOUT = 20.0  # for the agent to say a command started, or a kill is done
 # The agent's program comes on stdin (its length in argv): a short command line in ``ps``.
+# Non-dumpable (prctl PR_SET_DUMPABLE 0) before it reads a byte: until then the sandbox's
+# processes, of its user, could ptrace it or open its stdin through /proc and speak for the
+# host. What is left of that window is python3's own start, not the program's transfer over
+# the exec's stream (a round trip to a remote engine) and its compile.
 BOOT = (
-    "import os,sys\nb=b''\nn=int(sys.argv[1])\nwhile len(b)<n:\n c=os.read(0,n-len(b))\n"
+    "import os,sys\ntry:\n import _ctypes as C\n"
+    " C.call_function(C.dlsym(C.dlopen(None),'prctl'),(4,0,0,0,0))\n"
+    "except Exception:\n import ctypes\n ctypes.CDLL(None).prctl(4,0,0,0,0)\n"
+    "b=b''\nn=int(sys.argv[1])\nwhile len(b)<n:\n c=os.read(0,n-len(b))\n"
     " if not c:sys.exit(1)\n b+=c\nexec(compile(b,'channel_server','exec'))"
 )
 GONE = (

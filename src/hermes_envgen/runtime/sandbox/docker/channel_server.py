@@ -17,13 +17,14 @@ Agent to host: ``R`` ready (its pid), ``s`` started (the pid), ``F`` failed
 (``errno:message``), ``o``/``e`` stdout/stderr bytes, ``O``/``E`` their end, ``x`` exited (a
 shell's exit code), ``k`` kill done, ``D``/``d`` a connection's bytes and end.
 
-The agent makes itself non-dumpable before it reads a request: the sandbox's processes,
-though of its user, can neither ptrace it nor open its descriptors through /proc (so not
-write to the host's channel). They can kill or stop it: the host then sees the channel end
-(or stop answering) and starts another one. One started while the agent's processes run
-(after such a kill) is open to them for the ~20 ms python3 takes to reach the prctl: that
-one carries only the rollout's own calls, whose results the agent controls anyway;
-verification's channel starts after every process of the agent's was killed.
+The agent is non-dumpable before it reads anything (its boot program, ``BOOT`` of
+docker_channel.py, calls the prctl first; ``main`` again): the sandbox's processes, though of
+its user, can neither ptrace it nor open its descriptors through /proc (so not write to the
+host's channel). They can kill or stop it: the host then sees the channel end (or stop
+answering) and starts another one. One started while the agent's processes run (after such a
+kill) is open to them only while python3 starts (a few ms), before it has read a byte: that one
+carries only the rollout's own calls, whose results the agent controls anyway; verification's
+channel starts after every process of the agent's was killed.
 
 Ends at the end of its stdin. Written for any python3 from 3.9, standard library only; the
 host sends its text on stdin at the start.
