@@ -1,4 +1,4 @@
-"""The doors through which trainers other than Atropos take an env, each on ``session`` (EnvSession).
+"""The doors through which trainers other than Atropos take an env, each on ``session``.
 
 One module per door: ``trl`` (TRL's ``environment_factory``, reward functions, dataset rows
 and ``rollout_func``), ``openenv`` (an OpenEnv MCP environment server) and ``verifiers`` (the
