@@ -163,6 +163,39 @@ async def test_a_reply_that_breaks_a_hook_ends_the_conversation_and_scores_a_fai
         await sessions.close_all()
 
 
+class SlowGame(GuessNumberEnv):
+    """The guess game whose answer takes a moment (an async hook that awaits)."""
+
+    async def env_response(self, state):  # type: ignore[no-untyped-def, override]
+        await asyncio.sleep(0.05)
+        return super().env_response(state)
+
+
+@synchronous
+async def test_replies_sent_at_once_are_answered_one_after_another(offline_tokenizer, tmp_path):
+    # A model may call reply several times in one turn (parallel tool calls): each is a turn of
+    # its own, in the order sent, and none sees the conversation half-way through another.
+    env = open_env(SlowGame, tokenizer_name=str(offline_tokenizer), sandbox_root=str(tmp_path))
+    sessions = EnvSessions(env)
+    try:
+        session = await sessions.open({"secret": 6, "low": 1, "high": 20})
+        answers = await asyncio.gather(*(session.reply(guess) for guess in ("10", "3", "6")))
+        assert [a.text for a in answers[:2]] == ["Lower than 10.", "Higher than 3."]
+        assert answers[2].over and not answers[0].over and not answers[1].over
+        said = [(m["role"], m["content"]) for m in session.result.messages[len(session.messages) :]]
+        assert said == [
+            ("assistant", "10"),
+            ("user", "Lower than 10."),
+            ("assistant", "3"),
+            ("user", "Higher than 3."),
+            ("assistant", "6"),
+        ]
+        reward = await session.score()
+        assert reward.score == pytest.approx(1.0 - 0.5 * 2 / MAX_GUESSES)  # won at guess 3
+    finally:
+        await sessions.close_all()
+
+
 @synchronous
 async def test_a_session_never_closed_has_its_sandbox_reaped_once_idle(terminal_env):
     sessions = EnvSessions(terminal_env, idle_timeout=0.3)

@@ -183,6 +183,9 @@ class EnvSession:
         self.last_used = time.monotonic()
         self.closed = False
         self._reward: Reward | None = None
+        # One turn at a time: a model may call reply several times at once (parallel tool
+        # calls), and each must see the conversation as the one before it left it.
+        self._turns = asyncio.Lock()
         # An env with turn hooks is played through reply(): the session keeps the transcript
         # as its loop would (the model's messages, the env's answers), and that is scored.
         self.hooked = bool(turn_hooks(type(env)))
@@ -243,13 +246,17 @@ class EnvSession:
         conversation is over when the env ends it (``should_stop``, ``state.finish()``), when
         it adds nothing (the loop's end), when a hook fails, or when turns run out; a reply
         after that is refused in one line and changes nothing."""
+        async with self._turns:
+            return await self._reply(message)
+
+    async def _reply(self, message: Any) -> EnvReply:
         self._use()
         if self.over is not None:
             text = f"Error: the conversation is over ({self.over}): stop calling reply and finish."
             return EnvReply(messages=[], reward=None, over=True, text=text)
         content = message if isinstance(message, str) else json.dumps(message, default=str)
         said = {"role": "assistant", "content": content}
-        turn = await self.end_turn([*self.result.messages, said])
+        turn = await self._end_turn([*self.result.messages, said])
         answer = "\n\n".join(str(m.get("content") or "") for m in turn.added)
         if self.over is not None:
             answer = f"{answer}\n\n({OVER})" if answer else f"({OVER})"
@@ -258,6 +265,10 @@ class EnvSession:
     async def end_turn(self, messages: list[dict[str, Any]]) -> TurnEnd:
         """After a turn of the model (``messages``: the conversation so far), ask its hooks;
         the conversation is over (``over``) where the env's loop would end it."""
+        async with self._turns:
+            return await self._end_turn(messages)
+
+    async def _end_turn(self, messages: list[dict[str, Any]]) -> TurnEnd:
         self._use()
         self.result.messages[:] = [dict(m) for m in messages]
         before = len(self.result.messages)
@@ -287,6 +298,10 @@ class EnvSession:
 
         A reward that fails scores 0.0 with the failure named (as in every Atropos mode).
         """
+        async with self._turns:  # after the replies already sent
+            return await self._score(messages)
+
+    async def _score(self, messages: list[dict[str, Any]] | None) -> Reward:
         if self._reward is not None:
             return self._reward
         self._use()
@@ -319,7 +334,7 @@ class EnvSession:
             and last.get("role") == "assistant"
             and not last.get("tool_calls")
         ):
-            await self.reply(last.get("content") or "")
+            await self._reply(last.get("content") or "")
 
     async def close(self) -> None:
         """End the toolsets' sessions and close the sandbox; closing twice does nothing."""
